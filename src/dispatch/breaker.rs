@@ -1,0 +1,239 @@
+//! Step 5 and 9: the per-tool circuit breaker, shared by all runs of one runtime.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{ErrorKind, ToolError};
+
+/// When a tool's breaker opens and how long it stays open.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct BreakerConfig {
+    /// Consecutive failures (timeouts, internal errors, invalid output, `unavailable`) that open it.
+    pub failure_threshold: u32,
+    /// How long it stays open before one probe call is let through (half-open).
+    pub cooldown: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failure_threshold: 5,
+            cooldown: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum State {
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: Instant,
+    },
+    /// One probe is running; it started at `since`. A probe that never reports (its call was
+    /// cancelled) is replaced by a new one after another cool-down.
+    HalfOpen {
+        since: Instant,
+    },
+}
+
+/// Whether a call was let through normally or as the half-open probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    Normal,
+    Probe,
+}
+
+/// What a call told the breaker about the tool's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// The tool answered (with a result or a caller's error).
+    Answered,
+    /// The tool failed in a way that counts.
+    Failed,
+    /// The call never reached the tool (its input was invalid): nothing learned.
+    Unknown,
+}
+
+impl Health {
+    pub(crate) fn of<T>(result: &Result<T, ToolError>) -> Health {
+        match result {
+            Err(e) if e.kind.counts_as_failure() => Health::Failed,
+            _ => Health::Answered,
+        }
+    }
+}
+
+/// The breakers of all tools of one runtime.
+#[derive(Debug, Default)]
+pub(crate) struct Breakers {
+    config: BreakerConfig,
+    states: Mutex<HashMap<String, State>>,
+}
+
+impl Breakers {
+    pub(crate) fn new(config: BreakerConfig) -> Breakers {
+        Breakers {
+            config,
+            states: Mutex::default(),
+        }
+    }
+
+    /// Lets a call through, or fails it fast with `circuit_open`.
+    pub(crate) fn admit(&self, tool: &str, now: Instant) -> Result<Admission, ToolError> {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let state = states
+            .entry(tool.to_string())
+            .or_insert(State::Closed { failures: 0 });
+        match *state {
+            State::Closed { .. } => Ok(Admission::Normal),
+            State::Open { until } if now >= until => {
+                *state = State::HalfOpen { since: now };
+                Ok(Admission::Probe)
+            }
+            State::HalfOpen { since } if now >= since + self.config.cooldown => {
+                *state = State::HalfOpen { since: now };
+                Ok(Admission::Probe)
+            }
+            State::Open { until } => Err(open(tool, until.saturating_duration_since(now))),
+            State::HalfOpen { .. } => Err(open(tool, Duration::ZERO)),
+        }
+    }
+
+    /// Records what an admitted call found out.
+    pub(crate) fn record(&self, tool: &str, admission: Admission, health: Health, now: Instant) {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(state) = states.get_mut(tool) else {
+            return;
+        };
+        let reopened = State::Open {
+            until: now + self.config.cooldown,
+        };
+        *state = match (admission, *state, health) {
+            (Admission::Probe, _, Health::Answered) => State::Closed { failures: 0 },
+            (Admission::Probe, _, Health::Failed) => reopened,
+            // A probe that never reached the tool leaves the next call to probe.
+            (Admission::Probe, _, Health::Unknown) => State::Open { until: now },
+            (Admission::Normal, State::Closed { failures }, Health::Failed) => {
+                if failures + 1 >= self.config.failure_threshold {
+                    tracing::warn!(tool, failures = failures + 1, "circuit breaker opened");
+                    reopened
+                } else {
+                    State::Closed {
+                        failures: failures + 1,
+                    }
+                }
+            }
+            (Admission::Normal, State::Closed { .. }, Health::Answered) => {
+                State::Closed { failures: 0 }
+            }
+            // Late outcomes of calls admitted before the breaker opened change nothing.
+            (Admission::Normal, other, _) => other,
+        };
+    }
+}
+
+fn open(tool: &str, remaining: Duration) -> ToolError {
+    let message = if remaining.is_zero() {
+        format!("`{tool}` failed repeatedly; a probe call is testing whether it recovered")
+    } else {
+        format!(
+            "`{tool}` failed repeatedly; calls fail fast for another {:.1} s",
+            remaining.as_secs_f64()
+        )
+    };
+    ToolError::new(ErrorKind::CircuitOpen, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breakers() -> Breakers {
+        Breakers::new(BreakerConfig {
+            failure_threshold: 3,
+            cooldown: Duration::from_secs(10),
+        })
+    }
+
+    fn fail(b: &Breakers, now: Instant) {
+        let a = b.admit("t", now).unwrap();
+        b.record("t", a, Health::Failed, now);
+    }
+
+    #[test]
+    fn opens_after_consecutive_failures() {
+        let b = breakers();
+        let now = Instant::now();
+        fail(&b, now);
+        fail(&b, now);
+        assert!(b.admit("t", now).is_ok());
+        fail(&b, now);
+        let e = b.admit("t", now).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::CircuitOpen);
+        assert!(b.admit("other", now).is_ok(), "breakers are per tool");
+    }
+
+    #[test]
+    fn a_success_resets_the_count() {
+        let b = breakers();
+        let now = Instant::now();
+        fail(&b, now);
+        fail(&b, now);
+        let a = b.admit("t", now).unwrap();
+        b.record("t", a, Health::Answered, now);
+        fail(&b, now);
+        fail(&b, now);
+        assert!(b.admit("t", now).is_ok());
+    }
+
+    #[test]
+    fn half_opens_after_cooldown_with_one_probe() {
+        let b = breakers();
+        let now = Instant::now();
+        (0..3).for_each(|_| fail(&b, now));
+        let later = now + Duration::from_secs(10);
+        assert_eq!(b.admit("t", later).unwrap(), Admission::Probe);
+        assert!(b.admit("t", later).is_err(), "only one probe at a time");
+        b.record("t", Admission::Probe, Health::Answered, later);
+        assert_eq!(b.admit("t", later).unwrap(), Admission::Normal);
+    }
+
+    #[test]
+    fn a_failed_probe_reopens() {
+        let b = breakers();
+        let now = Instant::now();
+        (0..3).for_each(|_| fail(&b, now));
+        let later = now + Duration::from_secs(10);
+        assert_eq!(b.admit("t", later).unwrap(), Admission::Probe);
+        b.record("t", Admission::Probe, Health::Failed, later);
+        assert!(b.admit("t", later + Duration::from_secs(9)).is_err());
+        assert!(b.admit("t", later + Duration::from_secs(10)).is_ok());
+    }
+
+    #[test]
+    fn an_abandoned_probe_is_replaced_after_a_cooldown() {
+        let b = breakers();
+        let now = Instant::now();
+        (0..3).for_each(|_| fail(&b, now));
+        let t1 = now + Duration::from_secs(10);
+        assert_eq!(b.admit("t", t1).unwrap(), Admission::Probe);
+        assert_eq!(
+            b.admit("t", t1 + Duration::from_secs(10)).unwrap(),
+            Admission::Probe
+        );
+    }
+
+    #[test]
+    fn caller_errors_do_not_count() {
+        let e = ToolError::new(ErrorKind::NotFound, "x");
+        assert_eq!(Health::of::<()>(&Err(e)), Health::Answered);
+        let e = ToolError::new(ErrorKind::Timeout, "x");
+        assert_eq!(Health::of::<()>(&Err(e)), Health::Failed);
+    }
+}

@@ -1,0 +1,195 @@
+//! Step 4: the run's budget of tool calls, speculative calls, in-flight calls and wall-clock time.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{ErrorKind, ToolError};
+
+/// Limits on what one run may spend on tool calls. Every call counts: top-level, nested and
+/// speculative (speculative calls also count against their own cap).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Budget {
+    /// Tool calls dispatched in one run.
+    pub max_tool_calls: u64,
+    /// Of those, calls started speculatively.
+    pub max_speculative_calls: u64,
+    /// Calls running at the same time.
+    pub max_in_flight: u64,
+    /// Wall-clock time from the run's start after which no call starts, and running calls end.
+    pub wall_clock: Duration,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_tool_calls: 1_000,
+            max_speculative_calls: 1_000,
+            max_in_flight: 64,
+            wall_clock: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Spent {
+    calls: u64,
+    speculative: u64,
+    in_flight: u64,
+}
+
+/// One run's budget and what it has spent.
+#[derive(Debug)]
+pub(crate) struct BudgetMeter {
+    budget: Budget,
+    deadline: Instant,
+    spent: Mutex<Spent>,
+}
+
+impl BudgetMeter {
+    pub(crate) fn new(budget: Budget, started: Instant) -> BudgetMeter {
+        BudgetMeter {
+            deadline: started + budget.wall_clock,
+            budget,
+            spent: Mutex::default(),
+        }
+    }
+
+    /// Charges one call, or refuses it with `budget_exceeded`. A charged call is in flight until
+    /// the returned guard drops.
+    pub(crate) fn charge(
+        &self,
+        speculative: bool,
+        now: Instant,
+    ) -> Result<InFlight<'_>, ToolError> {
+        if now >= self.deadline {
+            return Err(exceeded(format!(
+                "the run's wall-clock budget of {:?} is spent",
+                self.budget.wall_clock
+            )));
+        }
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        if spent.calls >= self.budget.max_tool_calls {
+            return Err(exceeded(format!(
+                "the run may make at most {} tool calls",
+                self.budget.max_tool_calls
+            )));
+        }
+        if speculative && spent.speculative >= self.budget.max_speculative_calls {
+            return Err(exceeded(format!(
+                "the run may start at most {} speculative calls",
+                self.budget.max_speculative_calls
+            )));
+        }
+        if spent.in_flight >= self.budget.max_in_flight {
+            return Err(exceeded(format!(
+                "at most {} calls may run at once",
+                self.budget.max_in_flight
+            )));
+        }
+        spent.calls += 1;
+        spent.speculative += u64::from(speculative);
+        spent.in_flight += 1;
+        Ok(InFlight(self))
+    }
+
+    /// Time left before the wall-clock budget is spent.
+    pub(crate) fn remaining(&self, now: Instant) -> Duration {
+        self.deadline.saturating_duration_since(now)
+    }
+
+    pub(crate) fn wall_clock(&self) -> Duration {
+        self.budget.wall_clock
+    }
+
+    fn release(&self) {
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        spent.in_flight = spent.in_flight.saturating_sub(1);
+    }
+}
+
+/// A charged call in flight; dropping it frees its in-flight slot.
+#[derive(Debug)]
+pub(crate) struct InFlight<'a>(&'a BudgetMeter);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+pub(crate) fn exceeded(message: String) -> ToolError {
+    ToolError::new(ErrorKind::BudgetExceeded, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meter(budget: Budget) -> (BudgetMeter, Instant) {
+        let now = Instant::now();
+        (BudgetMeter::new(budget, now), now)
+    }
+
+    #[test]
+    fn counts_calls() {
+        let (m, now) = meter(Budget {
+            max_tool_calls: 2,
+            ..Budget::default()
+        });
+        drop(m.charge(false, now).unwrap());
+        drop(m.charge(false, now).unwrap());
+        let e = m.charge(false, now).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BudgetExceeded);
+        assert!(e.message.contains("at most 2 tool calls"));
+    }
+
+    #[test]
+    fn counts_speculative_calls_apart() {
+        let (m, now) = meter(Budget {
+            max_speculative_calls: 1,
+            ..Budget::default()
+        });
+        drop(m.charge(true, now).unwrap());
+        assert!(m
+            .charge(true, now)
+            .unwrap_err()
+            .message
+            .contains("speculative"));
+        assert!(m.charge(false, now).is_ok());
+    }
+
+    #[test]
+    fn in_flight_slots_free_on_drop() {
+        let (m, now) = meter(Budget {
+            max_in_flight: 1,
+            ..Budget::default()
+        });
+        let first = m.charge(false, now).unwrap();
+        assert!(m
+            .charge(false, now)
+            .unwrap_err()
+            .message
+            .contains("at once"));
+        drop(first);
+        assert!(m.charge(false, now).is_ok());
+    }
+
+    #[test]
+    fn deadline_refuses_new_calls() {
+        let (m, now) = meter(Budget {
+            wall_clock: Duration::from_secs(1),
+            ..Budget::default()
+        });
+        assert_eq!(m.remaining(now), Duration::from_secs(1));
+        let late = now + Duration::from_secs(1);
+        assert!(m
+            .charge(false, late)
+            .unwrap_err()
+            .message
+            .contains("wall-clock"));
+        assert_eq!(m.remaining(late), Duration::ZERO);
+    }
+}

@@ -1,0 +1,325 @@
+//! The one dispatch path. Every call — top-level, nested inside a composite, or speculative —
+//! goes through [`dispatch`], which reads top to bottom as the ten steps of DESIGN.md section 5.
+//!
+//! # Order
+//!
+//! 1. resolve the tool; 2. check the caller may call it; 3. repeat guard; 4. charge the budget;
+//! 5. breaker admits; 6. validate input; 7. run the body under its timeout, catching panics,
+//! retrying; 8. validate output; 9. record the outcome in the breaker; 10. write the receipt.
+//! Steps 2–9 can refuse a call; every call that resolved to a tool gets a receipt.
+
+mod breaker;
+mod budget;
+mod receipt;
+mod repeat;
+mod schema;
+
+pub use breaker::BreakerConfig;
+pub use budget::Budget;
+pub use receipt::{verify_receipts, write_receipts, Receipt, Status, RECEIPT_VERSION};
+
+pub(crate) use breaker::Breakers;
+pub(crate) use budget::BudgetMeter;
+pub(crate) use receipt::ReceiptLog;
+pub(crate) use repeat::RepeatGuard;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{ErrorKind, ToolError};
+use crate::json::{canonical, sha256_hex};
+use crate::tool::{Effect, RegisteredTool, Registry, ToolContext};
+use breaker::Health;
+
+/// A non-read call that reached its tool's body, in the order the bodies started. A composite's
+/// own entry comes before the entries of the calls nested in it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct EffectRecord {
+    /// The tool called.
+    pub tool: String,
+    /// Its effect (never `read`).
+    pub effect: Effect,
+    /// The validated arguments.
+    pub args: Value,
+    /// Whether the call succeeded.
+    pub ok: bool,
+}
+
+/// Counters a caller can watch while a run is going (the CLI's live line).
+#[derive(Debug, Default)]
+pub struct Progress {
+    done: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Progress {
+    /// Calls finished so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Calls running now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything one run shares between its calls: the registry, the runtime's breakers, and the
+/// run's own budget, repeat guard, receipts and effect log.
+pub(crate) struct RunContext {
+    pub(crate) registry: Arc<Registry>,
+    breakers: Arc<Breakers>,
+    budget: BudgetMeter,
+    repeat: RepeatGuard,
+    receipts: ReceiptLog,
+    effects: Mutex<Vec<EffectRecord>>,
+    started: Instant,
+    next_call_id: AtomicU64,
+    dispatched: AtomicU64,
+    pub(crate) progress: Arc<Progress>,
+}
+
+impl RunContext {
+    pub(crate) fn new(
+        registry: Arc<Registry>,
+        breakers: Arc<Breakers>,
+        budget: Budget,
+        run_id: String,
+        progress: Arc<Progress>,
+    ) -> RunContext {
+        let started = Instant::now();
+        RunContext {
+            registry,
+            breakers,
+            budget: BudgetMeter::new(budget, started),
+            repeat: RepeatGuard::default(),
+            receipts: ReceiptLog::new(run_id),
+            effects: Mutex::default(),
+            started,
+            next_call_id: AtomicU64::new(1),
+            dispatched: AtomicU64::new(0),
+            progress,
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Calls that entered the dispatch path.
+    pub(crate) fn dispatched(&self) -> u64 {
+        self.dispatched.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn take_receipts(&self) -> Vec<Receipt> {
+        self.receipts.take()
+    }
+
+    pub(crate) fn take_effects(&self) -> Vec<EffectRecord> {
+        std::mem::take(&mut *self.effects.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// One call to dispatch.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) tool: String,
+    pub(crate) args: Value,
+    /// The composite call this one is nested in, and the tools that composite declared.
+    pub(crate) parent: Option<(u64, Arc<[String]>)>,
+    /// Started by the scout.
+    pub(crate) speculative: bool,
+}
+
+impl Call {
+    /// A call made by the script itself.
+    pub(crate) fn top_level(tool: impl Into<String>, args: Value) -> Call {
+        Call {
+            tool: tool.into(),
+            args,
+            parent: None,
+            speculative: false,
+        }
+    }
+}
+
+/// Dispatches one call through the ten steps.
+pub(crate) async fn dispatch(ctx: &RunContext, call: Call) -> Result<Value, ToolError> {
+    ctx.dispatched.fetch_add(1, Ordering::Relaxed);
+    // 1. Resolve the tool.
+    let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
+        let mut message = format!("there is no tool named `{}`", call.tool);
+        let mut error = ToolError::new(ErrorKind::UnknownTool, String::new());
+        if let Some(near) = ctx.registry.suggest(&call.tool) {
+            message.push_str(&format!("; did you mean `{near}`?"));
+            error = error.with_next_action(format!("call `{near}` instead"));
+        }
+        error.message = message;
+        return Err(error.for_tool(&call.tool));
+    };
+    let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
+    let args_key = canonical(&call.args);
+    let started = ctx.elapsed();
+    let span = tracing::debug_span!(
+        "tool_call",
+        tool = %tool.spec.name,
+        call_id,
+        speculative = call.speculative
+    );
+    ctx.progress.in_flight.fetch_add(1, Ordering::Relaxed);
+    let mut attempts = 0;
+    let result = steps(ctx, &tool, &call, call_id, &args_key, &mut attempts)
+        .instrument(span)
+        .await;
+    ctx.progress.in_flight.fetch_sub(1, Ordering::Relaxed);
+    ctx.progress.done.fetch_add(1, Ordering::Relaxed);
+
+    // 10. Write the receipt.
+    ctx.receipts.append(receipt::Draft {
+        call_id,
+        parent: call.parent.as_ref().map(|(id, _)| *id),
+        tool: tool.spec.name.clone(),
+        effect: tool.spec.effect,
+        speculative: call.speculative,
+        args_sha256: sha256_hex(&args_key),
+        result_sha256: result.as_ref().ok().map(|v| sha256_hex(&canonical(v))),
+        error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
+        started_ms: started.as_secs_f64() * 1e3,
+        duration_ms: (ctx.elapsed() - started).as_secs_f64() * 1e3,
+        attempt: attempts,
+    });
+    tracing::debug!(tool = %tool.spec.name, call_id, ok = result.is_ok(), "tool call finished");
+    result.map_err(|e| e.for_tool(&tool.spec.name))
+}
+
+/// Steps 2 to 9.
+async fn steps(
+    ctx: &RunContext,
+    tool: &RegisteredTool,
+    call: &Call,
+    call_id: u64,
+    args_key: &str,
+    attempts: &mut u32,
+) -> Result<Value, ToolError> {
+    let spec = &tool.spec;
+    // 2. The caller may call it: a composite only its declared nested tools.
+    if let Some((_, allowed)) = &call.parent {
+        if !allowed.iter().any(|name| *name == spec.name) {
+            return Err(ToolError::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "this composite did not declare `{}` among its nested tools",
+                    spec.name
+                ),
+            ));
+        }
+    }
+    // 3. Repeat guard.
+    ctx.repeat.check(spec, args_key)?;
+    // 4. Charge the budget; the guard frees the in-flight slot when the call ends.
+    let _in_flight = ctx.budget.charge(call.speculative, Instant::now())?;
+    // 5. The breaker admits or fails fast.
+    let admission = ctx.breakers.admit(&spec.name, Instant::now())?;
+    // 6. Validate the input.
+    if let Err(e) = schema::check_input(tool, &call.args) {
+        ctx.breakers
+            .record(&spec.name, admission, Health::Unknown, Instant::now());
+        return Err(e);
+    }
+    // 7. Run the body under its timeout, catching panics, retrying where allowed.
+    ctx.repeat.record(spec, args_key);
+    let effect_index = (spec.effect != Effect::Read).then(|| {
+        let mut effects = ctx.effects.lock().unwrap_or_else(|p| p.into_inner());
+        effects.push(EffectRecord {
+            tool: spec.name.clone(),
+            effect: spec.effect,
+            args: call.args.clone(),
+            ok: false,
+        });
+        effects.len() - 1
+    });
+    let result = run_body(ctx, tool, &call.args, call_id, attempts).await;
+    // 8. Validate the output.
+    let result = result.and_then(|value| schema::check_output(tool, &value).map(|()| value));
+    if let Some(i) = effect_index {
+        ctx.effects.lock().unwrap_or_else(|p| p.into_inner())[i].ok = result.is_ok();
+    }
+    // 9. Record the outcome in the breaker.
+    ctx.breakers
+        .record(&spec.name, admission, Health::of(&result), Instant::now());
+    result
+}
+
+/// Step 7: attempts of the body, each under the tool's timeout and within the run's wall clock.
+async fn run_body(
+    ctx: &RunContext,
+    tool: &RegisteredTool,
+    args: &Value,
+    call_id: u64,
+    attempts: &mut u32,
+) -> Result<Value, ToolError> {
+    let spec = &tool.spec;
+    let max_attempts = if spec.effect.may_retry() {
+        1 + spec.retries
+    } else {
+        1
+    };
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        *attempts += 1;
+        let remaining = ctx.budget.remaining(Instant::now());
+        let limit = spec.timeout.min(remaining);
+        let context = ToolContext {
+            tool: spec.name.clone(),
+            call_id,
+            attempt: *attempts,
+        };
+        let body =
+            AssertUnwindSafe(async { (tool.body)(args.clone(), context).await }).catch_unwind();
+        let result = match tokio::time::timeout(limit, body).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => Err(ToolError::internal(format!(
+                "the tool panicked: {}",
+                panic_message(panic.as_ref())
+            ))),
+            Err(_) if limit < spec.timeout => Err(budget::exceeded(format!(
+                "the run's wall-clock budget of {:?} ran out during the call",
+                ctx.budget.wall_clock()
+            ))),
+            Err(_) => Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!("no answer within {} ms", spec.timeout.as_millis()),
+            )),
+        };
+        match result {
+            Err(e) if e.kind.is_retryable() && *attempts < max_attempts => {
+                tracing::debug!(tool = %spec.name, attempt = *attempts, error = %e, "retrying");
+                if backoff >= ctx.budget.remaining(Instant::now()) {
+                    return Err(e);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}

@@ -1,0 +1,277 @@
+//! Step 10: receipts, one per dispatch, chained by hash; and their verification.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::json::{canonical, sha256_hex};
+use crate::tool::Effect;
+
+/// The receipt format version.
+pub const RECEIPT_VERSION: u32 = 1;
+
+/// Whether a call succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The call returned a result.
+    Ok,
+    /// The call failed; `error_kind` says how.
+    Error,
+}
+
+/// The record of one dispatch. Serialised as one line of a JSON Lines receipts file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Receipt {
+    /// Format version, [`RECEIPT_VERSION`].
+    pub v: u32,
+    /// The run this call belongs to.
+    pub run_id: String,
+    /// The receipt's position in its run, from 0.
+    pub seq: u64,
+    /// This call's id within its run.
+    pub call_id: u64,
+    /// The composite call this one is nested in.
+    pub parent: Option<u64>,
+    /// The tool called.
+    pub tool: String,
+    /// The tool's effect.
+    pub effect: Effect,
+    /// Started by the scout rather than the executor.
+    pub speculative: bool,
+    /// A speculative call later claimed by the executor.
+    pub claimed: bool,
+    /// SHA-256 of the canonical JSON arguments.
+    pub args_sha256: String,
+    /// SHA-256 of the canonical JSON result; `None` on error.
+    pub result_sha256: Option<String>,
+    /// Whether the call succeeded.
+    pub status: Status,
+    /// The error's kind, on error.
+    pub error_kind: Option<String>,
+    /// Start, in milliseconds from the run's start.
+    pub started_ms: f64,
+    /// Duration in milliseconds, all attempts included.
+    pub duration_ms: f64,
+    /// Attempts made (0 when the call was refused before its body ran).
+    pub attempt: u32,
+    /// The previous receipt's `hash`; `None` for the first.
+    pub prev: Option<String>,
+    /// SHA-256 of this receipt's canonical JSON without `hash`.
+    pub hash: String,
+}
+
+impl Receipt {
+    /// The hash this receipt should carry.
+    pub fn compute_hash(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        hash_without_field(&mut value)
+    }
+}
+
+fn hash_without_field(value: &mut Value) -> String {
+    if let Some(map) = value.as_object_mut() {
+        map.remove("hash");
+    }
+    sha256_hex(&canonical(value))
+}
+
+/// The fields of a receipt that its call knows; the log adds position and chain.
+#[derive(Debug)]
+pub(crate) struct Draft {
+    pub(crate) call_id: u64,
+    pub(crate) parent: Option<u64>,
+    pub(crate) tool: String,
+    pub(crate) effect: Effect,
+    pub(crate) speculative: bool,
+    pub(crate) args_sha256: String,
+    pub(crate) result_sha256: Option<String>,
+    pub(crate) error_kind: Option<String>,
+    pub(crate) started_ms: f64,
+    pub(crate) duration_ms: f64,
+    pub(crate) attempt: u32,
+}
+
+/// One run's receipts, in the order their calls finished.
+#[derive(Debug)]
+pub(crate) struct ReceiptLog {
+    run_id: String,
+    receipts: Mutex<Vec<Receipt>>,
+}
+
+impl ReceiptLog {
+    pub(crate) fn new(run_id: String) -> ReceiptLog {
+        ReceiptLog {
+            run_id,
+            receipts: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn append(&self, draft: Draft) {
+        let mut receipts = self.receipts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut receipt = Receipt {
+            v: RECEIPT_VERSION,
+            run_id: self.run_id.clone(),
+            seq: receipts.len() as u64,
+            call_id: draft.call_id,
+            parent: draft.parent,
+            tool: draft.tool,
+            effect: draft.effect,
+            speculative: draft.speculative,
+            claimed: false,
+            args_sha256: draft.args_sha256,
+            status: if draft.error_kind.is_none() {
+                Status::Ok
+            } else {
+                Status::Error
+            },
+            result_sha256: draft.result_sha256,
+            error_kind: draft.error_kind,
+            started_ms: round_ms(draft.started_ms),
+            duration_ms: round_ms(draft.duration_ms),
+            attempt: draft.attempt,
+            prev: receipts.last().map(|r| r.hash.clone()),
+            hash: String::new(),
+        };
+        receipt.hash = receipt.compute_hash();
+        receipts.push(receipt);
+    }
+
+    pub(crate) fn take(&self) -> Vec<Receipt> {
+        std::mem::take(&mut *self.receipts.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Microsecond precision is plenty, and keeps receipts short.
+fn round_ms(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
+/// Writes receipts as JSON Lines.
+///
+/// # Errors
+///
+/// [`Error::Io`] when the file cannot be written.
+pub fn write_receipts(path: &Path, receipts: &[Receipt]) -> Result<(), Error> {
+    let mut text = String::new();
+    for receipt in receipts {
+        let value = serde_json::to_value(receipt).unwrap_or(Value::Null);
+        text.push_str(&canonical(&value));
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Checks every receipt's hash and the chain of a JSON Lines receipts file; returns how many
+/// receipts it holds.
+///
+/// # Errors
+///
+/// [`Error::Receipt`] naming the first bad line: not JSON, not a receipt, an unknown version, a
+/// hash that does not match its contents, or a `prev` that is not the previous line's hash.
+/// [`Error::Io`] when the file cannot be read.
+pub fn verify_receipts(path: &Path) -> Result<usize, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |line: usize, message: String| Error::Receipt {
+        file: path.to_path_buf(),
+        line,
+        message,
+    };
+    let mut prev: Option<String> = None;
+    let mut count = 0;
+    for (i, line) in text.lines().enumerate() {
+        let number = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut value: Value =
+            serde_json::from_str(line).map_err(|e| bad(number, format!("not JSON: {e}")))?;
+        let receipt: Receipt = serde_json::from_value(value.clone())
+            .map_err(|e| bad(number, format!("not a receipt: {e}")))?;
+        if receipt.v != RECEIPT_VERSION {
+            return Err(bad(
+                number,
+                format!("unknown receipt version {}", receipt.v),
+            ));
+        }
+        if receipt.prev != prev {
+            return Err(bad(
+                number,
+                "the chain is broken: `prev` is not the previous receipt's hash".to_string(),
+            ));
+        }
+        if receipt.seq != count as u64 {
+            return Err(bad(
+                number,
+                format!("`seq` is {}, expected {count}", receipt.seq),
+            ));
+        }
+        if hash_without_field(&mut value) != receipt.hash {
+            return Err(bad(
+                number,
+                "the hash does not match the receipt's contents".to_string(),
+            ));
+        }
+        prev = Some(receipt.hash);
+        count += 1;
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draft(call_id: u64) -> Draft {
+        Draft {
+            call_id,
+            parent: None,
+            tool: "t".into(),
+            effect: Effect::Read,
+            speculative: false,
+            args_sha256: sha256_hex("{}"),
+            result_sha256: Some(sha256_hex("1")),
+            error_kind: None,
+            started_ms: 1.23456,
+            duration_ms: 2.0,
+            attempt: 1,
+        }
+    }
+
+    #[test]
+    fn receipts_chain_and_verify() {
+        let log = ReceiptLog::new("run".into());
+        log.append(draft(1));
+        log.append(draft(2));
+        let receipts = log.take();
+        assert_eq!(receipts[0].prev, None);
+        assert_eq!(receipts[1].prev.as_deref(), Some(receipts[0].hash.as_str()));
+        assert_eq!(receipts[0].started_ms, 1.235);
+        assert_eq!(receipts[1].hash, receipts[1].compute_hash());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        write_receipts(&path, &receipts).unwrap();
+        assert_eq!(verify_receipts(&path).unwrap(), 2);
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"attempt\":1", "\"attempt\":2")).unwrap();
+        match verify_receipts(&path) {
+            Err(Error::Receipt { line, message, .. }) => {
+                assert_eq!(line, 1);
+                assert!(message.contains("hash"), "{message}");
+            }
+            other => panic!("expected a bad receipt, got {other:?}"),
+        }
+    }
+}

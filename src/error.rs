@@ -1,0 +1,336 @@
+//! Errors: the kind of a failed call, the error a tool reports, the error a run reports, and the
+//! library's own error for everything that stops a runtime from being built.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// What went wrong, as a stable string used in scripts (`e.kind`), JSON output and receipts.
+///
+/// The breaker counts only the kinds that say a tool is unhealthy ([`ErrorKind::counts_as_failure`]);
+/// the caller's own mistakes (`invalid_input`, `not_found`, ...) never open it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No tool has that name.
+    UnknownTool,
+    /// A composite called a tool it did not declare.
+    PermissionDenied,
+    /// A non-read call was repeated with identical arguments in one run.
+    RepeatedCall,
+    /// The run's budget (calls, in-flight calls, wall clock) is spent.
+    BudgetExceeded,
+    /// The tool's circuit breaker is open: it failed repeatedly and is cooling down.
+    CircuitOpen,
+    /// The arguments do not match the tool's input schema.
+    InvalidInput,
+    /// The tool's result does not match its output schema (the value itself is never shown).
+    InvalidOutput,
+    /// The tool did not answer within its timeout.
+    Timeout,
+    /// The tool panicked or failed in a way it did not describe.
+    Internal,
+    /// The tool, or what it talks to, is temporarily unavailable.
+    Unavailable,
+    /// The tool looked for something that does not exist.
+    NotFound,
+    /// The tool refused because of the state of what it manages (a refund already issued, say).
+    Conflict,
+    /// The tool failed and said why in its message, without a more specific kind.
+    Failed,
+    /// The script does not compile.
+    InvalidScript,
+    /// The script hit one of its [`Limits`](crate::Limits).
+    LimitExceeded,
+    /// The script failed on its own: a type error, an undefined variable, an uncaught `throw`.
+    ScriptError,
+    /// A kind named by a tool itself (`throw #{kind: "rate_limited", ...}` in a script tool).
+    Custom(String),
+}
+
+impl ErrorKind {
+    /// The stable string for this kind.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ErrorKind::UnknownTool => "unknown_tool",
+            ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::RepeatedCall => "repeated_call",
+            ErrorKind::BudgetExceeded => "budget_exceeded",
+            ErrorKind::CircuitOpen => "circuit_open",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::InvalidOutput => "invalid_output",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Failed => "failed",
+            ErrorKind::InvalidScript => "invalid_script",
+            ErrorKind::LimitExceeded => "limit_exceeded",
+            ErrorKind::ScriptError => "script_error",
+            ErrorKind::Custom(kind) => kind,
+        }
+    }
+
+    /// Parses a kind string; an unknown but well-formed one becomes [`ErrorKind::Custom`].
+    ///
+    /// Returns `None` for a string that is not a lowercase identifier (`^[a-z][a-z0-9_]*$`).
+    pub fn parse(kind: &str) -> Option<ErrorKind> {
+        let known = [
+            ErrorKind::UnknownTool,
+            ErrorKind::PermissionDenied,
+            ErrorKind::RepeatedCall,
+            ErrorKind::BudgetExceeded,
+            ErrorKind::CircuitOpen,
+            ErrorKind::InvalidInput,
+            ErrorKind::InvalidOutput,
+            ErrorKind::Timeout,
+            ErrorKind::Internal,
+            ErrorKind::Unavailable,
+            ErrorKind::NotFound,
+            ErrorKind::Conflict,
+            ErrorKind::Failed,
+            ErrorKind::InvalidScript,
+            ErrorKind::LimitExceeded,
+            ErrorKind::ScriptError,
+        ];
+        if let Some(k) = known.into_iter().find(|k| k.as_str() == kind) {
+            return Some(k);
+        }
+        let mut chars = kind.chars();
+        let well_formed = chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && kind.len() <= 64;
+        well_formed.then(|| ErrorKind::Custom(kind.to_string()))
+    }
+
+    /// Whether this outcome counts as a failure of the tool for its circuit breaker.
+    pub fn counts_as_failure(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout
+                | ErrorKind::Internal
+                | ErrorKind::InvalidOutput
+                | ErrorKind::Unavailable
+        )
+    }
+
+    /// Whether the same call may succeed later without changing it.
+    pub fn default_recoverable(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout | ErrorKind::Unavailable | ErrorKind::CircuitOpen
+        )
+    }
+
+    /// Whether an automatic retry (for tools with `retries > 0`) may help.
+    pub(crate) fn is_retryable(&self) -> bool {
+        matches!(self, ErrorKind::Timeout | ErrorKind::Unavailable)
+    }
+
+    fn default_next_action(&self) -> Option<&'static str> {
+        Some(match self {
+            ErrorKind::UnknownTool => "call one of the tools the catalog lists",
+            ErrorKind::PermissionDenied => "call only the tools this composite declares as nested",
+            ErrorKind::RepeatedCall => "reuse the result of the first identical call",
+            ErrorKind::BudgetExceeded => "make fewer tool calls, or return what you have",
+            ErrorKind::CircuitOpen => "the tool is failing; use another tool or try again later",
+            ErrorKind::InvalidInput => "fix the arguments to match the tool's input schema",
+            ErrorKind::InvalidOutput => "the tool is misbehaving; do not rely on it in this run",
+            ErrorKind::Timeout => "retry later or ask for less in one call",
+            ErrorKind::Unavailable => "retry later",
+            ErrorKind::NotFound => "check the identifier; look it up with a search tool first",
+            ErrorKind::InvalidScript => "fix the syntax error at the reported line and column",
+            ErrorKind::LimitExceeded => "do less work in one script: fewer loops, smaller values",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of one tool call: what a tool body returns, and what a script catches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// A sentence for the model that wrote the script.
+    pub message: String,
+    /// The tool that failed, filled in by the dispatch path.
+    pub tool: Option<String>,
+    /// Whether the same call may succeed later unchanged.
+    pub recoverable: bool,
+    /// A hint for the model's next step.
+    pub suggested_next_action: Option<String>,
+}
+
+impl ToolError {
+    /// A new error of `kind` with the kind's default recoverability and hint.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ToolError {
+        ToolError {
+            recoverable: kind.default_recoverable(),
+            suggested_next_action: kind.default_next_action().map(str::to_string),
+            kind,
+            message: message.into(),
+            tool: None,
+        }
+    }
+
+    /// `not_found`, for a tool body.
+    pub fn not_found(message: impl Into<String>) -> ToolError {
+        ToolError::new(ErrorKind::NotFound, message)
+    }
+
+    /// `unavailable`, for a tool body: retried when the tool has `retries > 0`.
+    pub fn unavailable(message: impl Into<String>) -> ToolError {
+        ToolError::new(ErrorKind::Unavailable, message)
+    }
+
+    /// `invalid_input`, for a tool body that checks more than its schema says.
+    pub fn invalid_input(message: impl Into<String>) -> ToolError {
+        ToolError::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// `internal`, for a tool body that failed in a way it cannot describe better.
+    pub fn internal(message: impl Into<String>) -> ToolError {
+        ToolError::new(ErrorKind::Internal, message)
+    }
+
+    /// Replaces the hint.
+    pub fn with_next_action(mut self, action: impl Into<String>) -> ToolError {
+        self.suggested_next_action = Some(action.into());
+        self
+    }
+
+    /// Replaces the recoverability.
+    pub fn with_recoverable(mut self, recoverable: bool) -> ToolError {
+        self.recoverable = recoverable;
+        self
+    }
+
+    pub(crate) fn for_tool(mut self, tool: &str) -> ToolError {
+        if self.tool.is_none() {
+            self.tool = Some(tool.to_string());
+        }
+        self
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tool {
+            Some(tool) => write!(f, "{} in `{}`: {}", self.kind, tool, self.message),
+            None => write!(f, "{}: {}", self.kind, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// The error a run ends with: a tool error that was not caught, or the script's own failure,
+/// with the position of the call site or statement where it happened.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// A sentence for the model that wrote the script.
+    pub message: String,
+    /// The tool whose call failed, when a tool call failed.
+    pub tool: Option<String>,
+    /// 1-based line of the failing call or statement, where known.
+    pub line: Option<usize>,
+    /// 1-based column of the failing call or statement, where known.
+    pub column: Option<usize>,
+    /// Whether running the same script again may succeed.
+    pub recoverable: bool,
+    /// A hint for the model's next step.
+    pub suggested_next_action: Option<String>,
+}
+
+impl RunError {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> RunError {
+        RunError::from_tool(ToolError::new(kind, message), None, None)
+    }
+
+    pub(crate) fn from_tool(e: ToolError, line: Option<usize>, column: Option<usize>) -> RunError {
+        RunError {
+            kind: e.kind,
+            message: e.message,
+            tool: e.tool,
+            line,
+            column,
+            recoverable: e.recoverable,
+            suggested_next_action: e.suggested_next_action,
+        }
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind)?;
+        if let Some(tool) = &self.tool {
+            write!(f, " in `{tool}`")?;
+        }
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            write!(f, " at {line}:{column}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// The library's error: something that prevents a registry or runtime from being built, or a
+/// receipts file from being read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tool breaks a registry rule.
+    #[error("tool `{tool}`: {rule}")]
+    Registry {
+        /// The tool that breaks the rule.
+        tool: String,
+        /// The rule, stated for a person.
+        rule: String,
+    },
+    /// A manifest cannot be read or is malformed.
+    #[error("{}{}: {message}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Manifest {
+        /// The manifest file.
+        file: PathBuf,
+        /// The line, where one is known.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A receipts file is broken: unreadable, not JSON, a bad hash or a broken chain.
+    #[error("{}:{line}: {message}", file.display())]
+    Receipt {
+        /// The receipts file.
+        file: PathBuf,
+        /// The first bad line (1-based).
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn registry(tool: &str, rule: impl Into<String>) -> Error {
+        Error::Registry {
+            tool: tool.to_string(),
+            rule: rule.into(),
+        }
+    }
+}

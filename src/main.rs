@@ -1,0 +1,297 @@
+//! The `toolscript` command line: parse arguments, build the runtime, print. No logic lives here.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+use toolscript::{
+    demo_catalog, error_json, verify_receipts, write_receipts, Error, Format, Manifests, Progress,
+    Registry, RunOptions, RunOutcome, Runtime,
+};
+
+/// Exit status of a usage, manifest or registry error.
+const USAGE: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "toolscript",
+    version,
+    about = "Runs orchestration scripts written by language models: many tool calls, one script."
+)]
+struct Cli {
+    /// More diagnostics on stderr (-v: debug, -vv: trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a script and print its value (or, with --json, the whole outcome).
+    Run {
+        /// The script file, or `-` for stdin.
+        script: PathBuf,
+        #[command(flatten)]
+        tools: ToolsArg,
+        /// Dispatch every call in program order (the executor alone).
+        #[arg(long)]
+        sequential: bool,
+        /// Print one JSON object: value or error, logs, effects, stats.
+        #[arg(long)]
+        json: bool,
+        /// Write one receipt per dispatch to FILE (JSON Lines).
+        #[arg(long, value_name = "FILE")]
+        receipts: Option<PathBuf>,
+    },
+    /// Compile a script and check its calls without running any tool.
+    Check {
+        /// The script file, or `-` for stdin.
+        script: PathBuf,
+        #[command(flatten)]
+        tools: ToolsArg,
+        /// Print the problems as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the tools' API, as a model reads it.
+    Tools {
+        #[command(flatten)]
+        tools: ToolsArg,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Text)]
+        format: FormatArg,
+    },
+    /// Check every hash and the chain of a receipts file.
+    Verify {
+        /// The receipts file (JSON Lines).
+        receipts: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ToolsArg {
+    /// A tool manifest (TOML); repeat for several. Without it, the embedded demo catalog.
+    #[arg(long = "tools", value_name = "MANIFEST")]
+    manifests: Vec<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Text,
+    Json,
+    Rhai,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let result = match cli.command {
+        Command::Run {
+            script,
+            tools,
+            sequential: _,
+            json,
+            receipts,
+        } => run(&script, &tools, json, receipts.as_deref()),
+        Command::Check {
+            script,
+            tools,
+            json,
+        } => check(&script, &tools, json),
+        Command::Tools { tools, format } => registry(&tools).map(|registry| {
+            let format = match format {
+                FormatArg::Text => Format::Text,
+                FormatArg::Json => Format::Json,
+                FormatArg::Rhai => Format::Rhai,
+            };
+            print!("{}", Runtime::new(registry).describe(format));
+            ExitCode::SUCCESS
+        }),
+        Command::Verify { receipts } => match verify_receipts(&receipts) {
+            Ok(n) => {
+                println!("ok: {n} receipts, every hash and the chain check out");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e @ Error::Receipt { .. }) => {
+                eprintln!("toolscript: verification failed: {e}");
+                Ok(ExitCode::from(1))
+            }
+            Err(e) => Err(e.to_string()),
+        },
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("toolscript: {message}");
+        ExitCode::from(USAGE)
+    })
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "toolscript=debug",
+        _ => "toolscript=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn registry(tools: &ToolsArg) -> Result<Registry, String> {
+    if tools.manifests.is_empty() {
+        return demo_catalog().map_err(|e| e.to_string());
+    }
+    let mut manifests = Manifests::new();
+    for path in &tools.manifests {
+        manifests.load_file(path).map_err(|e| e.to_string())?;
+    }
+    manifests.into_registry().map_err(|e| e.to_string())
+}
+
+fn read_script(path: &Path) -> Result<String, String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("cannot read the script from stdin: {e}"))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+fn run(
+    script: &Path,
+    tools: &ToolsArg,
+    json: bool,
+    receipts: Option<&Path>,
+) -> Result<ExitCode, String> {
+    let source = read_script(script)?;
+    let runtime = Runtime::new(registry(tools)?);
+    let progress = Arc::new(Progress::default());
+    let live = !json && std::io::stderr().is_terminal();
+    let outcome = async_runtime()?.block_on(async {
+        let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
+        let mut options = RunOptions::default();
+        options.progress = Some(Arc::clone(&progress));
+        let outcome = runtime.run_with(&source, options).await;
+        if let Some(ticker) = ticker {
+            ticker.abort();
+            eprint!("\r\x1b[2K");
+        }
+        outcome
+    });
+    if let Some(path) = receipts {
+        write_receipts(path, &outcome.receipts).map_err(|e| e.to_string())?;
+    }
+    if json {
+        println!("{}", outcome.to_json());
+    } else {
+        print_human(&outcome);
+    }
+    Ok(if outcome.result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The line on stderr that shows a run going on; the caller clears it.
+async fn live_line(progress: Arc<Progress>) {
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        eprint!(
+            "\r\x1b[2K{} calls done, {} in flight, {:.1} s",
+            progress.done(),
+            progress.in_flight(),
+            started.elapsed().as_secs_f64()
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+fn print_human(outcome: &RunOutcome) {
+    let mut out = std::io::stdout().lock();
+    for line in &outcome.logs {
+        let _ = writeln!(out, "{line}");
+    }
+    match &outcome.result {
+        Ok(Value::String(s)) => {
+            let _ = writeln!(out, "{s}");
+        }
+        Ok(value) => {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(value).unwrap_or_default()
+            );
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            if let Some(action) = &e.suggested_next_action {
+                eprintln!("  hint: {action}");
+            }
+        }
+    }
+    let s = &outcome.stats;
+    let mut summary = format!(
+        "{} tool calls ({} dispatched, {} deduplicated, {} effectful) in {:.1} ms",
+        s.tool_calls, s.dispatched, s.deduplicated, s.effectful_calls, s.wall_ms
+    );
+    if !outcome.effects.is_empty() {
+        let effects: Vec<String> = outcome
+            .effects
+            .iter()
+            .map(|e| format!("{}{}", e.tool, if e.ok { "" } else { " (failed)" }))
+            .collect();
+        summary.push_str(&format!("; effects: {}", effects.join(", ")));
+    }
+    eprintln!("{summary}");
+}
+
+fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, String> {
+    let source = read_script(script)?;
+    let runtime = Runtime::new(registry(tools)?);
+    let (ok, report) = match runtime.check(&source) {
+        Ok(problems) if json => (
+            problems.is_empty(),
+            json!({"ok": problems.is_empty(), "problems": problems}).to_string(),
+        ),
+        Ok(problems) if problems.is_empty() => (true, "ok: no problems found".to_string()),
+        Ok(problems) => {
+            let lines: Vec<String> = problems
+                .iter()
+                .map(|p| match (p.line, p.column) {
+                    (Some(l), Some(c)) => format!("{l}:{c}: {}", p.message),
+                    _ => p.message.clone(),
+                })
+                .collect();
+            (false, lines.join("\n"))
+        }
+        Err(e) if json => (
+            false,
+            json!({"ok": false, "error": error_json(&e)}).to_string(),
+        ),
+        Err(e) => (false, format!("error: {e}")),
+    };
+    println!("{report}");
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

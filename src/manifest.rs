@@ -1,0 +1,388 @@
+//! TOML manifests: `[[tool]]` tables declaring script tools, whose bodies are Rhai scripts that
+//! see `args` and a `state` map shared by all script tools loaded together; and the embedded demo
+//! catalog, which is such a manifest.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
+use serde::Deserialize;
+use serde_json::Value;
+use toml::Spanned;
+
+use crate::error::{Error, ErrorKind, ToolError};
+use crate::script::{self, Limits};
+use crate::tool::{Effect, Registry, Tool, ToolSpec};
+
+/// The demo catalog's manifest, compiled into the binary.
+const DEMO_CATALOG: &str = include_str!("demo/catalog.toml");
+const DEMO_NAME: &str = "<demo catalog>";
+
+/// The embedded demo catalog: a small support desk with customers, orders, tickets and a refund
+/// policy, whose reads take tens of milliseconds.
+///
+/// # Errors
+///
+/// None in practice: the catalog is tested. The `Result` keeps the library free of panics.
+pub fn demo_catalog() -> Result<Registry, Error> {
+    let mut manifests = Manifests::new();
+    manifests.load_str(Path::new(DEMO_NAME), DEMO_CATALOG)?;
+    manifests.into_registry()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    #[serde(default)]
+    tool: Vec<Spanned<ToolEntry>>,
+    mcp: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolEntry {
+    name: String,
+    #[serde(default)]
+    description: String,
+    effect: Effect,
+    #[serde(default)]
+    latency_ms: u64,
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    retries: u32,
+    #[serde(default)]
+    allow_repeat: bool,
+    speculate: Option<bool>,
+    input: Option<Value>,
+    output: Option<Value>,
+    script: Spanned<String>,
+    nested: Option<Spanned<Vec<String>>>,
+}
+
+/// Where a tool was declared, for errors found after parsing.
+struct Origin {
+    tool: String,
+    file: PathBuf,
+    line: usize,
+}
+
+/// Loads manifests into tools. Script tools loaded by one `Manifests` share one `state` map.
+pub struct Manifests {
+    tools: Vec<Tool>,
+    origins: Vec<Origin>,
+    host: Arc<ScriptHost>,
+}
+
+impl std::fmt::Debug for Manifests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manifests")
+            .field("tools", &self.tools.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Manifests {
+    fn default() -> Self {
+        Manifests::new()
+    }
+}
+
+impl Manifests {
+    /// No manifests yet, and an empty shared `state`.
+    pub fn new() -> Manifests {
+        let limits = Limits::default();
+        let mut engine = script::new_engine(&limits, None, None);
+        engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
+        engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
+        Manifests {
+            tools: Vec::new(),
+            origins: Vec::new(),
+            host: Arc::new(ScriptHost {
+                engine,
+                limits,
+                state: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Reads and loads one manifest file.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when it cannot be read; [`Error::Manifest`] naming the file, the line where
+    /// one is known, and what is wrong.
+    pub fn load_file(&mut self, path: &Path) -> Result<(), Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.load_str(path, &text)
+    }
+
+    /// Loads a manifest from text; `file` names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Manifest`] naming the file, the line where one is known, and what is wrong.
+    pub fn load_str(&mut self, file: &Path, text: &str) -> Result<(), Error> {
+        let error = |span: Option<Range<usize>>, message: String| Error::Manifest {
+            file: file.to_path_buf(),
+            line: span.map(|s| line_of(text, s.start)),
+            message,
+        };
+        let parsed: ManifestFile =
+            toml::from_str(text).map_err(|e| error(e.span(), e.message().trim().to_string()))?;
+        if let Some(mcp) = parsed.mcp {
+            return Err(error(
+                Some(mcp.span()),
+                "MCP servers (`[[mcp]]`) are not supported yet".to_string(),
+            ));
+        }
+        for entry in parsed.tool {
+            let span = entry.span();
+            let entry = entry.into_inner();
+            if let Some(nested) = &entry.nested {
+                return Err(error(
+                    Some(nested.span()),
+                    format!(
+                        "tool `{}`: composite tools (`nested`) are not supported yet",
+                        entry.name
+                    ),
+                ));
+            }
+            let script_span = entry.script.span();
+            let ast = self
+                .host
+                .engine
+                .compile(entry.script.get_ref())
+                .map_err(|e| {
+                    let first = body_first_line(text, script_span.start);
+                    Error::Manifest {
+                        file: file.to_path_buf(),
+                        line: Some(first + e.position().line().unwrap_or(1) - 1),
+                        message: format!(
+                            "tool `{}`: its script does not compile: {}",
+                            entry.name,
+                            e.err_type()
+                        ),
+                    }
+                })?;
+            self.origins.push(Origin {
+                tool: entry.name.clone(),
+                file: file.to_path_buf(),
+                line: line_of(text, span.start),
+            });
+            self.tools.push(self.script_tool(entry, ast));
+        }
+        Ok(())
+    }
+
+    /// The tools loaded so far.
+    pub fn into_tools(self) -> Vec<Tool> {
+        self.tools
+    }
+
+    /// Builds a registry of the tools loaded so far.
+    ///
+    /// # Errors
+    ///
+    /// A registry rule broken by a tool, as [`Error::Manifest`] naming the file and line that
+    /// declared it, the tool and the rule.
+    pub fn into_registry(self) -> Result<Registry, Error> {
+        let origins = self.origins;
+        Registry::builder()
+            .tools(self.tools)
+            .build()
+            .map_err(|e| match e {
+                Error::Registry { tool, rule } => match origins.iter().rfind(|o| o.tool == tool) {
+                    Some(origin) => Error::Manifest {
+                        file: origin.file.clone(),
+                        line: Some(origin.line),
+                        message: format!("tool `{tool}`: {rule}"),
+                    },
+                    None => Error::Registry { tool, rule },
+                },
+                other => other,
+            })
+    }
+
+    fn script_tool(&self, entry: ToolEntry, ast: AST) -> Tool {
+        let mut spec = ToolSpec::new(entry.name, entry.effect);
+        spec.description = entry.description;
+        if let Some(input) = entry.input {
+            spec.input_schema = input;
+        }
+        spec.output_schema = entry.output;
+        if let Some(ms) = entry.timeout_ms {
+            spec.timeout = Duration::from_millis(ms);
+        }
+        spec.retries = entry.retries;
+        spec.allow_repeat = entry.allow_repeat;
+        spec.speculate = entry.speculate.unwrap_or(true);
+        let latency = Duration::from_millis(entry.latency_ms);
+        let (host, ast) = (Arc::clone(&self.host), Arc::new(ast));
+        Tool::from_spec(spec, move |args, _ctx| {
+            let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+            async move {
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                tokio::task::spawn_blocking(move || host.run(&ast, &args))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(ToolError::internal(format!("the script tool stopped: {e}")))
+                    })
+            }
+        })
+    }
+}
+
+/// What script tools loaded together share: an engine and the `state` map.
+struct ScriptHost {
+    engine: Engine,
+    limits: Limits,
+    state: Mutex<Map>,
+}
+
+impl ScriptHost {
+    /// Runs a script tool's body. Bodies run one at a time, so `state` changes are never lost;
+    /// a body that fails leaves `state` as it found it.
+    fn run(&self, ast: &AST, args: &Value) -> Result<Value, ToolError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut scope = Scope::new();
+        scope.push("args", script::to_dynamic(args));
+        scope.push("state", Dynamic::from_map(state.clone()));
+        let value = self
+            .engine
+            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+            .map_err(|e| self.tool_error(*e))?;
+        match scope.get_value::<Map>("state") {
+            Some(new_state) => *state = new_state,
+            None => {
+                return Err(ToolError::internal(
+                    "the script tool replaced `state` with something that is not an object map",
+                ))
+            }
+        }
+        script::to_json(&value).map_err(|e| {
+            ToolError::internal(format!("the script tool's result cannot be returned: {e}"))
+        })
+    }
+
+    /// A thrown map with `kind` and `message` is the tool's structured error; any other thrown
+    /// value is `failed`; anything else is the tool's own bug, `internal`.
+    fn tool_error(&self, e: EvalAltResult) -> ToolError {
+        if let EvalAltResult::ErrorRuntime(value, _) = &e {
+            if let Some(map) = value.read_lock::<Map>() {
+                let text = |key: &str| map.get(key).map(|v| v.to_string());
+                if let (Some(kind), Some(message)) = (text("kind"), text("message")) {
+                    return match ErrorKind::parse(&kind) {
+                        Some(kind) => ToolError::new(kind, message),
+                        None => ToolError::internal(format!(
+                            "the script tool threw the malformed error kind `{kind}`: {message}"
+                        )),
+                    };
+                }
+            }
+            return ToolError::new(ErrorKind::Failed, value.to_string());
+        }
+        let e = script::from_rhai(e, &self.limits);
+        let at = e
+            .line
+            .map(|l| format!(" (line {l} of its script)"))
+            .unwrap_or_default();
+        ToolError::internal(format!("the script tool failed{at}: {}", e.message))
+    }
+}
+
+/// The 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The line of the first line of a script string's contents: a multi-line string's opening
+/// delimiter followed by a newline starts it on the next line.
+fn body_first_line(text: &str, start: usize) -> usize {
+    let line = line_of(text, start);
+    let rest = &text[start.min(text.len())..];
+    let multi_line_opening = ["'''\n", "\"\"\"\n", "'''\r\n", "\"\"\"\r\n"]
+        .iter()
+        .any(|d| rest.starts_with(d));
+    line + usize::from(multi_line_opening)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Registry, Error> {
+        let mut m = Manifests::new();
+        m.load_str(Path::new("m.toml"), text)?;
+        m.into_registry()
+    }
+
+    fn manifest_error(result: Result<Registry, Error>) -> (Option<usize>, String) {
+        match result {
+            Err(Error::Manifest { line, message, .. }) => (line, message),
+            other => panic!("expected a manifest error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_demo_catalog_loads() {
+        let registry = demo_catalog().unwrap();
+        assert!(registry.len() >= 8);
+        assert!(registry.specs().any(|s| s.effect == Effect::Write));
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let (line, message) = manifest_error(load("[[tool]]\nname = \"a\"\neffect = \n"));
+        assert_eq!(line, Some(3));
+        assert!(!message.is_empty());
+    }
+
+    #[test]
+    fn unknown_effects_and_fields_are_refused() {
+        let (line, message) = manifest_error(load(
+            "[[tool]]\nname = \"a\"\neffect = \"reed\"\nscript = \"1\"\n",
+        ));
+        assert_eq!(line, Some(3));
+        assert!(message.contains("read"), "{message}");
+        let (_, message) = manifest_error(load(
+            "[[tool]]\nname = \"a\"\neffect = \"read\"\nscript = \"1\"\ncolour = 1\n",
+        ));
+        assert!(message.contains("colour"), "{message}");
+        let (_, message) = manifest_error(load("[[tool]]\nname = \"a\"\nscript = \"1\"\n"));
+        assert!(message.contains("effect"), "{message}");
+    }
+
+    #[test]
+    fn script_errors_name_the_line_in_the_file() {
+        let text =
+            "[[tool]]\nname = \"a\"\neffect = \"read\"\nscript = '''\nlet x = 1;\nlet = ;\n'''\n";
+        let (line, message) = manifest_error(load(text));
+        assert_eq!(line, Some(6));
+        assert!(message.contains("tool `a`"), "{message}");
+    }
+
+    #[test]
+    fn registry_errors_name_the_declaring_line() {
+        let text = "[[tool]]\nname = \"a\"\neffect = \"read\"\nscript = \"1\"\n\n[[tool]]\nname = \"a\"\neffect = \"read\"\nscript = \"2\"\n";
+        let (line, message) = manifest_error(load(text));
+        assert_eq!(line, Some(6));
+        assert!(message.contains("two tools"), "{message}");
+    }
+
+    #[test]
+    fn later_features_are_refused_clearly() {
+        let (_, message) = manifest_error(load(
+            "[[tool]]\nname = \"a\"\neffect = \"read\"\nnested = [\"b\"]\nscript = \"1\"\n",
+        ));
+        assert!(message.contains("not supported yet"), "{message}");
+        let (_, message) = manifest_error(load("[[mcp]]\ncommand = [\"x\"]\n"));
+        assert!(message.contains("not supported yet"), "{message}");
+    }
+}

@@ -1,0 +1,341 @@
+//! The runtime: a registry, the breakers all its runs share, and the settings of a run; and what
+//! a run returns.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rhai::{Engine, AST};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::dispatch::{
+    BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
+};
+use crate::error::{ErrorKind, RunError};
+use crate::script::{self, Limits, Problem};
+use crate::tool::{self, Format, Registry};
+
+/// The stack of the thread a script runs on: deep enough for `Limits::max_call_depth` levels of
+/// script functions in an unoptimised build.
+const SCRIPT_STACK: usize = 64 << 20;
+
+/// How a run dispatches its reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Mode {
+    /// The executor alone: every call blocks the script until its result is there.
+    #[default]
+    Sequential,
+}
+
+/// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
+/// circuit breakers are shared by all of them.
+pub struct Runtime {
+    registry: Arc<Registry>,
+    breakers: Arc<Breakers>,
+    limits: Limits,
+    budget: Budget,
+    /// Compiles scripts and answers `check`; runs get engines of their own.
+    compiler: Engine,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("registry", &self.registry)
+            .field("limits", &self.limits)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings of a [`Runtime`] beyond its registry.
+#[derive(Debug, Default)]
+#[must_use]
+pub struct RuntimeBuilder {
+    registry: Registry,
+    limits: Limits,
+    budget: Budget,
+    breaker: BreakerConfig,
+}
+
+impl RuntimeBuilder {
+    /// Sets the script limits of every run.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the budget of every run.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Sets when breakers open and how long they stay open.
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// Builds the runtime.
+    pub fn build(self) -> Runtime {
+        Runtime {
+            compiler: script::new_engine(&self.limits, None, None),
+            registry: Arc::new(self.registry),
+            breakers: Arc::new(Breakers::new(self.breaker)),
+            limits: self.limits,
+            budget: self.budget,
+        }
+    }
+}
+
+/// A compiled script, ready to run any number of times.
+#[derive(Clone, Debug)]
+pub struct Script {
+    ast: Arc<AST>,
+}
+
+/// Options of one run.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// How reads are dispatched.
+    pub mode: Mode,
+    /// Counters to watch while the run goes on.
+    pub progress: Option<Arc<Progress>>,
+}
+
+/// Counts and timing of one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Stats {
+    /// How reads were dispatched.
+    pub mode: Mode,
+    /// Wall-clock time of the run, in milliseconds.
+    pub wall_ms: f64,
+    /// Tool calls the script made, including those answered by an earlier identical read.
+    pub tool_calls: u64,
+    /// Calls that entered the dispatch path.
+    pub dispatched: u64,
+    /// Reads started by speculation.
+    pub speculative_launched: u64,
+    /// Of those, reads the executor claimed.
+    pub speculative_claimed: u64,
+    /// Of those, reads nobody needed.
+    pub speculative_wasted: u64,
+    /// Reads answered by an identical read earlier in the same epoch.
+    pub deduplicated: u64,
+    /// Non-read calls the script made.
+    pub effectful_calls: u64,
+    /// Passes of the scout over the script.
+    pub scout_passes: u64,
+}
+
+/// Everything a run produced: its value or error, logs, effects, stats and receipts.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RunOutcome {
+    /// The run's id, as in its receipts.
+    pub run_id: String,
+    /// The script's value, or the error that ended it.
+    pub result: Result<Value, RunError>,
+    /// Captured `print` and `debug` lines.
+    pub logs: Vec<String>,
+    /// Non-read calls that reached their tool, in order.
+    pub effects: Vec<EffectRecord>,
+    /// Counts and timing.
+    pub stats: Stats,
+    /// One receipt per dispatch, chained by hash.
+    pub receipts: Vec<Receipt>,
+}
+
+impl RunOutcome {
+    /// The JSON object that `toolscript run --json` prints.
+    pub fn to_json(&self) -> Value {
+        let mut out = json!({
+            "ok": self.result.is_ok(),
+            "logs": self.logs,
+            "effects": self.effects,
+            "stats": self.stats,
+        });
+        match &self.result {
+            Ok(value) => out["value"] = value.clone(),
+            Err(e) => out["error"] = error_json(e),
+        }
+        out
+    }
+
+    fn before_running(error: RunError) -> RunOutcome {
+        RunOutcome {
+            run_id: new_run_id(),
+            result: Err(error),
+            logs: Vec::new(),
+            effects: Vec::new(),
+            stats: Stats::default(),
+            receipts: Vec::new(),
+        }
+    }
+}
+
+/// The JSON form of a run's error; absent fields are left out.
+pub fn error_json(e: &RunError) -> Value {
+    let mut out = json!({
+        "kind": e.kind.as_str(),
+        "message": e.message,
+        "recoverable": e.recoverable,
+    });
+    if let Some(tool) = &e.tool {
+        out["tool"] = json!(tool);
+    }
+    if let Some(line) = e.line {
+        out["line"] = json!(line);
+    }
+    if let Some(column) = e.column {
+        out["column"] = json!(column);
+    }
+    if let Some(action) = &e.suggested_next_action {
+        out["suggested_next_action"] = json!(action);
+    }
+    out
+}
+
+impl Runtime {
+    /// A runtime over `registry` with default limits, budget and breakers.
+    pub fn new(registry: Registry) -> Runtime {
+        Runtime::builder(registry).build()
+    }
+
+    /// Starts a runtime over `registry`.
+    pub fn builder(registry: Registry) -> RuntimeBuilder {
+        RuntimeBuilder {
+            registry,
+            ..RuntimeBuilder::default()
+        }
+    }
+
+    /// The tools this runtime calls.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The API of the tools, as a model reads it.
+    pub fn describe(&self, format: Format) -> String {
+        tool::describe(&self.registry, format)
+    }
+
+    /// Compiles a script.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_script`, with the line and column of the first syntax error.
+    pub fn compile(&self, source: &str) -> Result<Script, RunError> {
+        let ast = self
+            .compiler
+            .compile(source)
+            .map_err(|e| script::from_parse(&e))?;
+        Ok(Script { ast: Arc::new(ast) })
+    }
+
+    /// Compiles a script and checks it without running a tool: calls to functions that exist
+    /// nowhere, unknown literal tool names, tool functions given more than one argument.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_script` when it does not compile.
+    pub fn check(&self, source: &str) -> Result<Vec<Problem>, RunError> {
+        let script = self.compile(source)?;
+        Ok(script::check(&self.compiler, &script.ast, &self.registry))
+    }
+
+    /// Compiles and runs a script with default options.
+    pub async fn run(&self, source: &str) -> RunOutcome {
+        self.run_with(source, RunOptions::default()).await
+    }
+
+    /// Compiles and runs a script; a compile error is the run's `invalid_script` error.
+    pub async fn run_with(&self, source: &str, options: RunOptions) -> RunOutcome {
+        match self.compile(source) {
+            Ok(script) => self.run_script(&script, options).await,
+            Err(e) => RunOutcome::before_running(e),
+        }
+    }
+
+    /// Runs a compiled script. Must be called within a tokio runtime: tool calls run on it while
+    /// the script runs on a thread of its own.
+    pub async fn run_script(&self, script: &Script, options: RunOptions) -> RunOutcome {
+        let run_id = new_run_id();
+        let span = tracing::info_span!("run", run_id = %run_id);
+        let _entered = span.enter();
+        let started = std::time::Instant::now();
+        let ctx = Arc::new(RunContext::new(
+            Arc::clone(&self.registry),
+            Arc::clone(&self.breakers),
+            self.budget.clone(),
+            run_id.clone(),
+            options.progress.unwrap_or_default(),
+        ));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (ast, limits, handle) = (
+            Arc::clone(&script.ast),
+            self.limits.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        let thread_ctx = Arc::clone(&ctx);
+        let spawned = std::thread::Builder::new()
+            .name("toolscript-script".into())
+            .stack_size(SCRIPT_STACK)
+            .spawn(move || {
+                let _ = tx.send(script::execute(&ast, thread_ctx, handle, &limits));
+            });
+        drop(_entered);
+        let execution = match spawned {
+            Ok(_) => rx.await.ok(),
+            Err(e) => {
+                tracing::error!(error = %e, "could not start the script thread");
+                None
+            }
+        };
+        let execution = execution.unwrap_or_else(|| script::Execution {
+            result: Err(RunError::new(
+                ErrorKind::Internal,
+                "the script thread stopped without a result",
+            )),
+            logs: Vec::new(),
+            counts: Default::default(),
+        });
+        let stats = Stats {
+            mode: options.mode,
+            wall_ms: started.elapsed().as_secs_f64() * 1e3,
+            tool_calls: execution.counts.tool_calls,
+            dispatched: ctx.dispatched(),
+            deduplicated: execution.counts.deduplicated,
+            effectful_calls: execution.counts.effectful_calls,
+            ..Stats::default()
+        };
+        RunOutcome {
+            run_id,
+            result: execution.result,
+            logs: execution.logs,
+            effects: ctx.take_effects(),
+            stats,
+            receipts: ctx.take_receipts(),
+        }
+    }
+}
+
+/// A run id unique within the process and unlikely to repeat across processes.
+fn new_run_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let seed = format!(
+        "{nanos}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    crate::json::sha256_hex(&seed)[..16].to_string()
+}

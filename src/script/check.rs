@@ -1,0 +1,127 @@
+//! Static checks of a compiled script, without running a tool: calls to functions that exist
+//! nowhere, `tool("...")` with an unknown literal name, and tool functions given more than their
+//! one argument.
+
+use std::collections::HashSet;
+
+use rhai::{ASTNode, Engine, Expr, FnCallExpr, Position, Stmt, AST};
+use serde::Serialize;
+
+use crate::tool::Registry;
+
+/// A problem `check` found, at a place in the script.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Problem {
+    /// 1-based line.
+    pub line: Option<usize>,
+    /// 1-based column.
+    pub column: Option<usize>,
+    /// What is wrong, for a person or a model.
+    pub message: String,
+}
+
+pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Problem> {
+    let tools: HashSet<&str> = registry.iter().map(|t| t.function_name()).collect();
+    let mut known: HashSet<String> = engine
+        .gen_fn_signatures(true)
+        .iter()
+        .filter_map(|sig| signature_name(sig))
+        .collect();
+    known.insert("tool".to_string());
+    for f in ast.iter_functions() {
+        known.insert(f.name.to_string());
+        known.extend(f.params.iter().map(|p| p.to_string()));
+    }
+    // A variable may hold a function pointer called like a function.
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Stmt(Stmt::Var(var, _, _))) = path.last() {
+            known.insert(var.0.name.to_string());
+        }
+        true
+    });
+
+    let mut problems = Vec::new();
+    let mut report = |position: Position, message: String| {
+        let (line, column) = super::line_column(position);
+        problems.push(Problem {
+            line,
+            column,
+            message,
+        });
+    };
+    ast.walk(&mut |path: &[ASTNode]| {
+        let (call, position, method) = match path.last() {
+            Some(ASTNode::Expr(Expr::FnCall(call, pos))) => (call, *pos, false),
+            Some(ASTNode::Stmt(Stmt::FnCall(call, pos))) => (call, *pos, false),
+            Some(ASTNode::Expr(Expr::MethodCall(call, pos))) => (call, *pos, true),
+            _ => return true,
+        };
+        if call.is_operator_call() || !call.namespace.is_empty() {
+            return true;
+        }
+        let name = call.name.as_str();
+        if !method && tools.contains(name) {
+            if call.args.len() > 1 {
+                report(
+                    position,
+                    format!("`{name}` takes one object map, as in {name}(#{{...}}); it is given {} arguments", call.args.len()),
+                );
+            }
+        } else if !method && name == "tool" {
+            check_generic(call, registry, position, &mut report);
+        } else if !known.contains(name) {
+            let hint = registry
+                .suggest(name)
+                .map(|near| format!("; did you mean the tool `{near}`?"))
+                .unwrap_or_default();
+            let what = if method { "method" } else { "function" };
+            report(position, format!("there is no {what} named `{name}`{hint}"));
+        }
+        true
+    });
+    problems
+}
+
+/// `tool("name", ...)` with a literal name must name a tool.
+fn check_generic(
+    call: &FnCallExpr,
+    registry: &Registry,
+    position: Position,
+    report: &mut impl FnMut(Position, String),
+) {
+    if let Some(Expr::StringConstant(name, _)) = call.args.first() {
+        if registry.get(name).is_none() {
+            let hint = registry
+                .suggest(name)
+                .map(|near| format!("; did you mean `{near}`?"))
+                .unwrap_or_default();
+            report(position, format!("there is no tool named `{name}`{hint}"));
+        }
+    }
+}
+
+/// The function name in a signature such as `len(array: Array) -> int`.
+fn signature_name(signature: &str) -> Option<String> {
+    let head = signature.split('(').next()?;
+    let name = head.rsplit(' ').next()?.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_signatures() {
+        assert_eq!(
+            signature_name("len(array: Array) -> int").as_deref(),
+            Some("len")
+        );
+        assert_eq!(
+            signature_name("fn abs(x: int) -> int").as_deref(),
+            Some("abs")
+        );
+        assert_eq!(signature_name("get$x(map: Map)").as_deref(), Some("get$x"));
+    }
+}

@@ -1,0 +1,54 @@
+//! The locked-down Rhai engine shared by scripts and script tools: no `eval`, no modules, the
+//! [`Limits`] applied, and a deadline and cancellation checked while it runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rhai::{Dynamic, Engine};
+
+use super::Limits;
+
+/// The value an engine terminates with when its deadline passes.
+pub(crate) const DEADLINE: &str = "deadline";
+/// The value an engine terminates with when it is cancelled.
+pub(crate) const CANCELLED: &str = "cancelled";
+
+/// How often, in operations, the deadline and the cancellation flag are looked at.
+const CHECK_EVERY: u64 = 256;
+
+/// An engine with the limits applied, printing to nowhere until the caller says otherwise.
+/// `deadline` and `cancel`, when given, terminate a running script.
+pub(crate) fn new_engine(
+    limits: &Limits,
+    deadline: Option<Instant>,
+    cancel: Option<Arc<AtomicBool>>,
+) -> Engine {
+    let mut engine = Engine::new();
+    engine.disable_symbol("eval");
+    engine.disable_symbol("import");
+    engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
+    engine.set_max_operations(limits.max_operations);
+    engine.set_max_call_levels(limits.max_call_depth);
+    engine.set_max_expr_depths(limits.max_expr_depth, (limits.max_expr_depth / 2).max(8));
+    engine.set_max_string_size(limits.max_string_size);
+    engine.set_max_array_size(limits.max_array_size);
+    engine.set_max_map_size(limits.max_map_size);
+    engine.on_print(|_| {});
+    engine.on_debug(|_, _, _| {});
+    if deadline.is_some() || cancel.is_some() {
+        engine.on_progress(move |ops| {
+            if ops % CHECK_EVERY != 0 {
+                return None;
+            }
+            if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Some(Dynamic::from(CANCELLED));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Some(Dynamic::from(DEADLINE));
+            }
+            None
+        });
+    }
+    engine
+}

@@ -1,0 +1,255 @@
+//! The script executor: the authoritative, sequential run of a script. Rhai runs on a thread of
+//! its own; each tool call blocks that thread until the dispatch path, running on the async
+//! runtime, has its result.
+
+mod check;
+mod engine;
+mod errors;
+mod limits;
+mod value;
+
+pub use check::Problem;
+pub use limits::Limits;
+
+pub(crate) use check::check;
+pub(crate) use engine::new_engine;
+pub(crate) use errors::{from_parse, from_rhai, line_column};
+pub(crate) use value::{to_dynamic, to_json};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rhai::{Dynamic, Engine, ImmutableString, Map, NativeCallContext, Scope, AST};
+use serde_json::Value;
+
+use crate::dispatch::{dispatch, Call, RunContext};
+use crate::error::{ErrorKind, RunError, ToolError};
+use crate::json::canonical;
+use crate::tool::Effect;
+
+/// A read call as the run's meaning sees it: identical reads in one epoch are one call. The
+/// prefetch table of speculation uses the same key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ReadKey {
+    /// Non-read calls completed before this one.
+    pub(crate) epoch: u64,
+    pub(crate) tool: String,
+    /// Canonical JSON of the arguments.
+    pub(crate) args: String,
+}
+
+/// What the executor counted during a run.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) tool_calls: u64,
+    pub(crate) deduplicated: u64,
+    pub(crate) effectful_calls: u64,
+}
+
+#[derive(Default)]
+struct State {
+    epoch: u64,
+    /// Results of the reads made in the current epoch (earlier epochs cannot be asked again).
+    reads: HashMap<ReadKey, Result<Value, ToolError>>,
+    counts: Counts,
+}
+
+/// The captured `print` and `debug` output of a run.
+#[derive(Debug, Default)]
+struct Logs {
+    lines: Vec<String>,
+    bytes: usize,
+    truncated: bool,
+}
+
+impl Logs {
+    fn push(&mut self, line: &str, max_bytes: usize) {
+        if self.truncated {
+            return;
+        }
+        if self.bytes + line.len() > max_bytes {
+            self.truncated = true;
+            self.lines
+                .push(format!("(log output cut at {max_bytes} bytes)"));
+            return;
+        }
+        self.bytes += line.len();
+        self.lines.push(line.to_string());
+    }
+}
+
+/// The executor of one run.
+struct Executor {
+    ctx: Arc<RunContext>,
+    handle: tokio::runtime::Handle,
+    state: Mutex<State>,
+}
+
+impl Executor {
+    /// One tool call made by the script: reads are answered from the epoch's earlier identical
+    /// read if there was one; non-read calls end the epoch.
+    fn call(&self, name: &str, args: &Dynamic) -> Result<Value, ToolError> {
+        let args = to_json(args).map_err(|e| {
+            ToolError::invalid_input(format!("the arguments of `{name}` cannot be sent: {e}"))
+                .for_tool(name)
+        })?;
+        let tool = self
+            .ctx
+            .registry
+            .get(name)
+            .map(|t| (t.spec.name.clone(), t.spec.effect, t.spec.allow_repeat));
+        let mut state = self.lock();
+        state.counts.tool_calls += 1;
+        match tool {
+            Some((tool, Effect::Read, false)) => {
+                let key = ReadKey {
+                    epoch: state.epoch,
+                    tool,
+                    args: canonical(&args),
+                };
+                if let Some(result) = state.reads.get(&key).cloned() {
+                    state.counts.deduplicated += 1;
+                    return result;
+                }
+                drop(state);
+                let result = self.dispatch(Call::top_level(key.tool.clone(), args));
+                self.lock().reads.insert(key, result.clone());
+                result
+            }
+            Some((tool, effect, _)) if effect != Effect::Read => {
+                drop(state);
+                let result = self.dispatch(Call::top_level(tool, args));
+                let mut state = self.lock();
+                state.epoch += 1;
+                state.reads.clear();
+                state.counts.effectful_calls += 1;
+                result
+            }
+            // Polling reads and unknown tools go straight to the dispatch path.
+            _ => {
+                drop(state);
+                self.dispatch(Call::top_level(name, args))
+            }
+        }
+    }
+
+    /// Runs the dispatch path on the async runtime and blocks this thread until it is done.
+    fn dispatch(&self, call: Call) -> Result<Value, ToolError> {
+        let ctx = Arc::clone(&self.ctx);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.handle.spawn(async move {
+            let _ = tx.send(dispatch(&ctx, call).await);
+        });
+        rx.blocking_recv().unwrap_or_else(|_| {
+            Err(ToolError::internal(
+                "the call was abandoned because the async runtime shut down",
+            ))
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn script_call(
+        &self,
+        ctx: &NativeCallContext,
+        name: &str,
+        args: &Dynamic,
+    ) -> Result<Dynamic, Box<rhai::EvalAltResult>> {
+        self.call(name, args)
+            .map(|v| to_dynamic(&v))
+            .map_err(|e| errors::to_rhai(e, ctx.call_position()))
+    }
+}
+
+/// Makes every tool a script function (under its alias too), plus the generic `tool(name, args)`.
+fn register_tools(engine: &mut Engine, executor: &Arc<Executor>) {
+    for tool in executor.ctx.registry.iter() {
+        let function = tool.function_name().to_string();
+        let (exec, name) = (Arc::clone(executor), tool.spec.name.clone());
+        engine.register_fn(
+            function.as_str(),
+            move |ctx: NativeCallContext, args: Dynamic| exec.script_call(&ctx, &name, &args),
+        );
+        let (exec, name) = (Arc::clone(executor), tool.spec.name.clone());
+        engine.register_fn(function.as_str(), move |ctx: NativeCallContext| {
+            exec.script_call(&ctx, &name, &Dynamic::from_map(Map::new()))
+        });
+    }
+    let exec = Arc::clone(executor);
+    engine.register_fn(
+        "tool",
+        move |ctx: NativeCallContext, name: ImmutableString, args: Dynamic| {
+            exec.script_call(&ctx, &name, &args)
+        },
+    );
+    let exec = Arc::clone(executor);
+    engine.register_fn(
+        "tool",
+        move |ctx: NativeCallContext, name: ImmutableString| {
+            exec.script_call(&ctx, &name, &Dynamic::from_map(Map::new()))
+        },
+    );
+}
+
+/// What the executor hands back to the runtime.
+pub(crate) struct Execution {
+    pub(crate) result: Result<Value, RunError>,
+    pub(crate) logs: Vec<String>,
+    pub(crate) counts: Counts,
+}
+
+/// Runs a compiled script to its end on the current thread (a thread of its own, never an async
+/// worker: every tool call blocks it).
+pub(crate) fn execute(
+    ast: &AST,
+    ctx: Arc<RunContext>,
+    handle: tokio::runtime::Handle,
+    limits: &Limits,
+) -> Execution {
+    let deadline = Instant::now() + limits.max_duration;
+    let mut engine = new_engine(limits, Some(deadline), None);
+    let logs = Arc::new(Mutex::new(Logs::default()));
+    let max_log = limits.max_log_bytes;
+    let sink = Arc::clone(&logs);
+    engine.on_print(move |s| {
+        sink.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s, max_log)
+    });
+    let sink = Arc::clone(&logs);
+    engine.on_debug(move |s, _, _| {
+        sink.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s, max_log)
+    });
+    let executor = Arc::new(Executor {
+        ctx,
+        handle,
+        state: Mutex::default(),
+    });
+    register_tools(&mut engine, &executor);
+
+    let _span = tracing::debug_span!("script").entered();
+    let result = engine
+        .eval_ast_with_scope::<Dynamic>(&mut Scope::new(), ast)
+        .map_err(|e| from_rhai(*e, limits))
+        .and_then(|value| {
+            to_json(&value).map_err(|e| {
+                RunError::new(
+                    ErrorKind::ScriptError,
+                    format!("the script's value cannot be returned: {e}"),
+                )
+            })
+        });
+    drop(engine);
+    let counts = executor.lock().counts.clone();
+    let logs = std::mem::take(&mut logs.lock().unwrap_or_else(|p| p.into_inner()).lines);
+    Execution {
+        result,
+        logs,
+        counts,
+    }
+}

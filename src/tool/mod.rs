@@ -1,0 +1,252 @@
+//! Tools: their specification (name, effect, schemas, timeout, retries), their bodies, and the
+//! registry that validates a set of them once, when it is built.
+
+mod describe;
+mod registry;
+
+pub(crate) use describe::describe;
+pub use describe::Format;
+pub(crate) use registry::RegisteredTool;
+pub use registry::{Registry, RegistryBuilder};
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{ErrorKind, ToolError};
+
+/// The default timeout of a tool call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What calling a tool does to the world. It has no default: every tool declares one, and it
+/// decides speculation, retries and what a repeated call means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Effect {
+    /// No durable side effect: may be speculated, deduplicated within an epoch, retried.
+    Read,
+    /// Mutates something: runs exactly once, never retried or repeated.
+    Write,
+    /// Safe to retry with the same arguments, but still never speculated or repeated.
+    Idempotent,
+    /// Leaves the process (mail, payment, another agent): never retried or repeated.
+    External,
+}
+
+impl Effect {
+    /// The effect's name as written in manifests and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Read => "read",
+            Effect::Write => "write",
+            Effect::Idempotent => "idempotent",
+            Effect::External => "external",
+        }
+    }
+
+    /// Whether automatic retries are allowed for this effect.
+    pub fn may_retry(self) -> bool {
+        matches!(self, Effect::Read | Effect::Idempotent)
+    }
+}
+
+impl fmt::Display for Effect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything about a tool except its body.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ToolSpec {
+    /// The name scripts call it by.
+    pub name: String,
+    /// What it does, for the model reading the catalog.
+    pub description: String,
+    /// JSON Schema of its one argument, an object.
+    pub input_schema: Value,
+    /// JSON Schema of its result, checked on every call when present.
+    pub output_schema: Option<Value>,
+    /// What calling it does to the world.
+    pub effect: Effect,
+    /// How long one attempt may take.
+    pub timeout: Duration,
+    /// Every call is dispatched afresh (a polling tool): never deduplicated, never speculated.
+    pub allow_repeat: bool,
+    /// Extra attempts after a `timeout` or `unavailable` (read and idempotent tools only).
+    pub retries: u32,
+    /// Whether the scout may start this read early; `false` for costly or rate-limited reads.
+    pub speculate: bool,
+}
+
+impl ToolSpec {
+    /// A spec with the defaults: no description, any object as input, no output schema,
+    /// a 30 s timeout, no repeats, no retries.
+    pub fn new(name: impl Into<String>, effect: Effect) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+            effect,
+            timeout: DEFAULT_TIMEOUT,
+            allow_repeat: false,
+            retries: 0,
+            speculate: true,
+        }
+    }
+}
+
+/// What a tool body is given besides its arguments.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ToolContext {
+    /// The tool's name.
+    pub tool: String,
+    /// This call's id within its run, as it appears in the receipt.
+    pub call_id: u64,
+    /// The attempt number, from 1.
+    pub attempt: u32,
+}
+
+/// The future a tool body returns.
+pub type ToolFuture = BoxFuture<'static, Result<Value, ToolError>>;
+
+pub(crate) type Body = Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync>;
+
+/// A tool: its spec and its body. Build one with [`Tool::builder`].
+#[derive(Clone)]
+pub struct Tool {
+    pub(crate) spec: ToolSpec,
+    pub(crate) body: Body,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool").field("spec", &self.spec).finish()
+    }
+}
+
+impl Tool {
+    /// Starts a tool named `name` with `effect`; finish it with [`ToolBuilder::handler`] or
+    /// [`ToolBuilder::typed`].
+    pub fn builder(name: impl Into<String>, effect: Effect) -> ToolBuilder {
+        ToolBuilder {
+            spec: ToolSpec::new(name, effect),
+        }
+    }
+
+    /// A tool from a spec and a body that also receives the call's [`ToolContext`].
+    pub fn from_spec<F, Fut>(spec: ToolSpec, body: F) -> Tool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Tool {
+            spec,
+            body: Arc::new(move |args, ctx| body(args, ctx).boxed()),
+        }
+    }
+
+    /// The tool's spec.
+    pub fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+}
+
+/// Builds a [`Tool`]: set what differs from the defaults, then give the body.
+#[derive(Debug)]
+#[must_use]
+pub struct ToolBuilder {
+    spec: ToolSpec,
+}
+
+impl ToolBuilder {
+    /// Sets the description the model reads.
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        self.spec.description = text.into();
+        self
+    }
+
+    /// Sets the input JSON Schema (an object schema).
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.spec.input_schema = schema;
+        self
+    }
+
+    /// Sets the output JSON Schema.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.spec.output_schema = Some(schema);
+        self
+    }
+
+    /// Sets the timeout of one attempt.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.spec.timeout = timeout;
+        self
+    }
+
+    /// Sets the number of automatic retries (read and idempotent tools only).
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.spec.retries = retries;
+        self
+    }
+
+    /// Marks a polling tool: every call is dispatched afresh.
+    pub fn allow_repeat(mut self, allow: bool) -> Self {
+        self.spec.allow_repeat = allow;
+        self
+    }
+
+    /// Opts a read out of speculation.
+    pub fn speculate(mut self, speculate: bool) -> Self {
+        self.spec.speculate = speculate;
+        self
+    }
+
+    /// Finishes the tool with an untyped body over JSON values.
+    pub fn handler<F, Fut>(self, body: F) -> Tool
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Tool::from_spec(self.spec, move |args, _ctx| body(args))
+    }
+
+    /// Finishes the tool with a typed body; the input and output schemas come from the types.
+    ///
+    /// The arguments have already passed the input schema; if they still do not deserialize into
+    /// `I` the call fails with `invalid_input`. A result that does not serialize fails with
+    /// `internal`.
+    pub fn typed<I, O, F, Fut>(mut self, body: F) -> Tool
+    where
+        I: DeserializeOwned + schemars::JsonSchema + Send + 'static,
+        O: Serialize + schemars::JsonSchema + 'static,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
+    {
+        self.spec.input_schema = schemars::schema_for!(I).to_value();
+        self.spec.output_schema = Some(schemars::schema_for!(O).to_value());
+        let body = Arc::new(body);
+        Tool::from_spec(self.spec, move |args, _ctx| {
+            let body = Arc::clone(&body);
+            async move {
+                let input: I = serde_json::from_value(args)
+                    .map_err(|e| ToolError::new(ErrorKind::InvalidInput, e.to_string()))?;
+                let output = body(input).await?;
+                serde_json::to_value(output).map_err(|e| {
+                    ToolError::internal(format!("the result could not be serialised: {e}"))
+                })
+            }
+        })
+    }
+}

@@ -1,0 +1,393 @@
+//! The registry: a validated, immutable set of tools with compiled schemas.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Body, Tool, ToolSpec};
+use crate::error::Error;
+
+/// Words a tool cannot be named after: Rhai's keywords and the script surface's own functions.
+/// A tool with one of these names could not be called by its name, or would hide a built-in.
+const RESERVED_WORDS: &[&str] = &[
+    "as",
+    "break",
+    "call",
+    "catch",
+    "const",
+    "continue",
+    "curry",
+    "debug",
+    "do",
+    "else",
+    "eval",
+    "export",
+    "false",
+    "fn",
+    "Fn",
+    "for",
+    "global",
+    "if",
+    "import",
+    "in",
+    "is_def_fn",
+    "is_def_var",
+    "is_shared",
+    "let",
+    "loop",
+    "print",
+    "private",
+    "return",
+    "switch",
+    "this",
+    "throw",
+    "tool",
+    "true",
+    "try",
+    "type_of",
+    "until",
+    "while",
+];
+
+/// A tool after validation: its spec, body, compiled schemas and script alias.
+pub(crate) struct RegisteredTool {
+    pub(crate) spec: ToolSpec,
+    pub(crate) body: Body,
+    pub(crate) input: jsonschema::Validator,
+    pub(crate) output: Option<jsonschema::Validator>,
+    /// The Rhai function name, when the tool's own name is not a Rhai identifier (`get-user`
+    /// is also `get_user`).
+    pub(crate) alias: Option<String>,
+}
+
+impl RegisteredTool {
+    /// The name a script calls it by as a function.
+    pub(crate) fn function_name(&self) -> &str {
+        self.alias.as_deref().unwrap_or(&self.spec.name)
+    }
+}
+
+/// A validated, immutable set of tools. Build one with [`Registry::builder`].
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: Vec<Arc<RegisteredTool>>,
+    /// Names and aliases, to positions in `tools`.
+    index: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.tools.iter().map(|t| &t.spec.name))
+            .finish()
+    }
+}
+
+impl Registry {
+    /// Starts an empty registry.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    /// The tool with this name or alias.
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// All tools, in the order they were added.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<RegisteredTool>> {
+        self.tools.iter()
+    }
+
+    /// The specs of all tools, in the order they were added.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.iter().map(|t| &t.spec)
+    }
+
+    /// The number of tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there are no tools.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The existing name closest to `name`, if one is close enough to be a likely typo.
+    pub(crate) fn suggest(&self, name: &str) -> Option<&str> {
+        let limit = (name.chars().count() / 3).max(2);
+        self.tools
+            .iter()
+            .map(|t| t.spec.name.as_str())
+            .map(|candidate| (edit_distance(name, candidate), candidate))
+            .filter(|(d, _)| *d <= limit)
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, candidate)| candidate)
+    }
+}
+
+/// Collects tools; [`RegistryBuilder::build`] validates them all.
+#[derive(Default, Debug)]
+#[must_use]
+pub struct RegistryBuilder {
+    tools: Vec<Tool>,
+}
+
+impl RegistryBuilder {
+    /// Adds one tool.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds several tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// Validates every tool and compiles its schemas.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Registry`] naming the first tool that breaks a rule, and the rule: a malformed or
+    /// reserved name, a duplicate name or alias, `retries` on a write or external tool, a zero
+    /// timeout, or a schema that does not compile (remote references are never fetched).
+    pub fn build(self) -> Result<Registry, Error> {
+        let mut registry = Registry::default();
+        for tool in self.tools {
+            let registered = validate(tool)?;
+            let name = registered.spec.name.clone();
+            if let Some(&i) = registry.index.get(&name) {
+                let other = &registry.tools[i].spec.name;
+                return Err(Error::registry(
+                    &name,
+                    if *other == name {
+                        "two tools have this name".to_string()
+                    } else {
+                        format!("its name is the script alias of `{other}`")
+                    },
+                ));
+            }
+            if let Some(alias) = &registered.alias {
+                if let Some(&i) = registry.index.get(alias) {
+                    return Err(Error::registry(
+                        &name,
+                        format!(
+                            "its script alias `{alias}` is already taken by `{}`",
+                            registry.tools[i].spec.name
+                        ),
+                    ));
+                }
+                registry.index.insert(alias.clone(), registry.tools.len());
+            }
+            registry.index.insert(name, registry.tools.len());
+            registry.tools.push(Arc::new(registered));
+        }
+        Ok(registry)
+    }
+}
+
+fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
+    let spec = tool.spec;
+    let name = spec.name.as_str();
+    check_name(name).map_err(|rule| Error::registry(name, rule))?;
+    if spec.retries > 0 && !spec.effect.may_retry() {
+        return Err(Error::registry(
+            name,
+            format!(
+                "`retries` is not allowed on a {} tool: only read and idempotent tools are retried",
+                spec.effect
+            ),
+        ));
+    }
+    if spec.timeout == Duration::ZERO {
+        return Err(Error::registry(
+            name,
+            "the timeout must be greater than zero",
+        ));
+    }
+    if let Some(ty) = spec.input_schema.get("type") {
+        if ty != "object" {
+            return Err(Error::registry(
+                name,
+                "the input schema must describe an object (tools take one object map)",
+            ));
+        }
+    }
+    let input = compile_schema(name, "input", &spec.input_schema)?;
+    let output = match &spec.output_schema {
+        Some(schema) => Some(compile_schema(name, "output", schema)?),
+        None => None,
+    };
+    let alias = spec.name.contains('-').then(|| spec.name.replace('-', "_"));
+    if let Some(alias) = &alias {
+        if RESERVED_WORDS.contains(&alias.as_str()) {
+            return Err(Error::registry(
+                name,
+                format!("its script alias `{alias}` is a reserved word of the script language"),
+            ));
+        }
+    }
+    Ok(RegisteredTool {
+        spec,
+        body: tool.body,
+        input,
+        output,
+        alias,
+    })
+}
+
+/// Checks `^[a-zA-Z][a-zA-Z0-9_-]{0,127}$`, the `ts_` prefix and the reserved words.
+fn check_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !starts_with_letter || !rest_ok || name.len() > 128 {
+        return Err(
+            "a name must match ^[a-zA-Z][a-zA-Z0-9_-]{0,127}$ (a letter, then up to 127 letters, digits, `_` or `-`)"
+                .to_string(),
+        );
+    }
+    if name.starts_with("ts_") {
+        return Err(
+            "names starting with `ts_` are reserved for the runtime's own tools".to_string(),
+        );
+    }
+    if RESERVED_WORDS.contains(&name) {
+        return Err(format!(
+            "`{name}` is a reserved word of the script language"
+        ));
+    }
+    Ok(())
+}
+
+fn compile_schema(name: &str, which: &str, schema: &Value) -> Result<jsonschema::Validator, Error> {
+    jsonschema::validator_for(schema)
+        .map_err(|e| Error::registry(name, format!("the {which} schema does not compile: {e}")))
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::Effect;
+    use serde_json::json;
+
+    fn tool(name: &str) -> Tool {
+        Tool::builder(name, Effect::Read).handler(|_| async { Ok(Value::Null) })
+    }
+
+    fn rule(result: Result<Registry, Error>) -> String {
+        match result {
+            Err(Error::Registry { rule, .. }) => rule,
+            other => panic!("expected a registry error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_follow_the_pattern() {
+        for bad in ["", "1abc", "_x", "a b", "a.b", &"a".repeat(129)] {
+            assert!(check_name(bad).is_err(), "{bad:?} should be refused");
+        }
+        for good in ["a", "get_user", "get-user", "A9", &"a".repeat(128)] {
+            assert!(check_name(good).is_ok(), "{good:?} should be accepted");
+        }
+    }
+
+    #[test]
+    fn reserved_prefix_and_words() {
+        assert!(check_name("ts_run").unwrap_err().contains("reserved"));
+        assert!(check_name("print").unwrap_err().contains("reserved word"));
+        assert!(check_name("tool").unwrap_err().contains("reserved word"));
+    }
+
+    #[test]
+    fn duplicates_and_alias_collisions() {
+        let dup = Registry::builder().tool(tool("a")).tool(tool("a")).build();
+        assert!(rule(dup).contains("two tools"));
+        let alias_first = Registry::builder()
+            .tool(tool("get-user"))
+            .tool(tool("get_user"))
+            .build();
+        assert!(rule(alias_first).contains("alias"));
+        let name_first = Registry::builder()
+            .tool(tool("get_user"))
+            .tool(tool("get-user"))
+            .build();
+        assert!(rule(name_first).contains("alias"));
+    }
+
+    #[test]
+    fn retries_only_on_read_and_idempotent() {
+        for effect in [Effect::Write, Effect::External] {
+            let t = Tool::builder("w", effect)
+                .retries(1)
+                .handler(|_| async { Ok(Value::Null) });
+            assert!(rule(Registry::builder().tool(t).build()).contains("retries"));
+        }
+        let t = Tool::builder("i", Effect::Idempotent)
+            .retries(2)
+            .handler(|_| async { Ok(Value::Null) });
+        assert!(Registry::builder().tool(t).build().is_ok());
+    }
+
+    #[test]
+    fn schemas_are_compiled_once_and_bad_ones_refused() {
+        let t = Tool::builder("s", Effect::Read)
+            .input_schema(json!({"type": "object", "properties": {"id": {"type": "intger"}}}))
+            .handler(|_| async { Ok(Value::Null) });
+        assert!(rule(Registry::builder().tool(t).build()).contains("input schema"));
+        let t = Tool::builder("s", Effect::Read)
+            .input_schema(json!({"type": "string"}))
+            .handler(|_| async { Ok(Value::Null) });
+        assert!(rule(Registry::builder().tool(t).build()).contains("object"));
+        let t = Tool::builder("s", Effect::Read)
+            .output_schema(json!({"$ref": "https://example.com/schema.json"}))
+            .handler(|_| async { Ok(Value::Null) });
+        assert!(rule(Registry::builder().tool(t).build()).contains("output schema"));
+    }
+
+    #[test]
+    fn zero_timeout_is_refused() {
+        let t = Tool::builder("t", Effect::Read)
+            .timeout(Duration::ZERO)
+            .handler(|_| async { Ok(Value::Null) });
+        assert!(rule(Registry::builder().tool(t).build()).contains("timeout"));
+    }
+
+    #[test]
+    fn suggestions_find_near_names() {
+        let r = Registry::builder()
+            .tool(tool("get_user"))
+            .tool(tool("list_orders"))
+            .build()
+            .unwrap();
+        assert_eq!(r.suggest("get_usr"), Some("get_user"));
+        assert_eq!(r.suggest("list_order"), Some("list_orders"));
+        assert_eq!(r.suggest("refund"), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}
