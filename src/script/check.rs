@@ -21,16 +21,22 @@ pub struct Problem {
     pub message: String,
 }
 
-pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Problem> {
-    let tools: HashSet<&str> = registry.iter().map(|t| t.function_name()).collect();
+/// Names of every function a script can call: the engine's (tools included) and the script's own.
+pub(crate) fn known_functions(engine: &Engine, ast: &AST) -> HashSet<String> {
     let mut known: HashSet<String> = engine
         .gen_fn_signatures(true)
         .iter()
         .filter_map(|sig| signature_name(sig))
         .collect();
     known.insert("tool".to_string());
+    known.extend(ast.iter_functions().map(|f| f.name.to_string()));
+    known
+}
+
+pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Problem> {
+    let tools: HashSet<&str> = registry.iter().map(|t| t.function_name()).collect();
+    let mut known = known_functions(engine, ast);
     for f in ast.iter_functions() {
-        known.insert(f.name.to_string());
         known.extend(f.params.iter().map(|p| p.to_string()));
     }
     // A variable may hold a function pointer called like a function.

@@ -15,9 +15,12 @@ pub struct Limits {
     pub max_expr_depth: usize,
     /// Bytes in one string.
     pub max_string_size: usize,
-    /// Items in one array.
+    /// Items in one array, nested arrays' items included.
+    ///
+    /// Rhai re-measures a growing value as a whole, so growing one to `n` items costs about
+    /// `n²` work: keep this in the tens of thousands.
     pub max_array_size: usize,
-    /// Entries in one object map.
+    /// Entries in one object map, nested maps' entries included (measured like arrays).
     pub max_map_size: usize,
     /// Bytes of captured `print`/`debug` output; later lines are dropped and the cut is noted.
     pub max_log_bytes: usize,
@@ -32,8 +35,8 @@ impl Default for Limits {
             max_call_depth: 48,
             max_expr_depth: 64,
             max_string_size: 1 << 20,
-            max_array_size: 100_000,
-            max_map_size: 100_000,
+            max_array_size: 20_000,
+            max_map_size: 20_000,
             max_log_bytes: 1 << 20,
             max_duration: Duration::from_secs(60),
         }

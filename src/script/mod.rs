@@ -194,6 +194,42 @@ fn register_tools(engine: &mut Engine, executor: &Arc<Executor>) {
     );
 }
 
+/// A call to a function that exists nowhere is a call to a tool that does not exist:
+/// `unknown_tool`, with the closest tool name as the hint. (A known function called with the
+/// wrong argument types stays a `script_error`.)
+fn unknown_function(
+    error: &rhai::EvalAltResult,
+    engine: &Engine,
+    ast: &AST,
+    registry: &crate::tool::Registry,
+) -> Option<RunError> {
+    let mut error = error;
+    while let rhai::EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = error {
+        error = inner;
+    }
+    let rhai::EvalAltResult::ErrorFunctionNotFound(signature, position) = error else {
+        return None;
+    };
+    let name = signature
+        .split(|c: char| c == '(' || c.is_whitespace())
+        .next()
+        .unwrap_or_default();
+    if check::known_functions(engine, ast).contains(name) {
+        return None;
+    }
+    let mut tool_error = ToolError::new(
+        ErrorKind::UnknownTool,
+        format!("there is no tool or function named `{name}`"),
+    );
+    if let Some(near) = registry.suggest(name) {
+        tool_error.message.push_str(&format!("; did you mean `{near}`?"));
+        tool_error = tool_error.with_next_action(format!("call `{near}` instead"));
+    }
+    tool_error.tool = Some(name.to_string());
+    let (line, column) = line_column(*position);
+    Some(RunError::from_tool(tool_error, line, column))
+}
+
 /// What the executor hands back to the runtime.
 pub(crate) struct Execution {
     pub(crate) result: Result<Value, RunError>,
@@ -235,7 +271,10 @@ pub(crate) fn execute(
     let _span = tracing::debug_span!("script").entered();
     let result = engine
         .eval_ast_with_scope::<Dynamic>(&mut Scope::new(), ast)
-        .map_err(|e| from_rhai(*e, limits))
+        .map_err(|e| match unknown_function(&e, &engine, ast, &executor.ctx.registry) {
+            Some(error) => error,
+            None => from_rhai(*e, limits),
+        })
         .and_then(|value| {
             to_json(&value).map_err(|e| {
                 RunError::new(

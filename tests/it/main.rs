@@ -1,1 +1,11 @@
+//! Integration tests: one binary, a `support` module, one module per topic.
 
+mod support;
+
+mod cli;
+mod dispatch_path;
+mod errors;
+mod limits;
+mod manifests;
+mod meaning;
+mod receipts;

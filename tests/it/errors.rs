@@ -1,0 +1,243 @@
+//! Every error kind, each produced by a real script (or manifest), with the position it reports.
+
+use std::path::Path;
+use std::time::Duration;
+
+use toolscript::{Budget, ErrorKind, Manifests, Runtime};
+
+use crate::support::{error_of, fixture_registry, run, Probe};
+
+struct Case {
+    script: &'static str,
+    kind: &'static str,
+    line: Option<usize>,
+    column: Option<usize>,
+    message_has: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        script: "let x = 1;\nget_usr(#{id: 1})",
+        kind: "unknown_tool",
+        line: Some(2),
+        column: Some(1),
+        message_has: "did you mean `get_user`",
+    },
+    Case {
+        script: "tool(\"get_usr\", #{id: 1})",
+        kind: "unknown_tool",
+        line: Some(1),
+        column: Some(1),
+        message_has: "did you mean `get_user`",
+    },
+    Case {
+        script: "create_order(#{user: 1});\n  create_order(#{user: 1})",
+        kind: "repeated_call",
+        line: Some(2),
+        column: Some(3),
+        message_has: "already called",
+    },
+    Case {
+        script: "get_user(#{id: \"seven\"})",
+        kind: "invalid_input",
+        line: Some(1),
+        column: Some(1),
+        message_has: "/id",
+    },
+    Case {
+        script: "get_user(42)",
+        kind: "invalid_input",
+        line: Some(1),
+        column: Some(1),
+        message_has: "one object map",
+    },
+    Case {
+        script: "let u = get_user(#{id: 1});\nlet v = bad_output();",
+        kind: "invalid_output",
+        line: Some(2),
+        column: Some(9),
+        message_has: "/n",
+    },
+    Case {
+        script: "\n\n    hang()",
+        kind: "timeout",
+        line: Some(3),
+        column: Some(5),
+        message_has: "50 ms",
+    },
+    Case {
+        script: "boom()",
+        kind: "internal",
+        line: Some(1),
+        column: Some(1),
+        message_has: "the tool body exploded",
+    },
+    Case {
+        script: "get_user(#{id: 1000})",
+        kind: "not_found",
+        line: Some(1),
+        column: Some(1),
+        message_has: "no user 1000",
+    },
+    Case {
+        script: "create_order(#{user: 0})",
+        kind: "conflict",
+        line: Some(1),
+        column: Some(1),
+        message_has: "cannot order",
+    },
+    Case {
+        script: "let x = ;",
+        kind: "invalid_script",
+        line: Some(1),
+        column: Some(9),
+        message_has: "",
+    },
+    Case {
+        script: "let s = 0;\nloop { s += 1; }",
+        kind: "limit_exceeded",
+        line: Some(2),
+        column: None,
+        message_has: "operations",
+    },
+    Case {
+        script: "let a = 1;\na + missing",
+        kind: "script_error",
+        line: Some(2),
+        column: Some(5),
+        message_has: "missing",
+    },
+    Case {
+        script: "throw \"plain\"",
+        kind: "script_error",
+        line: Some(1),
+        column: Some(1),
+        message_has: "plain",
+    },
+    Case {
+        script: "throw #{kind: \"rate_limited\", message: \"slow down\"}",
+        kind: "rate_limited",
+        line: Some(1),
+        column: Some(1),
+        message_has: "slow down",
+    },
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_reports_its_call_site() {
+    for case in CASES {
+        let outcome = run(case.script).await;
+        let e = error_of(&outcome);
+        assert_eq!(e.kind.as_str(), case.kind, "{}: {e}", case.script);
+        assert_eq!(e.line, case.line, "{}: {e}", case.script);
+        if case.column.is_some() {
+            assert_eq!(e.column, case.column, "{}: {e}", case.script);
+        }
+        assert!(
+            e.message.contains(case.message_has),
+            "{}: {}",
+            case.script,
+            e.message
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_errors_name_the_tool_and_carry_a_hint() {
+    let outcome = run("get_user(#{id: 1000})").await;
+    let e = error_of(&outcome);
+    assert_eq!(e.tool.as_deref(), Some("get_user"));
+    assert!(!e.recoverable);
+    assert!(e.suggested_next_action.is_some());
+    let outcome = run("hang()").await;
+    assert!(error_of(&outcome).recoverable, "a timeout may pass");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_exceeded_after_the_allowed_calls() {
+    let mut budget = Budget::default();
+    budget.max_tool_calls = 3;
+    let runtime = Runtime::builder(fixture_registry(&Probe::default()))
+        .budget(budget)
+        .build();
+    let outcome = runtime
+        .run("let n = 0;\nfor i in 1..10 {\n  n += get_user(#{id: i}).id;\n}\nn")
+        .await;
+    let e = error_of(&outcome);
+    assert_eq!(e.kind, ErrorKind::BudgetExceeded);
+    assert_eq!((e.line, e.column), (Some(3), Some(8)));
+    assert!(e.message.contains("at most 3 tool calls"), "{}", e.message);
+    assert_eq!(outcome.stats.dispatched, 4, "the refused call is still dispatched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_wall_clock_ends_a_long_call() {
+    let mut budget = Budget::default();
+    budget.wall_clock = Duration::from_millis(100);
+    let mut manifests = Manifests::new();
+    manifests
+        .load_str(
+            Path::new("slow.toml"),
+            "[[tool]]\nname = \"slow\"\neffect = \"read\"\nlatency_ms = 5000\nscript = \"1\"\n",
+        )
+        .unwrap();
+    let runtime = Runtime::builder(manifests.into_registry().unwrap())
+        .budget(budget)
+        .build();
+    let started = std::time::Instant::now();
+    let outcome = runtime.run("slow()").await;
+    let e = error_of(&outcome);
+    assert_eq!(e.kind, ErrorKind::BudgetExceeded);
+    assert!(e.message.contains("wall-clock"), "{}", e.message);
+    // Not a timing assertion on speed: only that the 5 s latency was cut short at all.
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuit_open_after_five_failures() {
+    let probe = Probe::default();
+    probe.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let runtime = Runtime::new(fixture_registry(&probe));
+    let outcome = runtime
+        .run(
+            "let kinds = [];\nfor i in 0..7 {\n  try { flaky(#{i: i}); } catch (e) { kinds.push(e.kind); }\n}\nkinds",
+        )
+        .await;
+    let kinds = crate::support::value_of(&outcome);
+    assert_eq!(
+        kinds,
+        &serde_json::json!([
+            "unavailable", "unavailable", "unavailable", "unavailable", "unavailable",
+            "circuit_open", "circuit_open"
+        ])
+    );
+    assert_eq!(Probe::count(&probe.flaky_calls), 5, "an open breaker fails fast");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_and_custom_kinds_from_script_tools() {
+    let manifest = r#"
+[[tool]]
+name = "strict"
+effect = "read"
+script = '''
+if args.mode == "custom" { throw #{ kind: "rate_limited", message: "too many requests" } }
+if args.mode == "plain" { throw "it broke" }
+if args.mode == "bug" { let x = undefined_variable; }
+1
+'''
+"#;
+    let mut manifests = Manifests::new();
+    manifests.load_str(Path::new("strict.toml"), manifest).unwrap();
+    let runtime = Runtime::new(manifests.into_registry().unwrap());
+    for (mode, kind, text) in [
+        ("custom", "rate_limited", "too many requests"),
+        ("plain", "failed", "it broke"),
+        ("bug", "internal", "undefined_variable"),
+    ] {
+        let outcome = runtime.run(&format!("strict(#{{mode: \"{mode}\"}})")).await;
+        let e = error_of(&outcome);
+        assert_eq!(e.kind.as_str(), kind);
+        assert!(e.message.contains(text), "{mode}: {}", e.message);
+    }
+}

@@ -1,0 +1,84 @@
+//! Limits: runaway scripts end with `limit_exceeded`; the engine is locked down.
+
+use std::time::Duration;
+
+use toolscript::{ErrorKind, Limits, Runtime};
+
+use crate::support::{error_of, fixture_registry, run, value_of, Probe};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_scripts_hit_a_limit() {
+    for (script, message) in [
+        ("loop { }", "operations"),
+        ("let i = 0; while true { i += 1; }", "operations"),
+        ("fn f(n) { f(n + 1) }\nf(0)", "nested deeper"),
+        ("let s = \"x\";\nloop { s += s; }", "Length of string"),
+        ("let a = [];\nloop { a.push(1); }", "Size of array"),
+        // Rhai checks a map's size when the map is used, not on every insertion.
+        ("let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }", "Size of object map"),
+    ] {
+        let outcome = run(script).await;
+        let e = error_of(&outcome);
+        assert_eq!(e.kind, ErrorKind::LimitExceeded, "{script}: {e}");
+        assert!(e.message.contains(message), "{script}: {}", e.message);
+        assert!(e.line.is_some(), "{script}: a limit names where it was hit");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_cannot_be_caught() {
+    let outcome = run("try { loop { } } catch (e) { \"caught\" }").await;
+    assert_eq!(error_of(&outcome).kind, ErrorKind::LimitExceeded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_ends_a_script() {
+    let mut limits = Limits::default();
+    limits.max_operations = u64::MAX;
+    limits.max_duration = Duration::from_millis(200);
+    let runtime = Runtime::builder(fixture_registry(&Probe::default()))
+        .limits(limits)
+        .build();
+    let outcome = runtime.run("let i = 0;\nloop { i += 1; }").await;
+    let e = error_of(&outcome);
+    assert_eq!(e.kind, ErrorKind::LimitExceeded);
+    assert!(e.message.contains("deadline"), "{}", e.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_limits_apply() {
+    let mut limits = Limits::default();
+    limits.max_operations = 1_000;
+    limits.max_call_depth = 4;
+    let runtime = Runtime::builder(fixture_registry(&Probe::default()))
+        .limits(limits)
+        .build();
+    let outcome = runtime.run("let s = 0; for i in 0..10000 { s += i; } s").await;
+    assert!(error_of(&outcome).message.contains("1000 operations"));
+    let outcome = runtime.run("fn f(n) { if n == 0 { 0 } else { f(n - 1) } }\nf(10)").await;
+    assert!(error_of(&outcome).message.contains("4 levels"));
+    let outcome = runtime.run("fn f(n) { if n == 0 { 0 } else { f(n - 1) } }\nf(2)").await;
+    assert_eq!(value_of(&outcome), &serde_json::json!(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_and_import_are_unavailable() {
+    for script in ["eval(\"1 + 1\")", "import \"os\" as os;\n1"] {
+        let outcome = run(script).await;
+        let e = error_of(&outcome);
+        assert_eq!(e.kind, ErrorKind::InvalidScript, "{script}: {e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_capped() {
+    let mut limits = Limits::default();
+    limits.max_log_bytes = 100;
+    let runtime = Runtime::builder(fixture_registry(&Probe::default()))
+        .limits(limits)
+        .build();
+    let outcome = runtime.run("for i in 0..1000 { print(`line ${i}`); } 1").await;
+    value_of(&outcome);
+    assert!(outcome.logs.len() < 20, "{} lines kept", outcome.logs.len());
+    assert!(outcome.logs.last().unwrap().contains("cut at 100 bytes"));
+}

@@ -1,0 +1,182 @@
+//! Shared fixtures: a small catalog of Rust tools whose bodies count their invocations, and
+//! helpers to run scripts against it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use toolscript::{Effect, Registry, RunError, RunOutcome, Runtime, Tool, ToolError};
+
+/// Counts how often each fixture body ran, and switches the flaky tool between failing and healthy.
+#[derive(Default, Clone)]
+pub struct Probe {
+    pub user_calls: Arc<AtomicUsize>,
+    pub order_calls: Arc<AtomicUsize>,
+    pub write_calls: Arc<AtomicUsize>,
+    pub flaky_calls: Arc<AtomicUsize>,
+    pub poll_calls: Arc<AtomicUsize>,
+    /// While true, `flaky` fails with `unavailable`.
+    pub failing: Arc<AtomicBool>,
+}
+
+impl Probe {
+    pub fn count(counter: &AtomicUsize) -> usize {
+        counter.load(Ordering::SeqCst)
+    }
+}
+
+fn id_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "required": ["id"],
+        "additionalProperties": false
+    })
+}
+
+/// The fixture catalog: reads, writes, and tools that misbehave on purpose.
+pub fn fixture_tools(probe: &Probe) -> Vec<Tool> {
+    let mut tools = Vec::new();
+
+    let calls = Arc::clone(&probe.user_calls);
+    tools.push(
+        Tool::builder("get_user", Effect::Read)
+            .description("Look up one user by id.")
+            .input_schema(id_schema())
+            .output_schema(json!({"type": "object", "required": ["id", "name"]}))
+            .handler(move |args| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let id = args["id"].as_i64().unwrap_or_default();
+                    if id > 100 {
+                        return Err(ToolError::not_found(format!("no user {id}")));
+                    }
+                    Ok(json!({"id": id, "name": format!("user{id}"), "active": id % 2 == 0}))
+                }
+            }),
+    );
+
+    let calls = Arc::clone(&probe.order_calls);
+    tools.push(
+        Tool::builder("get_orders", Effect::Read)
+            .input_schema(json!({"type": "object", "properties": {"user": {"type": "integer"}}, "required": ["user"]}))
+            .handler(move |args| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let user = args["user"].as_i64().unwrap_or_default();
+                    Ok(json!((0..user % 3).map(|i| user * 10 + i).collect::<Vec<_>>()))
+                }
+            }),
+    );
+
+    let calls = Arc::clone(&probe.write_calls);
+    tools.push(
+        Tool::builder("create_order", Effect::Write)
+            .input_schema(json!({"type": "object", "properties": {"user": {"type": "integer"}}, "required": ["user"]}))
+            .handler(move |args| {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if args["user"] == json!(0) {
+                        return Err(ToolError::new(toolscript::ErrorKind::Conflict, "user 0 cannot order"));
+                    }
+                    Ok(json!({"order": n, "user": args["user"]}))
+                }
+            }),
+    );
+
+    tools.push(
+        Tool::builder("notify", Effect::External)
+            .handler(|_| async { Ok(json!("sent")) }),
+    );
+
+    tools.push(
+        Tool::builder("ping", Effect::Read).handler(|_| async { Ok(json!("pong")) }),
+    );
+
+    let calls = Arc::clone(&probe.poll_calls);
+    tools.push(
+        Tool::builder("poll", Effect::Read)
+            .allow_repeat(true)
+            .handler(move |_| {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { Ok(json!(n)) }
+            }),
+    );
+
+    let (calls, failing) = (Arc::clone(&probe.flaky_calls), Arc::clone(&probe.failing));
+    tools.push(
+        Tool::builder("flaky", Effect::Read)
+            .handler(move |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let fail = failing.load(Ordering::SeqCst);
+                async move {
+                    if fail {
+                        Err(ToolError::unavailable("the backend is down"))
+                    } else {
+                        Ok(json!("ok"))
+                    }
+                }
+            }),
+    );
+
+    tools.push(
+        Tool::builder("hang", Effect::Read)
+            .timeout(Duration::from_millis(50))
+            .handler(|_| async {
+                std::future::pending::<()>().await;
+                Ok(Value::Null)
+            }),
+    );
+
+    tools.push(
+        Tool::builder("boom", Effect::Read).handler(|_| async {
+            if true {
+                panic!("the tool body exploded");
+            }
+            Ok(Value::Null)
+        }),
+    );
+
+    tools.push(
+        Tool::builder("bad_output", Effect::Read)
+            .output_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+            .handler(|_| async { Ok(json!({"n": "secret-value-42"})) }),
+    );
+
+    tools
+}
+
+pub fn fixture_registry(probe: &Probe) -> Registry {
+    Registry::builder()
+        .tools(fixture_tools(probe))
+        .build()
+        .expect("the fixture catalog is valid")
+}
+
+pub fn fixture_runtime(probe: &Probe) -> Runtime {
+    Runtime::new(fixture_registry(probe))
+}
+
+/// Runs `script` on a fresh fixture runtime.
+pub async fn run(script: &str) -> RunOutcome {
+    fixture_runtime(&Probe::default()).run(script).await
+}
+
+/// The run's error, failing the test if it succeeded.
+#[track_caller]
+pub fn error_of(outcome: &RunOutcome) -> &RunError {
+    match &outcome.result {
+        Err(e) => e,
+        Ok(v) => panic!("expected an error, the run returned {v}"),
+    }
+}
+
+/// The run's value, failing the test with the error if it failed.
+#[track_caller]
+pub fn value_of(outcome: &RunOutcome) -> &Value {
+    match &outcome.result {
+        Ok(v) => v,
+        Err(e) => panic!("expected a value, the run failed: {e}"),
+    }
+}
