@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use toolscript::{
-    demo_catalog, error_json, verify_receipts, write_receipts, Error, Format, Manifests, Progress,
-    Registry, RunOptions, RunOutcome, Runtime,
+    demo_catalog, error_json, verify_receipts, write_receipts, Error, Format, Manifests, Mode,
+    Progress, Registry, RunOptions, RunOutcome, Runtime,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -94,10 +94,10 @@ fn main() -> ExitCode {
         Command::Run {
             script,
             tools,
-            sequential: _,
+            sequential,
             json,
             receipts,
-        } => run(&script, &tools, json, receipts.as_deref()),
+        } => run(&script, &tools, sequential, json, receipts.as_deref()),
         Command::Check {
             script,
             tools,
@@ -176,17 +176,26 @@ fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
 fn run(
     script: &Path,
     tools: &ToolsArg,
+    sequential: bool,
     json: bool,
     receipts: Option<&Path>,
 ) -> Result<ExitCode, String> {
     let source = read_script(script)?;
     let runtime = Runtime::new(registry(tools)?);
+    // Make sure the receipts can be written before any tool runs: failing afterwards would
+    // leave effects done and unreported.
+    if let Some(path) = receipts {
+        std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let progress = Arc::new(Progress::default());
     let live = !json && std::io::stderr().is_terminal();
     let outcome = async_runtime()?.block_on(async {
         let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
         let mut options = RunOptions::default();
         options.progress = Some(Arc::clone(&progress));
+        if sequential {
+            options.mode = Mode::Sequential;
+        }
         let outcome = runtime.run_with(&source, options).await;
         if let Some(ticker) = ticker {
             ticker.abort();
@@ -194,13 +203,13 @@ fn run(
         }
         outcome
     });
-    if let Some(path) = receipts {
-        write_receipts(path, &outcome.receipts).map_err(|e| e.to_string())?;
-    }
     if json {
         println!("{}", outcome.to_json());
     } else {
         print_human(&outcome);
+    }
+    if let Some(path) = receipts {
+        write_receipts(path, &outcome.receipts).map_err(|e| e.to_string())?;
     }
     Ok(if outcome.result.is_ok() {
         ExitCode::SUCCESS
@@ -224,11 +233,12 @@ async fn live_line(progress: Arc<Progress>) {
     }
 }
 
+/// The value on stdout, alone, so that it can be piped; logs, errors and the summary on stderr.
 fn print_human(outcome: &RunOutcome) {
-    let mut out = std::io::stdout().lock();
     for line in &outcome.logs {
-        let _ = writeln!(out, "{line}");
+        eprintln!("{line}");
     }
+    let mut out = std::io::stdout().lock();
     match &outcome.result {
         Ok(Value::String(s)) => {
             let _ = writeln!(out, "{s}");

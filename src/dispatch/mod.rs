@@ -3,9 +3,17 @@
 //!
 //! # Order
 //!
-//! 1. resolve the tool; 2. check the caller may call it; 3. repeat guard; 4. charge the budget;
-//! 5. breaker admits; 6. validate input; 7. run the body under its timeout, catching panics,
-//! retrying; 8. validate output; 9. record the outcome in the breaker; 10. write the receipt.
+//! 1. resolve the tool;
+//! 2. check the caller may call it;
+//! 3. repeat guard;
+//! 4. charge the budget;
+//! 5. breaker admits;
+//! 6. validate input;
+//! 7. run the body under its timeout, catching panics, retrying;
+//! 8. validate output;
+//! 9. record the outcome in the breaker;
+//! 10. write the receipt.
+//!
 //! Steps 2–9 can refuse a call; every call that resolved to a tool gets a receipt.
 
 mod breaker;
@@ -213,7 +221,7 @@ async fn steps(
     let spec = &tool.spec;
     // 2. The caller may call it: a composite only its declared nested tools.
     if let Some((_, allowed)) = &call.parent {
-        if !allowed.iter().any(|name| *name == spec.name) {
+        if !allowed.contains(&spec.name) {
             return Err(ToolError::new(
                 ErrorKind::PermissionDenied,
                 format!(
@@ -321,5 +329,95 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         s
     } else {
         "(no message)"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::Tool;
+    use serde_json::json;
+    use std::sync::atomic::AtomicUsize;
+
+    fn context(budget: Budget) -> (RunContext, Arc<AtomicUsize>) {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&runs);
+        let write = Tool::builder("write", Effect::Write)
+            .input_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}}))
+            .handler(move |args| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async move { Ok(args) }
+            });
+        let read = Tool::builder("read", Effect::Read).handler(|_| async { Ok(json!(1)) });
+        let registry = Registry::builder().tool(write).tool(read).build().unwrap();
+        let ctx = RunContext::new(
+            Arc::new(registry),
+            Arc::new(Breakers::new(BreakerConfig::default())),
+            budget,
+            "run".into(),
+            Arc::default(),
+        );
+        (ctx, runs)
+    }
+
+    #[tokio::test]
+    async fn unknown_tools_get_a_suggestion_and_no_receipt() {
+        let (ctx, _) = context(Budget::default());
+        let e = dispatch(&ctx, Call::top_level("reed", json!({})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnknownTool);
+        assert!(e.message.contains("did you mean `read`"), "{}", e.message);
+        assert!(ctx.take_receipts().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_composite_may_call_only_its_declared_tools() {
+        let (ctx, runs) = context(Budget::default());
+        let nested = |tool: &str| Call {
+            tool: tool.into(),
+            args: json!({}),
+            parent: Some((7, Arc::from(vec!["read".to_string()]))),
+            speculative: false,
+        };
+        let e = dispatch(&ctx, nested("write")).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PermissionDenied);
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        assert_eq!(dispatch(&ctx, nested("read")).await.unwrap(), json!(1));
+        let receipts = ctx.take_receipts();
+        assert_eq!(receipts.len(), 2);
+        assert!(receipts.iter().all(|r| r.parent == Some(7)));
+    }
+
+    #[tokio::test]
+    async fn refused_calls_never_reach_the_body_or_the_effect_log() {
+        let (ctx, runs) = context(Budget {
+            max_tool_calls: 2,
+            ..Budget::default()
+        });
+        let e = dispatch(&ctx, Call::top_level("write", json!({"n": "x"})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        // Invalid input did not count as a repeat: the corrected call runs.
+        dispatch(&ctx, Call::top_level("write", json!({"n": 1})))
+            .await
+            .unwrap();
+        let e = dispatch(&ctx, Call::top_level("write", json!({"n": 2})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BudgetExceeded);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let effects = ctx.take_effects();
+        assert_eq!(effects.len(), 1);
+        assert_eq!(effects[0].args, json!({"n": 1}));
+        assert_eq!(ctx.dispatched(), 3);
+    }
+
+    #[test]
+    fn panic_messages_are_recovered() {
+        assert_eq!(panic_message(&"static"), "static");
+        assert_eq!(panic_message(&String::from("owned")), "owned");
+        assert_eq!(panic_message(&5_u8), "(no message)");
     }
 }

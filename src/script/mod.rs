@@ -222,7 +222,9 @@ fn unknown_function(
         format!("there is no tool or function named `{name}`"),
     );
     if let Some(near) = registry.suggest(name) {
-        tool_error.message.push_str(&format!("; did you mean `{near}`?"));
+        tool_error
+            .message
+            .push_str(&format!("; did you mean `{near}`?"));
         tool_error = tool_error.with_next_action(format!("call `{near}` instead"));
     }
     tool_error.tool = Some(name.to_string());
@@ -271,10 +273,12 @@ pub(crate) fn execute(
     let _span = tracing::debug_span!("script").entered();
     let result = engine
         .eval_ast_with_scope::<Dynamic>(&mut Scope::new(), ast)
-        .map_err(|e| match unknown_function(&e, &engine, ast, &executor.ctx.registry) {
-            Some(error) => error,
-            None => from_rhai(*e, limits),
-        })
+        .map_err(
+            |e| match unknown_function(&e, &engine, ast, &executor.ctx.registry) {
+                Some(error) => error,
+                None => from_rhai(*e, limits),
+            },
+        )
         .and_then(|value| {
             to_json(&value).map_err(|e| {
                 RunError::new(

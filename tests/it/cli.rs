@@ -718,7 +718,7 @@ fn tools_manifest_replaces_the_demo_catalog() {
         "get_customer(#{id: 1})\n",
     );
     assert_eq!(out.code, 1, "{out:?}");
-    assert_eq!(run_json_shape(&out)["ok"], json!(false));
+    assert_eq!(run_json_shape(&out)["error"]["kind"], json!("unknown_tool"));
     let out = toolscript_with_stdin(
         &["run", "--json", "--tools", &manifest, "-"],
         "tool(\"get_customer\", #{id: 1})\n",

@@ -167,7 +167,10 @@ async fn budget_exceeded_after_the_allowed_calls() {
     assert_eq!(e.kind, ErrorKind::BudgetExceeded);
     assert_eq!((e.line, e.column), (Some(3), Some(8)));
     assert!(e.message.contains("at most 3 tool calls"), "{}", e.message);
-    assert_eq!(outcome.stats.dispatched, 4, "the refused call is still dispatched");
+    assert_eq!(
+        outcome.stats.dispatched, 4,
+        "the refused call is still dispatched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +199,9 @@ async fn budget_wall_clock_ends_a_long_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn circuit_open_after_five_failures() {
     let probe = Probe::default();
-    probe.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    probe
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let runtime = Runtime::new(fixture_registry(&probe));
     let outcome = runtime
         .run(
@@ -207,11 +212,20 @@ async fn circuit_open_after_five_failures() {
     assert_eq!(
         kinds,
         &serde_json::json!([
-            "unavailable", "unavailable", "unavailable", "unavailable", "unavailable",
-            "circuit_open", "circuit_open"
+            "unavailable",
+            "unavailable",
+            "unavailable",
+            "unavailable",
+            "unavailable",
+            "circuit_open",
+            "circuit_open"
         ])
     );
-    assert_eq!(Probe::count(&probe.flaky_calls), 5, "an open breaker fails fast");
+    assert_eq!(
+        Probe::count(&probe.flaky_calls),
+        5,
+        "an open breaker fails fast"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +242,9 @@ if args.mode == "bug" { let x = undefined_variable; }
 '''
 "#;
     let mut manifests = Manifests::new();
-    manifests.load_str(Path::new("strict.toml"), manifest).unwrap();
+    manifests
+        .load_str(Path::new("strict.toml"), manifest)
+        .unwrap();
     let runtime = Runtime::new(manifests.into_registry().unwrap());
     for (mode, kind, text) in [
         ("custom", "rate_limited", "too many requests"),

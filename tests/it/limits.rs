@@ -15,7 +15,10 @@ async fn runaway_scripts_hit_a_limit() {
         ("let s = \"x\";\nloop { s += s; }", "Length of string"),
         ("let a = [];\nloop { a.push(1); }", "Size of array"),
         // Rhai checks a map's size when the map is used, not on every insertion.
-        ("let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }", "Size of object map"),
+        (
+            "let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }",
+            "Size of object map",
+        ),
     ] {
         let outcome = run(script).await;
         let e = error_of(&outcome);
@@ -53,11 +56,17 @@ async fn custom_limits_apply() {
     let runtime = Runtime::builder(fixture_registry(&Probe::default()))
         .limits(limits)
         .build();
-    let outcome = runtime.run("let s = 0; for i in 0..10000 { s += i; } s").await;
+    let outcome = runtime
+        .run("let s = 0; for i in 0..10000 { s += i; } s")
+        .await;
     assert!(error_of(&outcome).message.contains("1000 operations"));
-    let outcome = runtime.run("fn f(n) { if n == 0 { 0 } else { f(n - 1) } }\nf(10)").await;
+    let outcome = runtime
+        .run("fn f(n) { if n == 0 { 0 } else { f(n - 1) } }\nf(10)")
+        .await;
     assert!(error_of(&outcome).message.contains("4 levels"));
-    let outcome = runtime.run("fn f(n) { if n == 0 { 0 } else { f(n - 1) } }\nf(2)").await;
+    let outcome = runtime
+        .run("fn f(n) { if n == 0 { 0 } else { f(n - 1) } }\nf(2)")
+        .await;
     assert_eq!(value_of(&outcome), &serde_json::json!(0));
 }
 
@@ -77,7 +86,9 @@ async fn logs_are_capped() {
     let runtime = Runtime::builder(fixture_registry(&Probe::default()))
         .limits(limits)
         .build();
-    let outcome = runtime.run("for i in 0..1000 { print(`line ${i}`); } 1").await;
+    let outcome = runtime
+        .run("for i in 0..1000 { print(`line ${i}`); } 1")
+        .await;
     value_of(&outcome);
     assert!(outcome.logs.len() < 20, "{} lines kept", outcome.logs.len());
     assert!(outcome.logs.last().unwrap().contains("cut at 100 bytes"));

@@ -47,7 +47,10 @@ async fn a_failed_read_is_answered_from_the_first_failure() {
     let outcome = fixture_runtime(&probe)
         .run("let kinds = [];\nfor i in 0..3 { try { get_user(#{id: 500}); } catch (e) { kinds.push(e.kind); } }\nkinds")
         .await;
-    assert_eq!(value_of(&outcome), &json!(["not_found", "not_found", "not_found"]));
+    assert_eq!(
+        value_of(&outcome),
+        &json!(["not_found", "not_found", "not_found"])
+    );
     assert_eq!(Probe::count(&probe.user_calls), 1);
 }
 
@@ -126,14 +129,12 @@ async fn values_map_to_json_naturally() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caught_error_is_a_structured_map() {
-    let outcome = run(
-        r#"let caught = ();
+    let outcome = run(r#"let caught = ();
            try { get_user(#{id: 1000}); } catch (e) {
                caught = #{kind: e.kind, message: e.message, tool: e.tool,
                           recoverable: e.recoverable, hint: type_of(e.suggested_next_action)};
            }
-           caught"#,
-    )
+           caught"#)
     .await;
     assert_eq!(
         value_of(&outcome),
@@ -144,7 +145,8 @@ async fn a_caught_error_is_a_structured_map() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rethrown_error_keeps_its_kind_and_the_new_position() {
-    let outcome = run("let e = ();\ntry { get_user(#{id: 1000}) } catch (err) { e = err; }\nthrow e;").await;
+    let outcome =
+        run("let e = ();\ntry { get_user(#{id: 1000}) } catch (err) { e = err; }\nthrow e;").await;
     let e = error_of(&outcome);
     assert_eq!(e.kind.as_str(), "not_found");
     assert_eq!(e.tool.as_deref(), Some("get_user"));
@@ -153,7 +155,8 @@ async fn a_rethrown_error_keeps_its_kind_and_the_new_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_inside_a_function_reports_the_inner_call_site() {
-    let outcome = run("fn lookup(id) {\n    get_user(#{id: id})\n}\nlet a = lookup(1);\nlookup(1000)").await;
+    let outcome =
+        run("fn lookup(id) {\n    get_user(#{id: id})\n}\nlet a = lookup(1);\nlookup(1000)").await;
     let e = error_of(&outcome);
     assert_eq!(e.kind.as_str(), "not_found");
     assert_eq!((e.line, e.column), (Some(2), Some(5)));
@@ -172,8 +175,7 @@ async fn hyphenated_tools_have_an_alias_and_a_generic_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_of_reads_are_ordinary_values() {
-    let outcome = run(
-        r#"
+    let outcome = run(r#"
         let active = [];
         for id in 1..=6 {
             let u = get_user(#{id: id});
@@ -181,8 +183,7 @@ async fn results_of_reads_are_ordinary_values() {
         }
         let orders = get_orders(#{user: 5});
         #{active: active, orders: orders, count: orders.len()}
-        "#,
-    )
+        "#)
     .await;
     assert_eq!(
         value_of(&outcome),

@@ -85,14 +85,9 @@ pub fn fixture_tools(probe: &Probe) -> Vec<Tool> {
             }),
     );
 
-    tools.push(
-        Tool::builder("notify", Effect::External)
-            .handler(|_| async { Ok(json!("sent")) }),
-    );
+    tools.push(Tool::builder("notify", Effect::External).handler(|_| async { Ok(json!("sent")) }));
 
-    tools.push(
-        Tool::builder("ping", Effect::Read).handler(|_| async { Ok(json!("pong")) }),
-    );
+    tools.push(Tool::builder("ping", Effect::Read).handler(|_| async { Ok(json!("pong")) }));
 
     let calls = Arc::clone(&probe.poll_calls);
     tools.push(
@@ -105,20 +100,17 @@ pub fn fixture_tools(probe: &Probe) -> Vec<Tool> {
     );
 
     let (calls, failing) = (Arc::clone(&probe.flaky_calls), Arc::clone(&probe.failing));
-    tools.push(
-        Tool::builder("flaky", Effect::Read)
-            .handler(move |_| {
-                calls.fetch_add(1, Ordering::SeqCst);
-                let fail = failing.load(Ordering::SeqCst);
-                async move {
-                    if fail {
-                        Err(ToolError::unavailable("the backend is down"))
-                    } else {
-                        Ok(json!("ok"))
-                    }
-                }
-            }),
-    );
+    tools.push(Tool::builder("flaky", Effect::Read).handler(move |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let fail = failing.load(Ordering::SeqCst);
+        async move {
+            if fail {
+                Err(ToolError::unavailable("the backend is down"))
+            } else {
+                Ok(json!("ok"))
+            }
+        }
+    }));
 
     tools.push(
         Tool::builder("hang", Effect::Read)
@@ -129,14 +121,12 @@ pub fn fixture_tools(probe: &Probe) -> Vec<Tool> {
             }),
     );
 
-    tools.push(
-        Tool::builder("boom", Effect::Read).handler(|_| async {
-            if true {
-                panic!("the tool body exploded");
-            }
-            Ok(Value::Null)
-        }),
-    );
+    tools.push(Tool::builder("boom", Effect::Read).handler(|_| async {
+        if true {
+            panic!("the tool body exploded");
+        }
+        Ok(Value::Null)
+    }));
 
     tools.push(
         Tool::builder("bad_output", Effect::Read)
