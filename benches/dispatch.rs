@@ -1,9 +1,9 @@
 //! The per-call overhead of the dispatch path, measured with tools that take no time at all.
 //!
 //! Each benchmark runs one compiled script through the public API
-//! ([`Runtime::run_script`]) on a multi-thread tokio runtime. Every script loops 200 times, and
-//! criterion is told so (`Throughput::Elements(200)`), so it reports the time per iteration of
-//! the loop:
+//! ([`Runtime::run_script`]) on a multi-thread tokio runtime, with the default options. Every
+//! script loops 200 times; criterion's `time` is that of one whole run, and its `thrpt`
+//! (`Throughput::Elements(200)`) is loop iterations per second:
 //!
 //! - `a_read_distinct`: 200 read calls with distinct arguments, none of them deduplicated;
 //! - `b_baseline`: the same loop without the tool call, the interpreter's own cost;
@@ -11,16 +11,16 @@
 //!   logged as an effect);
 //! - `d_read_identical`: 200 identical reads, answered by the first from the second on.
 //!
-//! Every figure also includes the fixed cost of a run (a fresh script thread, the run context),
-//! spread over the 200 iterations. The per-call overhead of the dispatch path is therefore the
-//! difference from the baseline:
+//! Every run also pays a fixed cost (a fresh script thread, the run context), which the baseline
+//! includes. The per-call overhead of the dispatch path is therefore, with `a`, `b`, `c` the
+//! `time` figures:
 //!
 //! ```text
-//! read overhead  = (a - b) / 200    (criterion's per-element time: a - b)
-//! write overhead = (c - b) / 200    (criterion's per-element time: c - b)
+//! read overhead  = (a - b) / 200
+//! write overhead = (c - b) / 200
 //! ```
 //!
-//! and `d - b` is the cost of a deduplicated call, which never enters the dispatch path.
+//! and `(d - b) / 200` is the cost of a deduplicated read, which never enters the dispatch path.
 //!
 //! Run with `cargo bench --bench dispatch` (add `-- --quick` for a rough figure).
 

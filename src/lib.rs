@@ -63,3 +63,8 @@ pub use tool::{
     Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
     ToolSpec, DEFAULT_TIMEOUT,
 };
+
+/// The README's Rust examples, compiled and run as doc tests so that they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -66,7 +66,9 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                  // A failed call throws #{kind, message, tool, recoverable, suggested_next_action}:\n\
                  // catch it with `try { ... } catch (e) { ... e.kind ... }`.\n\
                  // `tool(\"name\", #{...})` calls any tool by name. `print` goes to the run's logs.\n\
-                 // Reads are cheap and may run in parallel; other effects run once, in order.\n\n",
+                 // Identical reads between two non-read calls are made once. A non-read call runs\n\
+                 // in program order; repeating it with the same arguments fails with `repeated_call`.\n\
+                 // Calls with no arguments may omit the map.\n\n",
             );
             for t in registry.iter() {
                 let s = &t.spec;
@@ -89,11 +91,19 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                     .as_ref()
                     .map(render_type)
                     .unwrap_or_else(|| "?".to_string());
+                let takes_nothing = s
+                    .input_schema
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .is_none_or(|p| p.is_empty());
+                let params = if takes_nothing {
+                    String::new()
+                } else {
+                    format!("args: {}", render_type(&s.input_schema))
+                };
                 out.push_str(&format!(
-                    "fn {}(args: {}) -> {};\n\n",
-                    t.function_name(),
-                    render_type(&s.input_schema),
-                    returns
+                    "fn {}({params}) -> {returns};\n\n",
+                    t.function_name()
                 ));
             }
             out
