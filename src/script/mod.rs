@@ -134,8 +134,16 @@ impl Executor {
         }
     }
 
-    /// Runs the dispatch path on the async runtime and blocks this thread until it is done.
+    /// Runs the dispatch path and blocks this thread until it is done.
+    ///
+    /// On a multi-thread runtime the script thread polls the call itself (its timers are driven
+    /// by the runtime's workers), which saves two thread switches a call. A current-thread
+    /// runtime (tests with paused time) drives timers only on its own thread, so there the call
+    /// runs as a task and this thread waits for its result.
     fn dispatch(&self, call: Call) -> Result<Value, ToolError> {
+        if self.handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
+            return self.handle.block_on(dispatch(&self.ctx, call));
+        }
         let ctx = Arc::clone(&self.ctx);
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.handle.spawn(async move {
