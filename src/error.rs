@@ -37,6 +37,8 @@ pub enum ErrorKind {
     Conflict,
     /// The tool failed and said why in its message, without a more specific kind.
     Failed,
+    /// The call was cancelled: a speculative read nobody needed when the run ended.
+    Cancelled,
     /// The script does not compile.
     InvalidScript,
     /// The script hit one of its [`Limits`](crate::Limits).
@@ -64,6 +66,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::Conflict => "conflict",
             ErrorKind::Failed => "failed",
+            ErrorKind::Cancelled => "cancelled",
             ErrorKind::InvalidScript => "invalid_script",
             ErrorKind::LimitExceeded => "limit_exceeded",
             ErrorKind::ScriptError => "script_error",
@@ -89,6 +92,7 @@ impl ErrorKind {
             ErrorKind::NotFound,
             ErrorKind::Conflict,
             ErrorKind::Failed,
+            ErrorKind::Cancelled,
             ErrorKind::InvalidScript,
             ErrorKind::LimitExceeded,
             ErrorKind::ScriptError,
@@ -119,6 +123,15 @@ impl ErrorKind {
         matches!(
             self,
             ErrorKind::Timeout | ErrorKind::Unavailable | ErrorKind::CircuitOpen
+        )
+    }
+
+    /// Whether this error is the runtime's refusal of a speculative call rather than the tool's
+    /// answer: the executor then makes the call itself instead of claiming the outcome.
+    pub(crate) fn is_speculation_refusal(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::BudgetExceeded | ErrorKind::CircuitOpen | ErrorKind::Cancelled
         )
     }
 

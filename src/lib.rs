@@ -31,6 +31,7 @@
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, receipts |
 //! | `script` | the Rhai executor: engine set-up, limits, bindings, value conversion, static checks |
+//! | `speculate` | the scout, placeholders, the AST rewrite and the prefetch table |
 //! | `manifest` | TOML manifests and script tools, and the embedded demo catalog |
 //! | `runtime` | [`Runtime`]: compile, check and run scripts; [`RunOutcome`] |
 
@@ -40,14 +41,17 @@
 // returned once per failed call, so their size is not worth an allocation and a less plain API.
 #![allow(clippy::result_large_err)]
 
+mod bench;
 mod dispatch;
 mod error;
 mod json;
 mod manifest;
 mod runtime;
 mod script;
+mod speculate;
 mod tool;
 
+pub use bench::{bench_script, observable, BenchError, BenchReport};
 pub use dispatch::{
     verify_receipts, write_receipts, BreakerConfig, Budget, EffectRecord, Progress, Receipt,
     Status, RECEIPT_VERSION,
@@ -59,6 +63,7 @@ pub use runtime::{
     error_json, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats,
 };
 pub use script::{Limits, Problem};
+pub use speculate::SpeculationLimits;
 pub use tool::{
     Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
     ToolSpec, DEFAULT_TIMEOUT,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use toolscript::{
-    demo_catalog, error_json, verify_receipts, write_receipts, Error, Format, Manifests, Mode,
-    Progress, Registry, RunOptions, RunOutcome, Runtime,
+    bench_script, demo_catalog, error_json, verify_receipts, write_receipts, Error, Format,
+    Manifests, Mode, Progress, Registry, RunOptions, RunOutcome, Runtime,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -66,6 +66,20 @@ enum Command {
         #[arg(long, value_enum, default_value_t = FormatArg::Text)]
         format: FormatArg,
     },
+    /// Run scripts sequentially and speculatively, alternating; compare wall times and results.
+    Bench {
+        /// The script files.
+        #[arg(required = true)]
+        scripts: Vec<PathBuf>,
+        #[command(flatten)]
+        tools: ToolsArg,
+        /// Runs of each mode per script.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        runs: u32,
+        /// Print the reports as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check every hash and the chain of a receipts file.
     Verify {
         /// The receipts file (JSON Lines).
@@ -112,6 +126,12 @@ fn main() -> ExitCode {
             print!("{}", Runtime::new(registry).describe(format));
             ExitCode::SUCCESS
         }),
+        Command::Bench {
+            scripts,
+            tools,
+            runs,
+            json,
+        } => bench(&scripts, &tools, runs as usize, json),
         Command::Verify { receipts } => match verify_receipts(&receipts) {
             Ok(n) => {
                 println!("ok: {n} receipts, every hash and the chain check out");
@@ -193,9 +213,11 @@ fn run(
         let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
         let mut options = RunOptions::default();
         options.progress = Some(Arc::clone(&progress));
-        if sequential {
-            options.mode = Mode::Sequential;
-        }
+        options.mode = if sequential {
+            Mode::Sequential
+        } else {
+            Mode::Speculative
+        };
         let outcome = runtime.run_with(&source, options).await;
         if let Some(ticker) = ticker {
             ticker.abort();
@@ -300,6 +322,98 @@ fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, String
     };
     println!("{report}");
     Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn bench(
+    scripts: &[PathBuf],
+    tools: &ToolsArg,
+    runs: usize,
+    json: bool,
+) -> Result<ExitCode, String> {
+    let sources = scripts
+        .iter()
+        .map(|path| read_script(path).map(|source| (path.display().to_string(), source)))
+        .collect::<Result<Vec<_>, String>>()?;
+    // Check the manifests once, up front: every run builds a fresh runtime from them.
+    registry(tools)?;
+    let make_runtime = || -> Result<Runtime, Error> {
+        if tools.manifests.is_empty() {
+            return demo_catalog().map(Runtime::new);
+        }
+        let mut manifests = Manifests::new();
+        for path in &tools.manifests {
+            manifests.load_file(path)?;
+        }
+        manifests.into_registry().map(Runtime::new)
+    };
+    let bar = indicatif::ProgressBar::new((sources.len() * runs * 2) as u64);
+    if std::io::stderr().is_terminal() {
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg:24} [{bar:30}] {pos}/{len} runs {elapsed}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+    } else {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let rt = async_runtime()?;
+    let mut reports = Vec::new();
+    for (name, source) in &sources {
+        bar.set_message(name.clone());
+        let report = rt
+            .block_on(bench_script(name, source, runs, &make_runtime, &mut || {
+                bar.inc(1)
+            }))
+            .map_err(|e| format!("{name}: {e}"))?;
+        reports.push(report);
+    }
+    bar.finish_and_clear();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&reports).unwrap_or_default()
+        );
+    } else {
+        println!(
+            "{:<28} {:>12} {:>12} {:>8} {:>6} {:>8} {:>6} {:>6}  same result",
+            "script",
+            "sequential",
+            "speculative",
+            "speedup",
+            "calls",
+            "launched",
+            "wasted",
+            "passes"
+        );
+        for r in &reports {
+            println!(
+                "{:<28} {:>9.1} ms {:>9.1} ms {:>7.1}x {:>6} {:>8} {:>6} {:>6}  {}",
+                r.script,
+                r.sequential_ms,
+                r.speculative_ms,
+                r.speedup,
+                r.tool_calls,
+                r.launched,
+                r.wasted,
+                r.scout_passes,
+                if r.same_result { "yes" } else { "NO" }
+            );
+        }
+        for r in reports.iter().filter(|r| !r.same_result) {
+            eprintln!(
+                "{}: {}",
+                r.script,
+                r.difference.as_deref().unwrap_or_default()
+            );
+        }
+    }
+    Ok(if reports.iter().all(|r| r.same_result) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
@@ -93,7 +93,7 @@ impl Manifests {
     /// No manifests yet, and an empty shared `state`.
     pub fn new() -> Manifests {
         let limits = Limits::default();
-        let mut engine = script::new_engine(&limits, None, None);
+        let mut engine = script::new_engine(&limits, script::Watch::default());
         engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
         engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
         Manifests {
@@ -102,7 +102,10 @@ impl Manifests {
             host: Arc::new(ScriptHost {
                 engine,
                 limits,
-                state: Mutex::default(),
+                state: RwLock::default(),
+                running: tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(2, |n| n.get()),
+                ),
             }),
         }
     }
@@ -222,6 +225,7 @@ impl Manifests {
         spec.allow_repeat = entry.allow_repeat;
         spec.speculate = entry.speculate.unwrap_or(true);
         let latency = Duration::from_millis(entry.latency_ms);
+        let effect = spec.effect;
         let (host, ast) = (Arc::clone(&self.host), Arc::new(ast));
         Tool::from_spec(spec, move |args, _ctx| {
             let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
@@ -229,7 +233,11 @@ impl Manifests {
                 if !latency.is_zero() {
                     tokio::time::sleep(latency).await;
                 }
-                tokio::task::spawn_blocking(move || host.run(&ast, &args))
+                let Ok(_permit) = host.running.acquire().await else {
+                    return Err(ToolError::internal("the script tool host is closed"));
+                };
+                let runner = Arc::clone(&host);
+                tokio::task::spawn_blocking(move || runner.run(&ast, &args, effect))
                     .await
                     .unwrap_or_else(|e| {
                         Err(ToolError::internal(format!("the script tool stopped: {e}")))
@@ -243,16 +251,30 @@ impl Manifests {
 struct ScriptHost {
     engine: Engine,
     limits: Limits,
-    state: Mutex<Map>,
+    state: RwLock<Map>,
+    /// Bodies running at once, one per core: a fan-out of a hundred calls wakes a hundred
+    /// blocking threads otherwise, and their switching costs more than the bodies.
+    running: tokio::sync::Semaphore,
 }
 
 impl ScriptHost {
-    /// Runs a script tool's body. Bodies run one at a time, so `state` changes are never lost;
-    /// a body that fails leaves `state` as it found it.
-    fn run(&self, ast: &AST, args: &Value) -> Result<Value, ToolError> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+    /// Runs a script tool's body. Read tools run side by side and see `state` as it is; other
+    /// tools run alone, so `state` changes are never lost, and a body that fails leaves `state`
+    /// as it found it.
+    fn run(&self, ast: &AST, args: &Value, effect: Effect) -> Result<Value, ToolError> {
         let mut scope = Scope::new();
         scope.push("args", script::to_dynamic(args));
+        if effect == Effect::Read {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            scope.push("state", Dynamic::from_map(state.clone()));
+            drop(state);
+            let value = self
+                .engine
+                .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+                .map_err(|e| self.tool_error(*e))?;
+            return result_json(&value);
+        }
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         scope.push("state", Dynamic::from_map(state.clone()));
         let value = self
             .engine
@@ -266,9 +288,7 @@ impl ScriptHost {
                 ))
             }
         }
-        script::to_json(&value).map_err(|e| {
-            ToolError::internal(format!("the script tool's result cannot be returned: {e}"))
-        })
+        result_json(&value)
     }
 
     /// A thrown map with `kind` and `message` is the tool's structured error; any other thrown
@@ -295,6 +315,12 @@ impl ScriptHost {
             .unwrap_or_default();
         ToolError::internal(format!("the script tool failed{at}: {}", e.message))
     }
+}
+
+fn result_json(value: &Dynamic) -> Result<Value, ToolError> {
+    script::to_json(value).map_err(|e| {
+        ToolError::internal(format!("the script tool's result cannot be returned: {e}"))
+    })
 }
 
 /// The 1-based line of a byte offset.

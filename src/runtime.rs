@@ -13,6 +13,7 @@ use crate::dispatch::{
 };
 use crate::error::{ErrorKind, RunError};
 use crate::script::{self, Limits, Problem};
+use crate::speculate::{self, PrefetchTable, Scout, SpeculationLimits};
 use crate::tool::{self, Format, Registry};
 
 /// The stack of the thread a script runs on: deep enough for `Limits::max_call_depth` levels of
@@ -25,8 +26,10 @@ const SCRIPT_STACK: usize = 64 << 20;
 #[non_exhaustive]
 pub enum Mode {
     /// The executor alone: every call blocks the script until its result is there.
-    #[default]
     Sequential,
+    /// The executor, plus the scout starting reads early and in parallel.
+    #[default]
+    Speculative,
 }
 
 /// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
@@ -36,6 +39,7 @@ pub struct Runtime {
     breakers: Arc<Breakers>,
     limits: Limits,
     budget: Budget,
+    speculation: SpeculationLimits,
     /// Compiles scripts and answers `check`; runs get engines of their own.
     compiler: Engine,
 }
@@ -58,6 +62,7 @@ pub struct RuntimeBuilder {
     limits: Limits,
     budget: Budget,
     breaker: BreakerConfig,
+    speculation: SpeculationLimits,
 }
 
 impl RuntimeBuilder {
@@ -79,10 +84,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sets the caps on speculation.
+    pub fn speculation(mut self, speculation: SpeculationLimits) -> Self {
+        self.speculation = speculation;
+        self
+    }
+
     /// Builds the runtime.
     pub fn build(self) -> Runtime {
         Runtime {
-            compiler: script::new_engine(&self.limits, None, None),
+            speculation: self.speculation,
+            compiler: script::new_engine(&self.limits, script::Watch::default()),
             registry: Arc::new(self.registry),
             breakers: Arc::new(Breakers::new(self.breaker)),
             limits: self.limits,
@@ -95,6 +107,9 @@ impl RuntimeBuilder {
 #[derive(Clone, Debug)]
 pub struct Script {
     ast: Arc<AST>,
+    /// The same script rewritten for the scout, whose branch conditions and the like go
+    /// through functions it controls.
+    scout_ast: Arc<AST>,
 }
 
 /// Options of one run.
@@ -131,6 +146,13 @@ pub struct Stats {
     pub effectful_calls: u64,
     /// Passes of the scout over the script.
     pub scout_passes: u64,
+    /// Interpreter operations of the executor ; not in the JSON output.
+    #[serde(skip)]
+    pub script_operations: u64,
+    /// Interpreter operations of all scout passes; not in the JSON
+    /// output.
+    #[serde(skip)]
+    pub scout_operations: u64,
 }
 
 /// Everything a run produced: its value or error, logs, effects, stats and receipts.
@@ -235,7 +257,11 @@ impl Runtime {
             .compiler
             .compile(source)
             .map_err(|e| script::from_parse(&e))?;
-        Ok(Script { ast: Arc::new(ast) })
+        let scout_ast = Arc::new(speculate::rewrite(&self.compiler, &ast));
+        Ok(Script {
+            ast: Arc::new(ast),
+            scout_ast,
+        })
     }
 
     /// Compiles a script and checks it without running a tool: calls to functions that exist
@@ -276,18 +302,34 @@ impl Runtime {
             run_id.clone(),
             options.progress.unwrap_or_default(),
         ));
+        let handle = tokio::runtime::Handle::current();
+        let table = Arc::new(PrefetchTable::new(
+            self.speculation.clone(),
+            self.budget.max_speculative_calls,
+        ));
+        let scout = (options.mode == Mode::Speculative).then(|| {
+            let scout = Scout::new(
+                Arc::clone(&ctx),
+                Arc::clone(&table),
+                Arc::clone(&script.scout_ast),
+                self.limits.clone(),
+                handle.clone(),
+            );
+            (Arc::clone(&scout), tokio::spawn(scout.drive()))
+        });
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (ast, limits, handle) = (
+        let (ast, limits, thread_ctx, thread_table) = (
             Arc::clone(&script.ast),
             self.limits.clone(),
-            tokio::runtime::Handle::current(),
+            Arc::clone(&ctx),
+            Arc::clone(&table),
         );
-        let thread_ctx = Arc::clone(&ctx);
         let spawned = std::thread::Builder::new()
             .name("toolscript-script".into())
             .stack_size(SCRIPT_STACK)
             .spawn(move || {
-                let _ = tx.send(script::execute(&ast, thread_ctx, handle, &limits));
+                let execution = script::execute(&ast, thread_ctx, thread_table, handle, &limits);
+                let _ = tx.send(execution);
             });
         drop(_entered);
         let execution = match spawned {
@@ -297,6 +339,13 @@ impl Runtime {
                 None
             }
         };
+        table.close();
+        let (mut scout_passes, mut scout_operations) = (0, 0);
+        if let Some((scout, driver)) = scout {
+            scout.finish().await;
+            scout_passes = driver.await.unwrap_or_default();
+            scout_operations = scout.operations();
+        }
         let execution = execution.unwrap_or_else(|| script::Execution {
             result: Err(RunError::new(
                 ErrorKind::Internal,
@@ -305,14 +354,20 @@ impl Runtime {
             logs: Vec::new(),
             counts: Default::default(),
         });
+        let (launched, claimed) = table.counts();
         let stats = Stats {
             mode: options.mode,
             wall_ms: started.elapsed().as_secs_f64() * 1e3,
             tool_calls: execution.counts.tool_calls,
             dispatched: ctx.dispatched(),
+            speculative_launched: launched,
+            speculative_claimed: claimed,
+            speculative_wasted: launched - claimed,
             deduplicated: execution.counts.deduplicated,
             effectful_calls: execution.counts.effectful_calls,
-            ..Stats::default()
+            scout_passes,
+            script_operations: execution.counts.operations,
+            scout_operations,
         };
         RunOutcome {
             run_id,

@@ -64,6 +64,7 @@ impl Health {
     pub(crate) fn of<T>(result: &Result<T, ToolError>) -> Health {
         match result {
             Err(e) if e.kind.counts_as_failure() => Health::Failed,
+            Err(e) if e.kind == ErrorKind::Cancelled => Health::Unknown,
             _ => Health::Answered,
         }
     }
@@ -102,6 +103,19 @@ impl Breakers {
             }
             State::Open { until } => Err(open(tool, until.saturating_duration_since(now))),
             State::HalfOpen { .. } => Err(open(tool, Duration::ZERO)),
+        }
+    }
+
+    /// Fails fast if the breaker is open, without admitting a call: a speculative read is
+    /// neither a probe nor counted (the executor's claim of its outcome is, as in a sequential run).
+    pub(crate) fn check(&self, tool: &str, now: Instant) -> Result<(), ToolError> {
+        let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        match states.get(tool) {
+            Some(State::Open { until }) if now < *until => {
+                Err(open(tool, until.saturating_duration_since(now)))
+            }
+            Some(State::HalfOpen { .. }) => Err(open(tool, Duration::ZERO)),
+            _ => Ok(()),
         }
     }
 
@@ -226,6 +240,22 @@ mod tests {
         assert_eq!(
             b.admit("t", t1 + Duration::from_secs(10)).unwrap(),
             Admission::Probe
+        );
+    }
+
+    #[test]
+    fn a_check_admits_nothing() {
+        let b = breakers();
+        let now = Instant::now();
+        assert!(b.check("t", now).is_ok());
+        (0..3).for_each(|_| fail(&b, now));
+        assert!(b.check("t", now).is_err());
+        let later = now + Duration::from_secs(10);
+        assert!(b.check("t", later).is_ok(), "cooled down");
+        assert_eq!(
+            b.admit("t", later).unwrap(),
+            Admission::Probe,
+            "the check took no probe"
         );
     }
 

@@ -59,30 +59,28 @@ impl BudgetMeter {
 
     /// Charges one call, or refuses it with `budget_exceeded`. A charged call is in flight until
     /// the returned guard drops.
+    ///
+    /// A speculative call counts only against the speculative cap (its in-flight calls are
+    /// capped by the prefetch table): the executor's own calls and claims are charged exactly
+    /// as in a sequential run, so speculation never changes where a budget runs out.
     pub(crate) fn charge(
         &self,
         speculative: bool,
         now: Instant,
     ) -> Result<InFlight<'_>, ToolError> {
-        if now >= self.deadline {
-            return Err(exceeded(format!(
-                "the run's wall-clock budget of {:?} is spent",
-                self.budget.wall_clock
-            )));
-        }
+        self.check_deadline(now)?;
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
-        if spent.calls >= self.budget.max_tool_calls {
-            return Err(exceeded(format!(
-                "the run may make at most {} tool calls",
-                self.budget.max_tool_calls
-            )));
+        if speculative {
+            if spent.speculative >= self.budget.max_speculative_calls {
+                return Err(exceeded(format!(
+                    "the run may start at most {} speculative calls",
+                    self.budget.max_speculative_calls
+                )));
+            }
+            spent.speculative += 1;
+            return Ok(InFlight(None));
         }
-        if speculative && spent.speculative >= self.budget.max_speculative_calls {
-            return Err(exceeded(format!(
-                "the run may start at most {} speculative calls",
-                self.budget.max_speculative_calls
-            )));
-        }
+        self.check_calls(&spent)?;
         if spent.in_flight >= self.budget.max_in_flight {
             return Err(exceeded(format!(
                 "at most {} calls may run at once",
@@ -90,9 +88,38 @@ impl BudgetMeter {
             )));
         }
         spent.calls += 1;
-        spent.speculative += u64::from(speculative);
         spent.in_flight += 1;
-        Ok(InFlight(self))
+        Ok(InFlight(Some(self)))
+    }
+
+    /// Charges the executor's claim of a speculative outcome: the call a sequential run would
+    /// have dispatched at this point.
+    pub(crate) fn charge_claim(&self, now: Instant) -> Result<(), ToolError> {
+        self.check_deadline(now)?;
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        self.check_calls(&spent)?;
+        spent.calls += 1;
+        Ok(())
+    }
+
+    fn check_deadline(&self, now: Instant) -> Result<(), ToolError> {
+        if now >= self.deadline {
+            return Err(exceeded(format!(
+                "the run's wall-clock budget of {:?} is spent",
+                self.budget.wall_clock
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_calls(&self, spent: &Spent) -> Result<(), ToolError> {
+        if spent.calls >= self.budget.max_tool_calls {
+            return Err(exceeded(format!(
+                "the run may make at most {} tool calls",
+                self.budget.max_tool_calls
+            )));
+        }
+        Ok(())
     }
 
     /// Time left before the wall-clock budget is spent.
@@ -110,13 +137,15 @@ impl BudgetMeter {
     }
 }
 
-/// A charged call in flight; dropping it frees its in-flight slot.
+/// A charged call in flight; dropping it frees its in-flight slot (speculative calls hold none).
 #[derive(Debug)]
-pub(crate) struct InFlight<'a>(&'a BudgetMeter);
+pub(crate) struct InFlight<'a>(Option<&'a BudgetMeter>);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.release();
+        if let Some(meter) = self.0 {
+            meter.release();
+        }
     }
 }
 

@@ -94,6 +94,8 @@ pub(crate) struct RunContext {
     next_call_id: AtomicU64,
     dispatched: AtomicU64,
     pub(crate) progress: Arc<Progress>,
+    /// Set when the run ends: speculative calls still running are cancelled.
+    cancel: tokio::sync::watch::Sender<bool>,
 }
 
 impl RunContext {
@@ -116,7 +118,29 @@ impl RunContext {
             next_call_id: AtomicU64::new(1),
             dispatched: AtomicU64::new(0),
             progress,
+            cancel: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// Cancels the speculative calls still running (the run no longer needs them).
+    pub(crate) fn cancel_speculation(&self) {
+        self.cancel.send_replace(true);
+    }
+
+    /// The executor claims a speculative outcome: the steps a sequential dispatch of the same
+    /// call would take at this point — budget, breaker admission, breaker record — so that
+    /// speculation never changes where a budget runs out or a breaker opens.
+    pub(crate) fn claim(
+        &self,
+        tool: &str,
+        outcome: &Result<Value, ToolError>,
+    ) -> Result<(), ToolError> {
+        let now = Instant::now();
+        self.budget.charge_claim(now)?;
+        let admission = self.breakers.admit(tool, now)?;
+        self.breakers
+            .record(tool, admission, Health::of(outcome), now);
+        Ok(())
     }
 
     pub(crate) fn elapsed(&self) -> Duration {
@@ -146,6 +170,8 @@ pub(crate) struct Call {
     pub(crate) parent: Option<(u64, Arc<[String]>)>,
     /// Started by the scout.
     pub(crate) speculative: bool,
+    /// For a speculative call: set when the executor claims its outcome (for the receipt).
+    pub(crate) claimed: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Call {
@@ -156,6 +182,22 @@ impl Call {
             args,
             parent: None,
             speculative: false,
+            claimed: None,
+        }
+    }
+
+    /// A read started by the scout.
+    pub(crate) fn speculative(
+        tool: impl Into<String>,
+        args: Value,
+        claimed: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Call {
+        Call {
+            tool: tool.into(),
+            args,
+            parent: None,
+            speculative: true,
+            claimed: Some(claimed),
         }
     }
 }
@@ -198,6 +240,7 @@ pub(crate) async fn dispatch(ctx: &RunContext, call: Call) -> Result<Value, Tool
         tool: tool.spec.name.clone(),
         effect: tool.spec.effect,
         speculative: call.speculative,
+        claimed: call.claimed.clone(),
         args_sha256: sha256_hex(&args_key),
         result_sha256: result.as_ref().ok().map(|v| sha256_hex(&canonical(v))),
         error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
@@ -235,12 +278,20 @@ async fn steps(
     ctx.repeat.check(spec, args_key)?;
     // 4. Charge the budget; the guard frees the in-flight slot when the call ends.
     let _in_flight = ctx.budget.charge(call.speculative, Instant::now())?;
-    // 5. The breaker admits or fails fast.
-    let admission = ctx.breakers.admit(&spec.name, Instant::now())?;
+    // 5. The breaker admits or fails fast. A speculative read only checks it: the executor's
+    // claim admits and records, as its own call would.
+    let admission = if call.speculative {
+        ctx.breakers.check(&spec.name, Instant::now())?;
+        None
+    } else {
+        Some(ctx.breakers.admit(&spec.name, Instant::now())?)
+    };
     // 6. Validate the input.
     if let Err(e) = schema::check_input(tool, &call.args) {
-        ctx.breakers
-            .record(&spec.name, admission, Health::Unknown, Instant::now());
+        if let Some(admission) = admission {
+            ctx.breakers
+                .record(&spec.name, admission, Health::Unknown, Instant::now());
+        }
         return Err(e);
     }
     // 7. Run the body under its timeout, catching panics, retrying where allowed.
@@ -255,15 +306,29 @@ async fn steps(
         });
         effects.len() - 1
     });
-    let result = run_body(ctx, tool, &call.args, call_id, attempts).await;
+    let result = if call.speculative {
+        // A speculative read ends early when the run no longer needs it.
+        let mut cancel = ctx.cancel.subscribe();
+        tokio::select! {
+            result = run_body(ctx, tool, &call.args, call_id, attempts) => result,
+            _ = cancel.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
+                ErrorKind::Cancelled,
+                "the run ended before this speculative read was needed",
+            )),
+        }
+    } else {
+        run_body(ctx, tool, &call.args, call_id, attempts).await
+    };
     // 8. Validate the output.
     let result = result.and_then(|value| schema::check_output(tool, &value).map(|()| value));
     if let Some(i) = effect_index {
         ctx.effects.lock().unwrap_or_else(|p| p.into_inner())[i].ok = result.is_ok();
     }
     // 9. Record the outcome in the breaker.
-    ctx.breakers
-        .record(&spec.name, admission, Health::of(&result), Instant::now());
+    if let Some(admission) = admission {
+        ctx.breakers
+            .record(&spec.name, admission, Health::of(&result), Instant::now());
+    }
     result
 }
 
@@ -379,6 +444,7 @@ mod tests {
             args: json!({}),
             parent: Some((7, Arc::from(vec!["read".to_string()]))),
             speculative: false,
+            claimed: None,
         };
         let e = dispatch(&ctx, nested("write")).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::PermissionDenied);

@@ -1,7 +1,8 @@
 //! Step 10: receipts, one per dispatch, chained by hash; and their verification.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -88,6 +89,8 @@ pub(crate) struct Draft {
     pub(crate) tool: String,
     pub(crate) effect: Effect,
     pub(crate) speculative: bool,
+    /// Set by the executor when it claims a speculative outcome, possibly after the call ended.
+    pub(crate) claimed: Option<Arc<AtomicBool>>,
     pub(crate) args_sha256: String,
     pub(crate) result_sha256: Option<String>,
     pub(crate) error_kind: Option<String>,
@@ -96,53 +99,62 @@ pub(crate) struct Draft {
     pub(crate) attempt: u32,
 }
 
-/// One run's receipts, in the order their calls finished.
+/// One run's receipts, in the order their calls finished. They are hashed and chained when the
+/// run ends, once every speculative call knows whether it was claimed.
 #[derive(Debug)]
 pub(crate) struct ReceiptLog {
     run_id: String,
-    receipts: Mutex<Vec<Receipt>>,
+    drafts: Mutex<Vec<Draft>>,
 }
 
 impl ReceiptLog {
     pub(crate) fn new(run_id: String) -> ReceiptLog {
         ReceiptLog {
             run_id,
-            receipts: Mutex::default(),
+            drafts: Mutex::default(),
         }
     }
 
     pub(crate) fn append(&self, draft: Draft) {
-        let mut receipts = self.receipts.lock().unwrap_or_else(|p| p.into_inner());
-        let mut receipt = Receipt {
-            v: RECEIPT_VERSION,
-            run_id: self.run_id.clone(),
-            seq: receipts.len() as u64,
-            call_id: draft.call_id,
-            parent: draft.parent,
-            tool: draft.tool,
-            effect: draft.effect,
-            speculative: draft.speculative,
-            claimed: false,
-            args_sha256: draft.args_sha256,
-            status: if draft.error_kind.is_none() {
-                Status::Ok
-            } else {
-                Status::Error
-            },
-            result_sha256: draft.result_sha256,
-            error_kind: draft.error_kind,
-            started_ms: round_ms(draft.started_ms),
-            duration_ms: round_ms(draft.duration_ms),
-            attempt: draft.attempt,
-            prev: receipts.last().map(|r| r.hash.clone()),
-            hash: String::new(),
-        };
-        receipt.hash = receipt.compute_hash();
-        receipts.push(receipt);
+        self.drafts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(draft);
     }
 
+    /// The chained receipts of the calls so far.
     pub(crate) fn take(&self) -> Vec<Receipt> {
-        std::mem::take(&mut *self.receipts.lock().unwrap_or_else(|p| p.into_inner()))
+        let drafts = std::mem::take(&mut *self.drafts.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut receipts: Vec<Receipt> = Vec::with_capacity(drafts.len());
+        for (seq, draft) in drafts.into_iter().enumerate() {
+            let mut receipt = Receipt {
+                v: RECEIPT_VERSION,
+                run_id: self.run_id.clone(),
+                seq: seq as u64,
+                call_id: draft.call_id,
+                parent: draft.parent,
+                tool: draft.tool,
+                effect: draft.effect,
+                speculative: draft.speculative,
+                claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
+                args_sha256: draft.args_sha256,
+                status: if draft.error_kind.is_none() {
+                    Status::Ok
+                } else {
+                    Status::Error
+                },
+                result_sha256: draft.result_sha256,
+                error_kind: draft.error_kind,
+                started_ms: round_ms(draft.started_ms),
+                duration_ms: round_ms(draft.duration_ms),
+                attempt: draft.attempt,
+                prev: receipts.last().map(|r| r.hash.clone()),
+                hash: String::new(),
+            };
+            receipt.hash = receipt.compute_hash();
+            receipts.push(receipt);
+        }
+        receipts
     }
 }
 
@@ -239,6 +251,7 @@ mod tests {
             tool: "t".into(),
             effect: Effect::Read,
             speculative: false,
+            claimed: None,
             args_sha256: sha256_hex("{}"),
             result_sha256: Some(sha256_hex("1")),
             error_kind: None,

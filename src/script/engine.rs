@@ -1,11 +1,14 @@
 //! The locked-down Rhai engine shared by scripts and script tools: no `eval`, no modules, the
 //! [`Limits`] applied, and a deadline and cancellation checked while it runs.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rhai::{Dynamic, Engine};
+use std::sync::OnceLock;
+
+use rhai::packages::{Package, StandardPackage};
+use rhai::{Dynamic, Engine, Shared};
 
 use super::Limits;
 
@@ -17,14 +20,28 @@ pub(crate) const CANCELLED: &str = "cancelled";
 /// How often, in operations, the deadline and the cancellation flag are looked at.
 const CHECK_EVERY: u64 = 256;
 
+/// What watches a running script: a deadline and a cancellation flag that terminate it, and a
+/// counter of the operations it ran.
+#[derive(Default)]
+pub(crate) struct Watch {
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
+    pub(crate) operations: Option<Arc<AtomicU64>>,
+}
+
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
-/// `deadline` and `cancel`, when given, terminate a running script.
-pub(crate) fn new_engine(
-    limits: &Limits,
-    deadline: Option<Instant>,
-    cancel: Option<Arc<AtomicBool>>,
-) -> Engine {
-    let mut engine = Engine::new();
+pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
+    let Watch {
+        deadline,
+        cancel,
+        operations,
+    } = watch;
+    // Building the standard library is most of what `Engine::new` costs; it is built once and
+    // shared by every engine of the process.
+    static STANDARD: OnceLock<Shared<rhai::Module>> = OnceLock::new();
+    let standard = STANDARD.get_or_init(|| StandardPackage::new().as_shared_module());
+    let mut engine = Engine::new_raw();
+    engine.register_global_module(standard.clone());
     engine.disable_symbol("eval");
     engine.disable_symbol("import");
     engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
@@ -36,8 +53,11 @@ pub(crate) fn new_engine(
     engine.set_max_map_size(limits.max_map_size);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
-    if deadline.is_some() || cancel.is_some() {
+    if deadline.is_some() || cancel.is_some() || operations.is_some() {
         engine.on_progress(move |ops| {
+            if let Some(counter) = &operations {
+                counter.store(ops, Ordering::Relaxed);
+            }
             if ops % CHECK_EVERY != 0 {
                 return None;
             }

@@ -22,6 +22,11 @@ pub(crate) fn to_rhai(e: ToolError, position: Position) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(map.into(), position))
 }
 
+/// The catchable error of a failed call, where no call site is at hand.
+pub(crate) fn tool_error_to_rhai(e: ToolError) -> Box<EvalAltResult> {
+    to_rhai(e, Position::NONE)
+}
+
 /// A compile error: `invalid_script` with its line and column.
 pub(crate) fn from_parse(e: &ParseError) -> RunError {
     let (line, column) = line_column(e.position());

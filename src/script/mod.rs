@@ -12,11 +12,11 @@ pub use check::Problem;
 pub use limits::Limits;
 
 pub(crate) use check::check;
-pub(crate) use engine::new_engine;
-pub(crate) use errors::{from_parse, from_rhai, line_column};
+pub(crate) use engine::{new_engine, Watch};
+pub(crate) use errors::{from_parse, from_rhai, line_column, tool_error_to_rhai};
 pub(crate) use value::{to_dynamic, to_json};
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,6 +26,7 @@ use serde_json::Value;
 use crate::dispatch::{dispatch, Call, RunContext};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::json::canonical;
+use crate::speculate::{Lookup, PrefetchTable, WriteRecord};
 use crate::tool::Effect;
 
 /// A read call as the run's meaning sees it: identical reads in one epoch are one call. The
@@ -45,13 +46,13 @@ pub(crate) struct Counts {
     pub(crate) tool_calls: u64,
     pub(crate) deduplicated: u64,
     pub(crate) effectful_calls: u64,
+    /// Interpreter operations.
+    pub(crate) operations: u64,
 }
 
 #[derive(Default)]
 struct State {
     epoch: u64,
-    /// Results of the reads made in the current epoch (earlier epochs cannot be asked again).
-    reads: HashMap<ReadKey, Result<Value, ToolError>>,
     counts: Counts,
 }
 
@@ -82,6 +83,8 @@ impl Logs {
 /// The executor of one run.
 struct Executor {
     ctx: Arc<RunContext>,
+    /// Read results of the run, the executor's and the scout's; the executor's non-read calls.
+    table: Arc<PrefetchTable>,
     handle: tokio::runtime::Handle,
     state: Mutex<State>,
 }
@@ -108,28 +111,66 @@ impl Executor {
                     tool,
                     args: canonical(&args),
                 };
-                if let Some(result) = state.reads.get(&key).cloned() {
-                    state.counts.deduplicated += 1;
-                    return result;
-                }
                 drop(state);
-                let result = self.dispatch(Call::top_level(key.tool.clone(), args));
-                self.lock().reads.insert(key, result.clone());
-                result
+                self.read(key, args)
             }
             Some((tool, effect, _)) if effect != Effect::Read => {
                 drop(state);
-                let result = self.dispatch(Call::top_level(tool, args));
+                let args_key = canonical(&args);
+                let result = self.dispatch(Call::top_level(tool.clone(), args));
                 let mut state = self.lock();
                 state.epoch += 1;
-                state.reads.clear();
                 state.counts.effectful_calls += 1;
+                drop(state);
+                self.table.record_write(WriteRecord {
+                    tool,
+                    args: args_key,
+                    outcome: Arc::new(result.clone()),
+                });
                 result
             }
             // Polling reads and unknown tools go straight to the dispatch path.
             _ => {
                 drop(state);
                 self.dispatch(Call::top_level(name, args))
+            }
+        }
+    }
+
+    /// A read: answered by an identical read earlier in this epoch, claimed from the scout's
+    /// speculation, or dispatched.
+    fn read(&self, key: ReadKey, args: Value) -> Result<Value, ToolError> {
+        match self.table.lookup(&key) {
+            Lookup::Repeat(cell) => {
+                self.lock().counts.deduplicated += 1;
+                (*cell.wait_blocking()).clone()
+            }
+            // An outcome the executor already claimed answers a repeat, as its own would.
+            Lookup::Speculated(cell, claimed) if claimed.load(Ordering::SeqCst) => {
+                self.lock().counts.deduplicated += 1;
+                (*cell.wait_blocking()).clone()
+            }
+            Lookup::Speculated(cell, claimed) => {
+                let outcome = cell.wait_blocking();
+                if let Err(e) = outcome.as_ref() {
+                    if e.kind.is_speculation_refusal() {
+                        // The runtime refused the speculative call; the tool never answered.
+                        let cell = self.table.take_over(&key);
+                        let result = self.dispatch(Call::top_level(key.tool, args));
+                        cell.set(result.clone());
+                        return result;
+                    }
+                }
+                self.ctx
+                    .claim(&key.tool, &outcome)
+                    .map_err(|e| e.for_tool(&key.tool))?;
+                self.table.claim(&claimed);
+                (*outcome).clone()
+            }
+            Lookup::Miss(cell) => {
+                let result = self.dispatch(Call::top_level(key.tool, args));
+                cell.set(result.clone());
+                result
             }
         }
     }
@@ -252,11 +293,17 @@ pub(crate) struct Execution {
 pub(crate) fn execute(
     ast: &AST,
     ctx: Arc<RunContext>,
+    table: Arc<PrefetchTable>,
     handle: tokio::runtime::Handle,
     limits: &Limits,
 ) -> Execution {
-    let deadline = Instant::now() + limits.max_duration;
-    let mut engine = new_engine(limits, Some(deadline), None);
+    let operations = Arc::new(AtomicU64::new(0));
+    let watch = Watch {
+        deadline: Some(Instant::now() + limits.max_duration),
+        operations: Some(Arc::clone(&operations)),
+        ..Watch::default()
+    };
+    let mut engine = new_engine(limits, watch);
     let logs = Arc::new(Mutex::new(Logs::default()));
     let max_log = limits.max_log_bytes;
     let sink = Arc::clone(&logs);
@@ -273,6 +320,7 @@ pub(crate) fn execute(
     });
     let executor = Arc::new(Executor {
         ctx,
+        table,
         handle,
         state: Mutex::default(),
     });
@@ -296,7 +344,8 @@ pub(crate) fn execute(
             })
         });
     drop(engine);
-    let counts = executor.lock().counts.clone();
+    let mut counts = executor.lock().counts.clone();
+    counts.operations = operations.load(Ordering::Relaxed);
     let logs = std::mem::take(&mut logs.lock().unwrap_or_else(|p| p.into_inner()).lines);
     Execution {
         result,

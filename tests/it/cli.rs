@@ -888,7 +888,8 @@ fn verify_names_the_first_tampered_line() {
          let c = list_orders(#{customer_id: 3});\n\
          [a.id, b.id, c.len()]\n",
     );
-    let out = toolscript(&["run", "--receipts", &receipts_arg, &script]);
+    // Sequential, so that the receipts come in program order.
+    let out = toolscript(&["run", "--sequential", "--receipts", &receipts_arg, &script]);
     assert_eq!(out.code, 0, "{out:?}");
     let original = receipt_lines(&receipts);
     assert_eq!(original.len(), 3);

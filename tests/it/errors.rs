@@ -3,9 +3,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use toolscript::{Budget, ErrorKind, Manifests, Runtime};
+use toolscript::{Budget, ErrorKind, Manifests, Mode, Runtime};
 
-use crate::support::{error_of, fixture_registry, run, Probe};
+use crate::support::{error_of, fixture_registry, run, run_in, Probe};
 
 struct Case {
     script: &'static str,
@@ -160,9 +160,8 @@ async fn budget_exceeded_after_the_allowed_calls() {
     let runtime = Runtime::builder(fixture_registry(&Probe::default()))
         .budget(budget)
         .build();
-    let outcome = runtime
-        .run("let n = 0;\nfor i in 1..10 {\n  n += get_user(#{id: i}).id;\n}\nn")
-        .await;
+    let script = "let n = 0;\nfor i in 1..10 {\n  n += get_user(#{id: i}).id;\n}\nn";
+    let outcome = run_in(&runtime, script, Mode::Sequential).await;
     let e = error_of(&outcome);
     assert_eq!(e.kind, ErrorKind::BudgetExceeded);
     assert_eq!((e.line, e.column), (Some(3), Some(8)));
@@ -171,6 +170,10 @@ async fn budget_exceeded_after_the_allowed_calls() {
         outcome.stats.dispatched, 4,
         "the refused call is still dispatched"
     );
+    // Speculation spends its own budget: the run fails at the same call.
+    let speculative = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(error_of(&speculative), e);
+    assert!(speculative.stats.speculative_launched > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

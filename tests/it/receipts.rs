@@ -1,9 +1,9 @@
 //! Receipts: one per dispatch, hash-chained, verifiable; tampering is caught at the first bad line.
 
 use serde_json::{json, Value};
-use toolscript::{canonical_json, verify_receipts, write_receipts, Effect, Error, Status};
+use toolscript::{canonical_json, verify_receipts, write_receipts, Effect, Error, Mode, Status};
 
-use crate::support::{fixture_runtime, Probe};
+use crate::support::{fixture_runtime, run_in, Probe};
 
 fn sha256(text: &str) -> String {
     use sha2::Digest;
@@ -16,11 +16,12 @@ fn sha256(text: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_receipt_per_dispatch_chained_by_hash() {
     let runtime = fixture_runtime(&Probe::default());
-    let outcome = runtime
-        .run(
-            "let u = get_user(#{id: 3});\nlet again = get_user(#{id: 3});\ncreate_order(#{user: 3});\ntry { get_user(#{id: \"x\"}); } catch {}\ntry { tool(\"nope\"); } catch {}\nu.name",
-        )
-        .await;
+    let outcome = run_in(
+        &runtime,
+        "let u = get_user(#{id: 3});\nlet again = get_user(#{id: 3});\ncreate_order(#{user: 3});\ntry { get_user(#{id: \"x\"}); } catch {}\ntry { tool(\"nope\"); } catch {}\nu.name",
+        Mode::Sequential,
+    )
+    .await;
     assert!(outcome.result.is_ok());
     let receipts = &outcome.receipts;
     // The deduplicated read and the unknown tool are not dispatches of a tool.
@@ -132,4 +133,29 @@ async fn verify_accepts_a_run_and_names_the_first_tampered_line() {
     let (line, message) = first_bad_line(&path);
     assert_eq!(line, 1);
     assert!(message.contains("not JSON"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculative_receipts_say_whether_they_were_claimed() {
+    let runtime = fixture_runtime(&Probe::default());
+    // The scout guesses `u.active` true for every user and starts their orders; only the
+    // active users' orders are claimed.
+    let outcome = run_in(
+        &runtime,
+        "let n = 0;\nfor id in 1..=6 {\n  let u = get_user(#{id: id});\n  if u.active { n += get_orders(#{user: u.id}).len(); }\n}\nn",
+        Mode::Speculative,
+    )
+    .await;
+    assert!(outcome.result.is_ok());
+    let speculative: Vec<_> = outcome.receipts.iter().filter(|r| r.speculative).collect();
+    assert!(!speculative.is_empty());
+    let claimed = speculative.iter().filter(|r| r.claimed).count() as u64;
+    assert_eq!(claimed, outcome.stats.speculative_claimed);
+    assert_eq!(
+        speculative.len() as u64 - claimed,
+        outcome.stats.speculative_wasted
+    );
+    assert!(outcome.receipts.iter().all(|r| r.speculative || !r.claimed));
+    let (_dir, path, _) = write_and_read(&outcome.receipts);
+    assert_eq!(verify_receipts(&path).unwrap(), outcome.receipts.len());
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolscript::{Effect, Registry, RunError, RunOutcome, Runtime, Tool, ToolError};
+use toolscript::{
+    Effect, Mode, Registry, RunError, RunOptions, RunOutcome, Runtime, Tool, ToolError,
+};
 
 /// Counts how often each fixture body ran, and switches the flaky tool between failing and healthy.
 #[derive(Default, Clone)]
@@ -169,4 +171,11 @@ pub fn value_of(outcome: &RunOutcome) -> &Value {
         Ok(v) => v,
         Err(e) => panic!("expected a value, the run failed: {e}"),
     }
+}
+
+/// Runs `script` in one mode.
+pub async fn run_in(runtime: &Runtime, script: &str, mode: Mode) -> RunOutcome {
+    let mut options = RunOptions::default();
+    options.mode = mode;
+    runtime.run_with(script, options).await
 }

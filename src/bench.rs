@@ -1,0 +1,167 @@
+//! `toolscript bench`: each script run sequentially and speculatively, alternating, on fresh
+//! runtimes; median wall times, the speedup, and a check that both modes gave the same result.
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::error::{Error, RunError};
+use crate::runtime::{error_json, Mode, RunOptions, RunOutcome, Runtime};
+
+/// What `bench` measured for one script.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct BenchReport {
+    /// The script, as named on the command line.
+    pub script: String,
+    /// Runs of each mode.
+    pub runs: usize,
+    /// Median wall time of the sequential runs, in milliseconds.
+    pub sequential_ms: f64,
+    /// Median wall time of the speculative runs, in milliseconds.
+    pub speculative_ms: f64,
+    /// `sequential_ms / speculative_ms`.
+    pub speedup: f64,
+    /// Tool calls the script made (the same in both modes).
+    pub tool_calls: u64,
+    /// Median speculative reads launched per speculative run.
+    pub launched: u64,
+    /// Median speculative reads wasted per speculative run.
+    pub wasted: u64,
+    /// Median scout passes per speculative run.
+    pub scout_passes: u64,
+    /// Median interpreter operations of the executor.
+    pub script_operations: u64,
+    /// Median interpreter operations of the scout, all passes.
+    pub scout_operations: u64,
+    /// Whether every pair of runs gave the same value or error, logs and effects.
+    pub same_result: bool,
+    /// The first difference found, if any.
+    pub difference: Option<String>,
+}
+
+/// The observable result of a run (DESIGN.md section 4), for comparing two runs.
+pub fn observable(outcome: &RunOutcome) -> Value {
+    let result = match &outcome.result {
+        Ok(value) => json!({"value": value}),
+        Err(e) => json!({"error": error_json(e)}),
+    };
+    json!({
+        "result": result,
+        "logs": outcome.logs,
+        "effects": outcome.effects,
+    })
+}
+
+/// Benchmarks one script: `runs` runs of each mode, alternating which goes first, each on a
+/// runtime from `make_runtime` (so tools' state starts afresh). `after_run` is called after
+/// every run, for progress.
+///
+/// # Errors
+///
+/// The script's compile error, or the error `make_runtime` returned.
+pub async fn bench_script(
+    name: &str,
+    source: &str,
+    runs: usize,
+    make_runtime: &dyn Fn() -> Result<Runtime, Error>,
+    after_run: &mut dyn FnMut(),
+) -> Result<BenchReport, BenchError> {
+    let runs = runs.max(1);
+    let mut sequential = Vec::with_capacity(runs);
+    let mut speculative = Vec::with_capacity(runs);
+    let mut difference = None;
+    for i in 0..runs {
+        let order = if i % 2 == 0 {
+            [Mode::Sequential, Mode::Speculative]
+        } else {
+            [Mode::Speculative, Mode::Sequential]
+        };
+        let mut pair = Vec::with_capacity(2);
+        for mode in order {
+            let runtime = make_runtime().map_err(BenchError::Setup)?;
+            let script = runtime.compile(source).map_err(BenchError::Script)?;
+            let options = RunOptions {
+                mode,
+                ..RunOptions::default()
+            };
+            let outcome = runtime.run_script(&script, options).await;
+            after_run();
+            pair.push((mode, outcome));
+        }
+        let (a, b) = (observable(&pair[0].1), observable(&pair[1].1));
+        if a != b && difference.is_none() {
+            difference = Some(format!(
+                "run {}: sequential and speculative differ: {a} / {b}",
+                i + 1
+            ));
+        }
+        for (mode, outcome) in pair {
+            match mode {
+                Mode::Sequential => sequential.push(outcome),
+                _ => speculative.push(outcome),
+            }
+        }
+    }
+    let median_ms =
+        |outcomes: &[RunOutcome]| median_f(outcomes.iter().map(|o| o.stats.wall_ms).collect());
+    let median_of = |f: &dyn Fn(&RunOutcome) -> u64| median_u(speculative.iter().map(f).collect());
+    let (sequential_ms, speculative_ms) = (median_ms(&sequential), median_ms(&speculative));
+    Ok(BenchReport {
+        script: name.to_string(),
+        runs,
+        sequential_ms,
+        speculative_ms,
+        speedup: sequential_ms / speculative_ms.max(f64::MIN_POSITIVE),
+        tool_calls: sequential[0].stats.tool_calls,
+        launched: median_of(&|o| o.stats.speculative_launched),
+        wasted: median_of(&|o| o.stats.speculative_wasted),
+        scout_passes: median_of(&|o| o.stats.scout_passes),
+        script_operations: median_u(
+            sequential
+                .iter()
+                .map(|o| o.stats.script_operations)
+                .collect(),
+        ),
+        scout_operations: median_of(&|o| o.stats.scout_operations),
+        same_result: difference.is_none(),
+        difference,
+    })
+}
+
+/// Why a script could not be benchmarked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// The runtime could not be built.
+    #[error("{0}")]
+    Setup(Error),
+    /// The script does not compile.
+    #[error("{0}")]
+    Script(RunError),
+}
+
+fn median_f(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn median_u(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median_f(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_f(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median_u(vec![5, 1, 9]), 5);
+    }
+}

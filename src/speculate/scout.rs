@@ -1,0 +1,396 @@
+//! The scout: an advisory run of the same script on a second engine that never blocks. Reads
+//! return placeholders at once and are dispatched (marked speculative) into the prefetch table;
+//! reads whose arguments are not known yet become deferred calls, dispatched the moment their
+//! inputs resolve. At a non-read call the scout stops, unless the executor already made that
+//! exact call. The scout never changes a run's result: the executor only claims outcomes of
+//! the calls it makes itself.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, Scope, AST};
+use serde_json::Value;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use super::placeholder::{self, resolve_deep, Placeholder, Resolution};
+use super::table::{Cell, Launch, PrefetchTable};
+use crate::dispatch::{dispatch, Call, RunContext};
+use crate::error::{ErrorKind, ToolError};
+use crate::json::canonical;
+use crate::script::{self, Limits, ReadKey};
+use crate::tool::Effect;
+
+/// Why a pass ended.
+#[derive(Debug, PartialEq)]
+enum End {
+    /// The script ran to its end.
+    Finished,
+    /// It reached the executor's `k`-th non-read call before the executor made it.
+    Write(usize),
+    /// Anything else: an error, a wrong guess at a non-read call, a cap.
+    Stopped,
+}
+
+/// One pass's report.
+struct Report {
+    end: End,
+    pending: Vec<Arc<Cell>>,
+    /// Reads started or deferred.
+    started: u64,
+}
+
+/// Per-pass state the tool functions update.
+#[derive(Default)]
+struct Pass {
+    /// Non-read calls passed (the scout's epoch).
+    writes: usize,
+    stop: Option<End>,
+    started: u64,
+    deferred: u64,
+}
+
+/// The scout of one run.
+pub(crate) struct Scout {
+    ctx: Arc<RunContext>,
+    table: Arc<PrefetchTable>,
+    ast: Arc<AST>,
+    limits: Limits,
+    handle: Handle,
+    /// Speculative dispatches, awaited when the run ends (cancelled, they end at once and
+    /// still write their receipts).
+    dispatches: Mutex<Vec<JoinHandle<()>>>,
+    /// Deferred calls, aborted when the run ends.
+    deferred: Mutex<Vec<JoinHandle<()>>>,
+    /// Ends a running pass.
+    stop: Arc<AtomicBool>,
+    /// Interpreter operations of all passes.
+    operations: AtomicU64,
+}
+
+impl Scout {
+    pub(crate) fn new(
+        ctx: Arc<RunContext>,
+        table: Arc<PrefetchTable>,
+        ast: Arc<AST>,
+        limits: Limits,
+        handle: Handle,
+    ) -> Arc<Scout> {
+        Arc::new(Scout {
+            ctx,
+            table,
+            ast,
+            limits,
+            handle,
+            dispatches: Mutex::default(),
+            deferred: Mutex::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+            operations: AtomicU64::new(0),
+        })
+    }
+
+    /// Runs passes until the scout has nothing more to learn, the pass cap is reached, or the
+    /// run ends; returns the number of passes.
+    pub(crate) async fn drive(self: Arc<Self>) -> u64 {
+        let mut passes = 0;
+        let mut quiet = 0u32;
+        let mut progress = self.table.watch_progress();
+        while passes < self.table.limits().max_passes && !self.table.is_closed() {
+            let scout = Arc::clone(&self);
+            let Ok(report) = tokio::task::spawn_blocking(move || scout.pass()).await else {
+                break;
+            };
+            passes += 1;
+            tracing::debug!(pass = passes, end = ?report.end, started = report.started,
+                pending = report.pending.len(), "scout pass");
+            quiet = if report.started < 2 { quiet + 1 } else { 0 };
+            match report.end {
+                End::Finished if report.pending.is_empty() => break,
+                End::Write(k) => {
+                    while self.table.writes_made() <= k && !self.table.is_closed() {
+                        if progress.changed().await.is_err() {
+                            return passes;
+                        }
+                    }
+                }
+                _ if report.pending.is_empty() => break,
+                _ => {
+                    let all = futures::future::join_all(report.pending.iter().map(|c| c.wait()));
+                    tokio::pin!(all);
+                    loop {
+                        tokio::select! {
+                            _ = &mut all => break,
+                            changed = progress.changed() => {
+                                if changed.is_err() || self.table.is_closed() {
+                                    return passes;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // A scout that keeps learning little sleeps until the executor has missed 2, 4,
+            // 8, ... more reads: a pure dependency chain then costs linear work.
+            if quiet >= 3 {
+                let wake = self.table.misses() + (1u64 << (quiet - 2).min(16));
+                while self.table.misses() < wake && !self.table.is_closed() {
+                    if progress.changed().await.is_err() {
+                        return passes;
+                    }
+                }
+            }
+        }
+        passes
+    }
+
+    /// Interpreter operations of all passes so far.
+    pub(crate) fn operations(&self) -> u64 {
+        self.operations.load(Ordering::Relaxed)
+    }
+
+    /// Ends the scout: the running pass stops, wasted reads are cancelled, and every task is
+    /// done when this returns.
+    pub(crate) async fn finish(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.ctx.cancel_speculation();
+        for task in take(&self.deferred) {
+            task.abort();
+            let _ = task.await;
+        }
+        for task in take(&self.dispatches) {
+            let _ = task.await;
+        }
+    }
+
+    fn spawn(
+        &self,
+        into: &Mutex<Vec<JoinHandle<()>>>,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let handle = self.handle.spawn(task);
+        let mut tasks = into.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    /// One pass over the script, on a blocking thread.
+    fn pass(self: &Arc<Self>) -> Report {
+        let operations = Arc::new(AtomicU64::new(0));
+        let watch = script::Watch {
+            deadline: Some(Instant::now() + self.limits.max_duration),
+            cancel: Some(Arc::clone(&self.stop)),
+            operations: Some(Arc::clone(&operations)),
+        };
+        let mut engine = script::new_engine(&self.limits, watch);
+        let pass = Arc::new(Mutex::new(Pass::default()));
+        self.register_tools(&mut engine, &pass);
+        placeholder::begin_notes();
+        let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &self.ast);
+        let notes = placeholder::take_notes();
+        self.operations
+            .fetch_add(operations.load(Ordering::Relaxed), Ordering::Relaxed);
+        let mut pass = std::mem::take(&mut *pass.lock().unwrap_or_else(|p| p.into_inner()));
+        let end = match (result, pass.stop.take()) {
+            (_, Some(stop)) => stop,
+            (Ok(_), None) => End::Finished,
+            (Err(e), None) => {
+                tracing::trace!(error = %e, "scout pass stopped");
+                End::Stopped
+            }
+        };
+        Report {
+            end,
+            pending: notes.pending,
+            started: pass.started,
+        }
+    }
+
+    fn register_tools(self: &Arc<Self>, engine: &mut Engine, pass: &Arc<Mutex<Pass>>) {
+        let mut reserved = vec!["tool".to_string()];
+        for tool in self.ctx.registry.iter() {
+            let function = tool.function_name().to_string();
+            reserved.push(function.clone());
+            let (scout, pass_, name) = (Arc::clone(self), Arc::clone(pass), tool.spec.name.clone());
+            engine.register_fn(function.as_str(), move |args: Dynamic| {
+                scout.call(&pass_, &name, args)
+            });
+            let (scout, pass_, name) = (Arc::clone(self), Arc::clone(pass), tool.spec.name.clone());
+            engine.register_fn(function.as_str(), move || {
+                scout.call(&pass_, &name, Dynamic::from_map(Map::new()))
+            });
+        }
+        let (scout, pass_) = (Arc::clone(self), Arc::clone(pass));
+        engine.register_fn("tool", move |name: ImmutableString, args: Dynamic| {
+            scout.call(&pass_, &name, args)
+        });
+        let (scout, pass_) = (Arc::clone(self), Arc::clone(pass));
+        engine.register_fn("tool", move |name: ImmutableString| {
+            scout.call(&pass_, &name, Dynamic::from_map(Map::new()))
+        });
+        placeholder::register(engine, reserved.into());
+    }
+
+    /// A tool call in the scout.
+    fn call(
+        self: &Arc<Self>,
+        pass: &Mutex<Pass>,
+        name: &str,
+        args: Dynamic,
+    ) -> Result<Dynamic, Box<EvalAltResult>> {
+        let mut state = pass.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tool) = self.ctx.registry.get(name) else {
+            return Err(stop(&mut state, End::Stopped));
+        };
+        let spec = &tool.spec;
+        if spec.effect != Effect::Read {
+            return self.pass_non_read(&mut state, &spec.name, &args);
+        }
+        if spec.allow_repeat || !spec.speculate {
+            return Ok(Placeholder::unknown());
+        }
+        let epoch = state.writes as u64;
+        match resolve_deep(&args) {
+            Resolution::Never => Ok(Placeholder::unknown()),
+            Resolution::Ready(args) => {
+                let Some(cell) = self.launch(epoch, &spec.name, args, &mut state) else {
+                    return Ok(Placeholder::unknown());
+                };
+                match cell.get() {
+                    Some(outcome) => match outcome.as_ref() {
+                        Ok(value) => Ok(script::to_dynamic(value)),
+                        Err(e) => Err(script::tool_error_to_rhai(e.clone())),
+                    },
+                    None => Ok(Dynamic::from(Placeholder::of(cell))),
+                }
+            }
+            Resolution::Pending(inputs) => {
+                if state.deferred >= self.table.limits().max_deferred_per_pass {
+                    return Err(stop(&mut state, End::Stopped));
+                }
+                state.deferred += 1;
+                state.started += 1;
+                let cell = Cell::new();
+                let (scout, out, tool) = (Arc::clone(self), Arc::clone(&cell), spec.name.clone());
+                self.spawn(&self.deferred, async move {
+                    scout.deferred(epoch, tool, args, inputs, out).await
+                });
+                Ok(Dynamic::from(Placeholder::of(cell)))
+            }
+        }
+    }
+
+    /// A non-read call: passed with the executor's recorded outcome if the executor already made
+    /// exactly this call; otherwise the pass stops.
+    fn pass_non_read(
+        &self,
+        state: &mut Pass,
+        tool: &str,
+        args: &Dynamic,
+    ) -> Result<Dynamic, Box<EvalAltResult>> {
+        let k = state.writes;
+        let Some(record) = self.table.write(k) else {
+            return Err(stop(state, End::Write(k)));
+        };
+        let Resolution::Ready(args) = resolve_deep(args) else {
+            return Err(stop(state, End::Stopped));
+        };
+        if record.tool != tool || record.args != canonical(&args) {
+            return Err(stop(state, End::Stopped));
+        }
+        state.writes += 1;
+        match record.outcome.as_ref() {
+            Ok(value) => Ok(script::to_dynamic(value)),
+            Err(e) => Err(script::tool_error_to_rhai(e.clone())),
+        }
+    }
+
+    /// Starts a read (or joins the entry already there); `None` when the table refuses.
+    fn launch(
+        self: &Arc<Self>,
+        epoch: u64,
+        tool: &str,
+        args: Value,
+        state: &mut Pass,
+    ) -> Option<Arc<Cell>> {
+        let key = ReadKey {
+            epoch,
+            tool: tool.to_string(),
+            args: canonical(&args),
+        };
+        match self.table.launch(&key) {
+            Launch::Existing(cell) => Some(cell),
+            Launch::Refused => None,
+            Launch::Start(cell, claimed) => {
+                state.started += 1;
+                let (ctx, table, out) = (
+                    Arc::clone(&self.ctx),
+                    Arc::clone(&self.table),
+                    Arc::clone(&cell),
+                );
+                let tool = tool.to_string();
+                self.spawn(&self.dispatches, async move {
+                    let call = Call::speculative(tool.clone(), args, claimed);
+                    out.set(dispatch(&ctx, call).await);
+                    table.landed(&tool);
+                });
+                Some(cell)
+            }
+        }
+    }
+
+    /// A deferred call: waits for its inputs, then starts the read and forwards its outcome.
+    async fn deferred(
+        self: Arc<Self>,
+        epoch: u64,
+        tool: String,
+        args: Dynamic,
+        inputs: Vec<Arc<Cell>>,
+        out: Arc<Cell>,
+    ) {
+        futures::future::join_all(inputs.iter().map(|c| c.wait())).await;
+        let not_started = || {
+            Err(ToolError::new(
+                ErrorKind::Cancelled,
+                "a deferred speculative read was not started",
+            ))
+        };
+        let cell = match resolve_deep(&args) {
+            Resolution::Ready(args) => {
+                let mut state = Pass::default();
+                self.launch(epoch, &tool, args, &mut state)
+            }
+            // An input that resolved to a path into another deferred value: wait again.
+            Resolution::Pending(more) => {
+                futures::future::join_all(more.iter().map(|c| c.wait())).await;
+                match resolve_deep(&args) {
+                    Resolution::Ready(args) => {
+                        let mut state = Pass::default();
+                        self.launch(epoch, &tool, args, &mut state)
+                    }
+                    _ => None,
+                }
+            }
+            Resolution::Never => None,
+        };
+        match cell {
+            Some(cell) => out.set(Arc::unwrap_or_clone(cell.wait().await)),
+            None => out.set(not_started()),
+        }
+    }
+}
+
+fn take(tasks: &Mutex<Vec<JoinHandle<()>>>) -> Vec<JoinHandle<()>> {
+    std::mem::take(&mut *tasks.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Ends the pass where it is; `try`/`catch` cannot catch it.
+fn stop(state: &mut Pass, end: End) -> Box<EvalAltResult> {
+    if state.stop.is_none() {
+        state.stop = Some(end);
+    }
+    Box::new(EvalAltResult::ErrorTerminated(
+        Dynamic::from("scout stop"),
+        rhai::Position::NONE,
+    ))
+}
