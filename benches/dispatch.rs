@@ -1,9 +1,9 @@
 //! The per-call overhead of the dispatch path, measured with tools that take no time at all.
 //!
 //! Each benchmark runs one compiled script through the public API
-//! ([`Runtime::run_script`]) on a multi-thread tokio runtime, with the default options. Every
-//! script loops 200 times; criterion's `time` is that of one whole run, and its `thrpt`
-//! (`Throughput::Elements(200)`) is loop iterations per second:
+//! ([`Runtime::run_script`]) on a multi-thread tokio runtime, sequentially (`seq/`) and
+//! speculatively (`spec/`). Every script loops 200 times; criterion's `time` is that of one
+//! whole run, and its `thrpt` (`Throughput::Elements(200)`) is loop iterations per second:
 //!
 //! - `a_read_distinct`: 200 read calls with distinct arguments, none of them deduplicated;
 //! - `b_baseline`: the same loop without the tool call, the interpreter's own cost;
@@ -21,6 +21,8 @@
 //! ```
 //!
 //! and `(d - b) / 200` is the cost of a deduplicated read, which never enters the dispatch path.
+//! The same figures under `spec/` against those under `seq/` give what speculation adds per call
+//! when there is no latency to hide (the scout's pass, placeholders, the prefetch table).
 //!
 //! Run with `cargo bench --bench dispatch` (add `-- --quick` for a rough figure).
 
@@ -28,7 +30,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::Value;
-use toolscript::{Effect, Registry, RunOptions, Runtime, Script, Tool};
+use toolscript::{Effect, Mode, Registry, RunOptions, Runtime, Script, Tool};
 
 /// The number of loop iterations in every script.
 const N: u64 = 200;
@@ -85,28 +87,31 @@ fn dispatch(c: &mut Criterion) {
         ),
     ];
 
-    let mut group = c.benchmark_group("dispatch");
-    group
-        .throughput(Throughput::Elements(N))
-        .sample_size(20)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
-    for (name, source, expected) in scripts {
-        let script = compile(&runtime, source);
-        // One checked run up front makes sure the benchmark measures successful runs, not a
-        // script that stops at its first error.
-        let outcome = rt.block_on(runtime.run_script(&script, RunOptions::default()));
-        assert_eq!(
-            outcome.result.as_ref().ok(),
-            Some(&Value::from(expected)),
-            "{name}: {:?}",
-            outcome.result
-        );
-        group.bench_function(name, |b| {
-            b.iter(|| rt.block_on(runtime.run_script(&script, RunOptions::default())))
-        });
+    for (group_name, mode) in [("seq", Mode::Sequential), ("spec", Mode::Speculative)] {
+        let options = RunOptions::with_mode(mode);
+        let mut group = c.benchmark_group(group_name);
+        group
+            .throughput(Throughput::Elements(N))
+            .sample_size(20)
+            .measurement_time(Duration::from_secs(3))
+            .warm_up_time(Duration::from_secs(1));
+        for (name, source, expected) in scripts {
+            let script = compile(&runtime, source);
+            // One checked run up front makes sure the benchmark measures successful runs, not a
+            // script that stops at its first error.
+            let outcome = rt.block_on(runtime.run_script(&script, options.clone()));
+            assert_eq!(
+                outcome.result.as_ref().ok(),
+                Some(&Value::from(expected)),
+                "{name}: {:?}",
+                outcome.result
+            );
+            group.bench_function(name, |b| {
+                b.iter(|| rt.block_on(runtime.run_script(&script, options.clone())))
+            });
+        }
+        group.finish();
     }
-    group.finish();
 }
 
 criterion_group!(benches, dispatch);

@@ -80,11 +80,9 @@ pub async fn bench_script(
         for mode in order {
             let runtime = make_runtime().map_err(BenchError::Setup)?;
             let script = runtime.compile(source).map_err(BenchError::Script)?;
-            let options = RunOptions {
-                mode,
-                ..RunOptions::default()
-            };
-            let outcome = runtime.run_script(&script, options).await;
+            let outcome = runtime
+                .run_script(&script, RunOptions::with_mode(mode))
+                .await;
             after_run();
             pair.push((mode, outcome));
         }

@@ -211,13 +211,12 @@ fn run(
     let live = !json && std::io::stderr().is_terminal();
     let outcome = async_runtime()?.block_on(async {
         let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
-        let mut options = RunOptions::default();
-        options.progress = Some(Arc::clone(&progress));
-        options.mode = if sequential {
+        let mode = if sequential {
             Mode::Sequential
         } else {
             Mode::Speculative
         };
+        let options = RunOptions::with_mode(mode).progress(Arc::clone(&progress));
         let outcome = runtime.run_with(&source, options).await;
         if let Some(ticker) = ticker {
             ticker.abort();

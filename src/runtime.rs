@@ -122,6 +122,22 @@ pub struct RunOptions {
     pub progress: Option<Arc<Progress>>,
 }
 
+impl RunOptions {
+    /// Options for a run in `mode`.
+    pub fn with_mode(mode: Mode) -> RunOptions {
+        RunOptions {
+            mode,
+            ..RunOptions::default()
+        }
+    }
+
+    /// Sets the counters to watch while the run goes on.
+    pub fn progress(mut self, progress: Arc<Progress>) -> RunOptions {
+        self.progress = Some(progress);
+        self
+    }
+}
+
 /// Counts and timing of one run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[non_exhaustive]

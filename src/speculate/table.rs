@@ -258,9 +258,10 @@ impl PrefetchTable {
             .get(&key.tool)
             .copied()
             .unwrap_or(0);
-        // A read for an epoch the executor has left can never be claimed.
+        // A read for an epoch the executor has left can never be claimed, and one for an epoch
+        // it has not reached would start before a non-read call that precedes it.
         if state.closed
-            || key.epoch < state.epoch
+            || key.epoch != state.epoch
             || state.launched >= self.max_launches
             || state.in_flight >= self.limits.max_in_flight
             || per_tool >= self.limits.max_in_flight_per_tool

@@ -160,11 +160,12 @@ async fn budget_exceeded_after_the_allowed_calls() {
     let runtime = Runtime::builder(fixture_registry(&Probe::default()))
         .budget(budget)
         .build();
-    let script = "let n = 0;\nfor i in 1..10 {\n  n += get_user(#{id: i}).id;\n}\nn";
+    let script = "let n = 0;\nfor i in 1..10 {\n  n += lookup(#{id: i}).id;\n}\nn";
     let outcome = run_in(&runtime, script, Mode::Sequential).await;
     let e = error_of(&outcome);
     assert_eq!(e.kind, ErrorKind::BudgetExceeded);
     assert_eq!((e.line, e.column), (Some(3), Some(8)));
+    assert_eq!(e.tool.as_deref(), Some("lookup"));
     assert!(e.message.contains("at most 3 tool calls"), "{}", e.message);
     assert_eq!(
         outcome.stats.dispatched, 4,

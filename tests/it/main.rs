@@ -4,8 +4,10 @@ mod support;
 
 mod cli;
 mod dispatch_path;
+mod equivalence;
 mod errors;
 mod limits;
 mod manifests;
 mod meaning;
 mod receipts;
+mod speculation;

@@ -114,6 +114,25 @@ pub fn fixture_tools(probe: &Probe) -> Vec<Tool> {
         }
     }));
 
+    // Reads with a real latency, for tests that need the scout to get ahead of the executor.
+    tools.push(
+        Tool::builder("lookup", Effect::Read)
+            .input_schema(id_schema())
+            .handler(|args| async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let id = args["id"].as_i64().unwrap_or_default();
+                Ok(json!({"id": id, "active": id % 2 == 0}))
+            }),
+    );
+    tools.push(
+        Tool::builder("orders_of", Effect::Read)
+            .input_schema(id_schema())
+            .handler(|args| async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                Ok(json!([args["id"], args["id"]]))
+            }),
+    );
+
     tools.push(
         Tool::builder("hang", Effect::Read)
             .timeout(Duration::from_millis(50))
@@ -175,7 +194,5 @@ pub fn value_of(outcome: &RunOutcome) -> &Value {
 
 /// Runs `script` in one mode.
 pub async fn run_in(runtime: &Runtime, script: &str, mode: Mode) -> RunOutcome {
-    let mut options = RunOptions::default();
-    options.mode = mode;
-    runtime.run_with(script, options).await
+    runtime.run_with(script, RunOptions::with_mode(mode)).await
 }

@@ -1,0 +1,230 @@
+//! Speculation never changes a run's result: for every script of the corpus — `scripts/`, the
+//! benchmark scenarios, the tests' own scripts — and for random scripts, the speculative and the
+//! sequential run give the same value or error (kind, line, column), logs and effects.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{json, Value};
+use toolscript::{
+    demo_catalog, observable, Effect, Manifests, Mode, Registry, Runtime, Tool, ToolError,
+};
+
+use crate::support::{fixture_registry, run_in, Probe};
+
+/// Runs `script` once in each mode, each on a fresh runtime, and returns both observable results.
+async fn both(make: &dyn Fn() -> Runtime, script: &str) -> (Value, Value) {
+    let sequential = run_in(&make(), script, Mode::Sequential).await;
+    let speculative = run_in(&make(), script, Mode::Speculative).await;
+    (observable(&sequential), observable(&speculative))
+}
+
+fn bench_catalog(latency_ms: u64) -> Runtime {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench/catalog.toml");
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("latency_ms = 20", &format!("latency_ms = {latency_ms}"));
+    let mut manifests = Manifests::new();
+    manifests.load_str(Path::new(path), &text).unwrap();
+    Runtime::new(manifests.into_registry().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sample_scripts_give_the_same_result() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts");
+    let demo = std::fs::read_to_string(format!("{dir}/demo.rhai")).unwrap();
+    let (a, b) = both(&|| Runtime::new(demo_catalog().unwrap()), &demo).await;
+    assert_eq!(a, b, "demo.rhai");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(format!("{dir}/bench")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        // Long chains take seconds sequentially; the 10- and 50-page chains stand for them.
+        if path.extension().is_none_or(|e| e != "rhai") || name == "chain_1000.rhai" {
+            continue;
+        }
+        let script = std::fs::read_to_string(&path).unwrap();
+        for latency in [0, 2] {
+            let (a, b) = both(&|| bench_catalog(latency), &script).await;
+            assert_eq!(a, b, "{name} at {latency} ms");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} bench scripts found");
+}
+
+/// Scripts the other tests use, on the fixture catalog.
+const CORPUS: &[&str] = &[
+    "let x = 1;\nget_usr(#{id: 1})",
+    "create_order(#{user: 1});\n  create_order(#{user: 1})",
+    "get_user(#{id: \"seven\"})",
+    "let u = get_user(#{id: 1});\nlet v = bad_output();",
+    "boom()",
+    "get_user(#{id: 1000})",
+    "let a = 1;\na + missing",
+    "throw #{kind: \"rate_limited\", message: \"slow down\"}",
+    "let kinds = [];\nfor i in 0..7 {\n  try { flaky(#{i: i}); } catch (e) { kinds.push(e.kind); }\n}\nkinds",
+    "let a = get_user(#{id: 1});\nlet b = get_user(#{id: 1});\nlet c = get_user(#{id: 2});\n[a.name, b.name, c.name]",
+    "get_user(#{id: 1});\ncreate_order(#{user: 1});\nget_user(#{id: 1});\nnotify(#{});\nget_user(#{id: 1}); get_user(#{id: 1});",
+    "let kinds = [];\nfor i in 0..3 { try { get_user(#{id: 500}); } catch (e) { kinds.push(e.kind); } }\nkinds",
+    "[poll(), poll(), poll()]",
+    "create_order(#{user: 3});\ntry { create_order(#{user: 0}); } catch {}\ntry { create_order(#{user: 3}); } catch {}\nnotify(#{to: \"ops\"});\nif false { create_order(#{user: 9}); }\nget_user(#{id: 1}).name",
+    "print(\"one\"); debug(2); print(`three ${1 + 2}`); 0",
+    "fn lookup(id) {\n    get_user(#{id: id})\n}\nlet a = lookup(1);\nlookup(1000)",
+    "let active = [];\nfor id in 1..=6 { let u = get_user(#{id: id}); if u.active { active.push(u.name); } }\nactive",
+    "let n = 0;\nfor id in 1..=6 {\n  let u = lookup(#{id: id});\n  if u.active { n += orders_of(#{id: u.id}).len(); }\n}\nn",
+    "let u = lookup(#{id: 4});\nlet name = `user ${u.id}`;\nlet o = orders_of(#{id: u.id + 1});\nswitch u.id { 4 => o.len(), _ => -1 }",
+    "let xs = [lookup(#{id: 1}), lookup(#{id: 2})];\nlet pick = xs[lookup(#{id: 3}).id % 2];\npick.id ?? 0",
+    "let u = lookup(#{id: 2});\nif type_of(u.id) == \"i64\" && u.active || false { create_order(#{user: u.id}) } else { 0 }",
+    "let total = 0;\nlet u = lookup(#{id: 1});\nwhile total < 3 && lookup(#{id: total}).id >= 0 { total += 1; }\ntotal",
+    "let first = lookup(#{id: 1});\ncreate_order(#{user: first.id});\nlet second = lookup(#{id: 1});\n[first.id, second.id, orders_of(#{id: second.id})]",
+    "let e = ();\ntry { lookup(#{id: \"x\"}); } catch (err) { e = err.kind; }\ntry { hang(); } catch (err) { e += err.kind; }\ne",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_corpus_gives_the_same_result() {
+    for script in CORPUS {
+        let (a, b) = both(
+            &|| Runtime::new(fixture_registry(&Probe::default())),
+            script,
+        )
+        .await;
+        assert_eq!(a, b, "{script}");
+    }
+}
+
+/// The random scripts' catalog: reads whose results depend on how many writes happened (so a
+/// read started in the wrong epoch shows), failing reads, a write that can conflict, and an
+/// external call. Latencies of 0 to 2 ms let the scout and the executor race.
+fn random_catalog() -> Runtime {
+    let puts = Arc::new(Mutex::new(0_i64));
+    let latency = |id: i64| Duration::from_micros((id.unsigned_abs() % 3) * 700);
+    let (p1, p2, p3) = (Arc::clone(&puts), Arc::clone(&puts), Arc::clone(&puts));
+    let get = Tool::builder("get", Effect::Read)
+        .input_schema(json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}))
+        .handler(move |args| {
+            let puts = *p1.lock().unwrap();
+            async move {
+                let id = args["id"].as_i64().unwrap_or_default();
+                tokio::time::sleep(latency(id)).await;
+                if !(0..17).contains(&id) {
+                    return Err(ToolError::not_found(format!("no record {id}")));
+                }
+                Ok(json!({"id": id, "v": (id * 7 + puts) % 13, "ok": (id + puts) % 3 != 0, "next": (id * 5 + 1) % 20}))
+            }
+        });
+    let list = Tool::builder("list", Effect::Read)
+        .input_schema(
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+        )
+        .handler(move |args| {
+            let puts = *p2.lock().unwrap();
+            async move {
+                let n = args["n"].as_i64().unwrap_or_default();
+                tokio::time::sleep(latency(n + 1)).await;
+                Ok(json!([(n + puts) % 20, (n + 1) % 20, (n + 2 * puts) % 20]))
+            }
+        });
+    let put = Tool::builder("put", Effect::Write)
+        .input_schema(
+            json!({"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]}),
+        )
+        .handler(move |args| {
+            let puts = Arc::clone(&p3);
+            async move {
+                let k = args["k"].as_i64().unwrap_or_default();
+                tokio::time::sleep(latency(k)).await;
+                if k % 7 == 6 {
+                    return Err(ToolError::new(
+                        toolscript::ErrorKind::Conflict,
+                        format!("key {k} is locked"),
+                    ));
+                }
+                let mut n = puts.lock().unwrap();
+                *n += 1;
+                Ok(json!(*n))
+            }
+        });
+    let notify = Tool::builder("notify", Effect::External)
+        .handler(|args| async move { Ok(json!({"sent": args})) });
+    Runtime::new(
+        Registry::builder()
+            .tools([get, list, put, notify])
+            .build()
+            .unwrap(),
+    )
+}
+
+/// A random script: statements over reads, writes, conditions, loops and try/catch.
+fn script_strategy() -> impl Strategy<Value = String> {
+    let id = prop_oneof![
+        (0_i64..20).prop_map(|k| k.to_string()),
+        (0_usize..4, 0_i64..5).prop_map(|(v, k)| format!("(x{v}.next + {k}) % 20")),
+        (0_usize..4).prop_map(|v| format!("x{v}.v")),
+    ];
+    let leaf = prop_oneof![
+        id.clone()
+            .prop_map(|e| format!("acc.push(get(#{{id: {e}}}).v);")),
+        (0_usize..4).prop_map(|v| format!("acc.push(x{v}.v);")),
+        id.clone().prop_map(|e| format!("put(#{{k: {e}}});")),
+        id.clone()
+            .prop_map(|e| format!("try {{ put(#{{k: {e}}}); }} catch (e) {{ acc.push(e.kind); }}")),
+        id.clone().prop_map(|e| format!("notify(#{{n: {e}}});")),
+        (0_usize..4).prop_map(|v| format!("print(`x{v}=${{x{v}.v}}`);")),
+        id.clone()
+            .prop_map(|e| format!("acc.push(get(#{{id: get(#{{id: {e}}}).next}}).id);")),
+    ];
+    let block = leaf.prop_recursive(3, 24, 4, move |inner| {
+        let body = prop::collection::vec(inner, 1..4).prop_map(|s| s.join("\n"));
+        prop_oneof![
+            (0_usize..4, body.clone(), body.clone()).prop_map(|(v, a, b)| format!(
+                "if x{v}.ok {{\n{a}\n}} else {{\n{b}\n}}"
+            )),
+            (0_i64..20, body.clone()).prop_map(|(n, b)| format!(
+                "for i in list(#{{n: {n}}}) {{\nlet x0 = get(#{{id: i}});\n{b}\n}}"
+            )),
+            body.clone().prop_map(|b| format!("try {{\n{b}\n}} catch (e) {{ acc.push(e.kind); }}")),
+            (0_usize..4, body.clone()).prop_map(|(v, b)| format!(
+                "let c = 0;\nwhile c < 3 && get(#{{id: (x{v}.next + c) % 20}}).ok {{\nc += 1;\n{b}\n}}"
+            )),
+        ]
+    });
+    let lets = prop::collection::vec(0_i64..20, 4).prop_map(|ids| {
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| format!("let x{i} = get(#{{id: {id}}});"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    (lets, prop::collection::vec(block, 1..6))
+        .prop_map(|(lets, body)| format!("let acc = [];\n{lets}\n{}\nacc", body.join("\n")))
+}
+
+#[test]
+fn random_scripts_give_the_same_result() {
+    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&script_strategy(), |script| {
+        let (a, b) = rt.block_on(both(&random_catalog, &script));
+        prop_assert_eq!(a, b, "{}", script);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}

@@ -1,0 +1,154 @@
+//! Speculation at work: what it starts, what it never starts, its caps, and what happens to the
+//! reads nobody needed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use toolscript::{observable, Budget, Effect, Mode, Registry, Runtime, SpeculationLimits, Tool};
+
+use crate::support::{fixture_tools, run_in, value_of, Probe};
+
+/// Finishes `builder` with a body that takes `ms`, echoes its arguments and counts its calls.
+fn counted(builder: toolscript::ToolBuilder, ms: u64) -> (Tool, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let tool = builder.handler(move |args| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(json!({"echo": args, "active": args["id"].as_i64().unwrap_or(0) % 2 == 0}))
+        }
+    });
+    (tool, calls)
+}
+
+fn runtime_with(extra: Vec<Tool>) -> Runtime {
+    let tools = fixture_tools(&Probe::default()).into_iter().chain(extra);
+    Runtime::new(Registry::builder().tools(tools).build().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn independent_reads_are_started_early_and_claimed() {
+    let runtime = runtime_with(Vec::new());
+    let outcome = run_in(
+        &runtime,
+        "let out = [];\nfor id in 1..=20 { out.push(lookup(#{id: id}).id); }\nout.len()",
+        Mode::Speculative,
+    )
+    .await;
+    assert_eq!(value_of(&outcome), &json!(20));
+    let s = &outcome.stats;
+    assert!(s.speculative_launched >= 1, "{s:?}");
+    assert_eq!(s.speculative_claimed, s.speculative_launched, "{s:?}");
+    assert_eq!(s.speculative_wasted, 0);
+    assert!(s.scout_passes >= 1);
+    assert_eq!(s.tool_calls, 20);
+    assert!(outcome
+        .receipts
+        .iter()
+        .filter(|r| r.speculative)
+        .all(|r| r.effect == Effect::Read));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opted_out_and_polling_reads_are_never_speculated() {
+    let (private, private_calls) =
+        counted(Tool::builder("costly", Effect::Read).speculate(false), 30);
+    let (poll, _) = counted(Tool::builder("status", Effect::Read).allow_repeat(true), 30);
+    let runtime = runtime_with(vec![private, poll]);
+    let script = "let out = [];\nfor id in 1..=5 { out.push(costly(#{id: id}).echo.id); out.push(status(#{id: id}).echo.id); }\nout";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!([1, 1, 2, 2, 3, 3, 4, 4, 5, 5]));
+    assert_eq!(private_calls.load(Ordering::SeqCst), 5);
+    assert!(
+        outcome.receipts.iter().all(|r| !r.speculative),
+        "nothing was started by the scout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_after_a_write_start_only_once_it_completed() {
+    let (write, _) = counted(Tool::builder("save", Effect::Write), 60);
+    let runtime = runtime_with(vec![write]);
+    let script = "let a = lookup(#{id: 1});\nsave(#{id: a.id});\nlet out = [];\nfor id in 2..=6 { out.push(lookup(#{id: id}).id); }\nout";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!([2, 3, 4, 5, 6]));
+    let save = outcome.receipts.iter().find(|r| r.tool == "save").unwrap();
+    let save_end = save.started_ms + save.duration_ms;
+    let first = sha256(&toolscript::canonical_json(&json!({"id": 1})));
+    let after: Vec<_> = outcome
+        .receipts
+        .iter()
+        .filter(|r| r.tool == "lookup" && r.args_sha256 != first)
+        .collect();
+    assert_eq!(after.len(), 5);
+    for r in after {
+        assert!(
+            r.started_ms >= save_end - 0.001,
+            "a read started at {} ms, before the write ended at {save_end} ms",
+            r.started_ms
+        );
+    }
+}
+
+fn sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_nobody_needed_are_cancelled_when_the_run_ends() {
+    let (slow, _) = counted(Tool::builder("archive", Effect::Read), 5_000);
+    let (gate, _) = counted(Tool::builder("gate", Effect::Read), 200);
+    let runtime = runtime_with(vec![slow, gate]);
+    // Id 1 is not active, so the executor never reads the archive; while it waits 200 ms for
+    // the gate, the scout guesses the condition true and starts the read.
+    let script = "let u = gate(#{id: 1});\nif u.active { archive(#{id: 99}).echo.id } else { 0 }";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!(0));
+    let archive: Vec<_> = outcome
+        .receipts
+        .iter()
+        .filter(|r| r.tool == "archive")
+        .collect();
+    assert_eq!(archive.len(), 1, "the scout started the guessed read");
+    assert!(archive[0].speculative && !archive[0].claimed);
+    assert_eq!(archive[0].error_kind.as_deref(), Some("cancelled"));
+    assert_eq!(outcome.stats.speculative_wasted, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_bound_speculation_without_changing_results() {
+    let script = "let out = [];\nfor id in 1..=12 { let u = lookup(#{id: id}); if u.active { out.push(orders_of(#{id: u.id})); } }\nout";
+    let capped = {
+        let mut budget = Budget::default();
+        budget.max_speculative_calls = 3;
+        let mut limits = SpeculationLimits::default();
+        limits.max_passes = 1;
+        limits.max_in_flight = 2;
+        Runtime::builder(
+            Registry::builder()
+                .tools(fixture_tools(&Probe::default()))
+                .build()
+                .unwrap(),
+        )
+        .budget(budget)
+        .speculation(limits)
+        .build()
+    };
+    let outcome = run_in(&capped, script, Mode::Speculative).await;
+    assert!(
+        outcome.stats.speculative_launched <= 3,
+        "{:?}",
+        outcome.stats
+    );
+    assert!(outcome.stats.scout_passes <= 1);
+    let sequential = run_in(&capped, script, Mode::Sequential).await;
+    assert_eq!(observable(&outcome), observable(&sequential));
+    assert_eq!(value_of(&outcome).as_array().unwrap().len(), 6);
+}
