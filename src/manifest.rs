@@ -229,19 +229,22 @@ impl Manifests {
         let (host, ast) = (Arc::clone(&self.host), Arc::new(ast));
         Tool::from_spec(spec, move |args, _ctx| {
             let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+            // The body runs first and the simulated latency follows, so that the replies of
+            // calls started together arrive together, as a remote service's would.
             async move {
-                if !latency.is_zero() {
-                    tokio::time::sleep(latency).await;
-                }
-                let Ok(_permit) = host.running.acquire().await else {
+                let started = tokio::time::Instant::now();
+                let Ok(permit) = host.running.acquire().await else {
                     return Err(ToolError::internal("the script tool host is closed"));
                 };
                 let runner = Arc::clone(&host);
-                tokio::task::spawn_blocking(move || runner.run(&ast, &args, effect))
+                let result = tokio::task::spawn_blocking(move || runner.run(&ast, &args, effect))
                     .await
                     .unwrap_or_else(|e| {
                         Err(ToolError::internal(format!("the script tool stopped: {e}")))
-                    })
+                    });
+                drop(permit);
+                tokio::time::sleep_until(started + latency).await;
+                result
             }
         })
     }

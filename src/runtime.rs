@@ -16,10 +16,6 @@ use crate::script::{self, Limits, Problem};
 use crate::speculate::{self, PrefetchTable, Scout, SpeculationLimits};
 use crate::tool::{self, Format, Registry};
 
-/// The stack of the thread a script runs on: deep enough for `Limits::max_call_depth` levels of
-/// script functions in an unoptimised build.
-const SCRIPT_STACK: usize = 64 << 20;
-
 /// How a run dispatches its reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -340,13 +336,10 @@ impl Runtime {
             Arc::clone(&ctx),
             Arc::clone(&table),
         );
-        let spawned = std::thread::Builder::new()
-            .name("toolscript-script".into())
-            .stack_size(SCRIPT_STACK)
-            .spawn(move || {
-                let execution = script::execute(&ast, thread_ctx, thread_table, handle, &limits);
-                let _ = tx.send(execution);
-            });
+        let spawned = script::spawn_script_thread("toolscript-script", move || {
+            let execution = script::execute(&ast, thread_ctx, thread_table, handle, &limits);
+            let _ = tx.send(execution);
+        });
         drop(_entered);
         let execution = match spawned {
             Ok(_) => rx.await.ok(),

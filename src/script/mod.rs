@@ -281,6 +281,21 @@ fn unknown_function(
     Some(RunError::from_tool(tool_error, line, column))
 }
 
+/// The stack of a thread a script runs on: deep enough for `Limits::max_call_depth` levels of
+/// script functions in an unoptimised build.
+const SCRIPT_STACK: usize = 64 << 20;
+
+/// Starts a thread fit to run a script (the executor's, or a scout pass).
+pub(crate) fn spawn_script_thread(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .stack_size(SCRIPT_STACK)
+        .spawn(f)
+}
+
 /// What the executor hands back to the runtime.
 pub(crate) struct Execution {
     pub(crate) result: Result<Value, RunError>,

@@ -49,7 +49,15 @@ struct Pass {
     stop: Option<End>,
     started: u64,
     deferred: u64,
+    /// The pass stopped at its cap of deferred calls.
+    capped: bool,
 }
+
+/// Deferred calls the first pass may create; each pass that reaches its cap doubles it, up to
+/// `SpeculationLimits::max_deferred_per_pass`. A dependency chain then costs the scout work in
+/// proportion to its length (the passes' lengths grow geometrically), and a short chain does not
+/// pay for a long one.
+const FIRST_DEFERRED_CAP: u64 = 16;
 
 /// The scout of one run.
 pub(crate) struct Scout {
@@ -67,6 +75,8 @@ pub(crate) struct Scout {
     stop: Arc<AtomicBool>,
     /// Interpreter operations of all passes.
     operations: AtomicU64,
+    /// The current pass's cap on deferred calls.
+    deferred_cap: AtomicU64,
 }
 
 impl Scout {
@@ -87,6 +97,7 @@ impl Scout {
             deferred: Mutex::default(),
             stop: Arc::new(AtomicBool::new(false)),
             operations: AtomicU64::new(0),
+            deferred_cap: AtomicU64::new(FIRST_DEFERRED_CAP),
         })
     }
 
@@ -97,8 +108,16 @@ impl Scout {
         let mut quiet = 0u32;
         let mut progress = self.table.watch_progress();
         while passes < self.table.limits().max_passes && !self.table.is_closed() {
-            let scout = Arc::clone(&self);
-            let Ok(report) = tokio::task::spawn_blocking(move || scout.pass()).await else {
+            // A pass runs on a thread with a script's stack, like the executor.
+            let (scout, (tx, rx)) = (Arc::clone(&self), tokio::sync::oneshot::channel());
+            if script::spawn_script_thread("toolscript-scout", move || {
+                let _ = tx.send(scout.pass());
+            })
+            .is_err()
+            {
+                break;
+            }
+            let Ok(report) = rx.await else {
                 break;
             };
             passes += 1;
@@ -188,6 +207,12 @@ impl Scout {
         placeholder::begin_notes();
         let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &self.ast);
         let notes = placeholder::take_notes();
+        if pass.lock().unwrap_or_else(|p| p.into_inner()).capped {
+            let cap = self.deferred_cap.load(Ordering::Relaxed);
+            let max = self.table.limits().max_deferred_per_pass;
+            self.deferred_cap
+                .store((cap * 2).min(max), Ordering::Relaxed);
+        }
         self.operations
             .fetch_add(operations.load(Ordering::Relaxed), Ordering::Relaxed);
         let mut pass = std::mem::take(&mut *pass.lock().unwrap_or_else(|p| p.into_inner()));
@@ -265,7 +290,8 @@ impl Scout {
                 }
             }
             Resolution::Pending(inputs) => {
-                if state.deferred >= self.table.limits().max_deferred_per_pass {
+                if state.deferred >= self.deferred_cap.load(Ordering::Relaxed) {
+                    state.capped = true;
                     return Err(stop(&mut state, End::Stopped));
                 }
                 state.deferred += 1;
