@@ -280,8 +280,19 @@ fn print_human(outcome: &RunOutcome) {
     }
     let s = &outcome.stats;
     let mut summary = format!(
-        "{} tool calls ({} dispatched, {} deduplicated, {} effectful) in {:.1} ms",
-        s.tool_calls, s.dispatched, s.deduplicated, s.effectful_calls, s.wall_ms
+        "{} tool calls ({} dispatched, {} deduplicated, {} effectful) in {:.1} ms, {}",
+        s.tool_calls,
+        s.dispatched,
+        s.deduplicated,
+        s.effectful_calls,
+        s.wall_ms,
+        match s.mode {
+            Mode::Sequential => "sequential".to_string(),
+            _ => format!(
+                "speculative: {} reads started early, {} claimed, {} wasted",
+                s.speculative_launched, s.speculative_claimed, s.speculative_wasted
+            ),
+        }
     );
     if !outcome.effects.is_empty() {
         let effects: Vec<String> = outcome

@@ -49,15 +49,16 @@ struct Pass {
     stop: Option<End>,
     started: u64,
     deferred: u64,
-    /// The pass stopped at its cap of deferred calls.
+    /// The pass stopped at its cap on the depth of deferred calls.
     capped: bool,
 }
 
-/// Deferred calls the first pass may create; each pass that reaches its cap doubles it, up to
-/// `SpeculationLimits::max_deferred_per_pass`. A dependency chain then costs the scout work in
-/// proportion to its length (the passes' lengths grow geometrically), and a short chain does not
-/// pay for a long one.
-const FIRST_DEFERRED_CAP: u64 = 16;
+/// How deep a chain of deferred calls (each waiting for the one before) the first pass may
+/// build; each pass that reaches the cap doubles it. A dependency chain (pagination) then costs
+/// the scout work in proportion to its length, as passes grow geometrically, and a short chain
+/// does not pay for a long one. Independent deferred calls (one per item of a fan-out) are one
+/// deep and only bounded by `SpeculationLimits::max_deferred_per_pass`.
+const FIRST_DEPTH_CAP: u64 = 16;
 
 /// The scout of one run.
 pub(crate) struct Scout {
@@ -75,8 +76,8 @@ pub(crate) struct Scout {
     stop: Arc<AtomicBool>,
     /// Interpreter operations of all passes.
     operations: AtomicU64,
-    /// The current pass's cap on deferred calls.
-    deferred_cap: AtomicU64,
+    /// The current pass's cap on the depth of deferred calls.
+    depth_cap: AtomicU64,
 }
 
 impl Scout {
@@ -97,7 +98,7 @@ impl Scout {
             deferred: Mutex::default(),
             stop: Arc::new(AtomicBool::new(false)),
             operations: AtomicU64::new(0),
-            deferred_cap: AtomicU64::new(FIRST_DEFERRED_CAP),
+            depth_cap: AtomicU64::new(FIRST_DEPTH_CAP),
         })
     }
 
@@ -208,10 +209,9 @@ impl Scout {
         let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &self.ast);
         let notes = placeholder::take_notes();
         if pass.lock().unwrap_or_else(|p| p.into_inner()).capped {
-            let cap = self.deferred_cap.load(Ordering::Relaxed);
+            let cap = self.depth_cap.load(Ordering::Relaxed);
             let max = self.table.limits().max_deferred_per_pass;
-            self.deferred_cap
-                .store((cap * 2).min(max), Ordering::Relaxed);
+            self.depth_cap.store((cap * 2).min(max), Ordering::Relaxed);
         }
         self.operations
             .fetch_add(operations.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -290,13 +290,17 @@ impl Scout {
                 }
             }
             Resolution::Pending(inputs) => {
-                if state.deferred >= self.deferred_cap.load(Ordering::Relaxed) {
+                let depth = 1 + inputs.iter().map(|c| c.depth()).max().unwrap_or(0);
+                if u64::from(depth) > self.depth_cap.load(Ordering::Relaxed) {
                     state.capped = true;
+                    return Err(stop(&mut state, End::Stopped));
+                }
+                if state.deferred >= self.table.limits().max_deferred_per_pass {
                     return Err(stop(&mut state, End::Stopped));
                 }
                 state.deferred += 1;
                 state.started += 1;
-                let cell = Cell::new();
+                let cell = Cell::at_depth(depth);
                 let (scout, out, tool) = (Arc::clone(self), Arc::clone(&cell), spec.name.clone());
                 self.spawn(&self.deferred, async move {
                     scout.deferred(epoch, tool, args, inputs, out).await

@@ -21,13 +21,24 @@ pub(crate) type Outcome = Arc<Result<Value, ToolError>>;
 #[derive(Debug)]
 pub(crate) struct Cell {
     tx: watch::Sender<Option<Outcome>>,
+    /// How many deferred calls lead to this value: 0 for a read started with known arguments.
+    depth: u32,
 }
 
 impl Cell {
     pub(crate) fn new() -> Arc<Cell> {
+        Cell::at_depth(0)
+    }
+
+    pub(crate) fn at_depth(depth: u32) -> Arc<Cell> {
         Arc::new(Cell {
             tx: watch::channel(None).0,
+            depth,
         })
+    }
+
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
     }
 
     /// The outcome, if it has arrived.
