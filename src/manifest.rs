@@ -4,17 +4,18 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
+use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCallContext, Scope, AST};
 use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
 use crate::error::{Error, ErrorKind, ToolError};
 use crate::script::{self, Limits};
-use crate::tool::{Effect, Registry, Tool, ToolSpec};
+use crate::tool::{Effect, Registry, Tool, ToolContext, ToolSpec};
 
 /// The demo catalog's manifest, compiled into the binary.
 const DEMO_CATALOG: &str = include_str!("demo/catalog.toml");
@@ -58,7 +59,8 @@ struct ToolEntry {
     input: Option<Value>,
     output: Option<Value>,
     script: Spanned<String>,
-    nested: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    nested: Vec<String>,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -146,15 +148,6 @@ impl Manifests {
         for entry in parsed.tool {
             let span = entry.span();
             let entry = entry.into_inner();
-            if let Some(nested) = &entry.nested {
-                return Err(error(
-                    Some(nested.span()),
-                    format!(
-                        "tool `{}`: composite tools (`nested`) are not supported yet",
-                        entry.name
-                    ),
-                ));
-            }
             let script_span = entry.script.span();
             let ast = self
                 .host
@@ -224,9 +217,30 @@ impl Manifests {
         spec.retries = entry.retries;
         spec.allow_repeat = entry.allow_repeat;
         spec.speculate = entry.speculate.unwrap_or(true);
+        spec.nested = entry.nested;
         let latency = Duration::from_millis(entry.latency_ms);
         let effect = spec.effect;
         let (host, ast) = (Arc::clone(&self.host), Arc::new(ast));
+        if spec.is_composite() {
+            return Tool::from_spec(spec, move |args, ctx| {
+                let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+                async move {
+                    let started = tokio::time::Instant::now();
+                    // A composite that times out must make no more nested calls.
+                    let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+                    let (flag, handle) = (Arc::clone(&cancel.0), tokio::runtime::Handle::current());
+                    let result = tokio::task::spawn_blocking(move || {
+                        host.run_composite(&ast, &args, &ctx, &handle, flag)
+                    })
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(ToolError::internal(format!("the script tool stopped: {e}")))
+                    });
+                    tokio::time::sleep_until(started + latency).await;
+                    result
+                }
+            });
+        }
         Tool::from_spec(spec, move |args, _ctx| {
             let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
             // The body runs first and the simulated latency follows, so that the replies of
@@ -247,6 +261,15 @@ impl Manifests {
                 result
             }
         })
+    }
+}
+
+/// Sets its flag when dropped: the future of a call that timed out (or was cancelled) drops it.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -291,6 +314,83 @@ impl ScriptHost {
                 ))
             }
         }
+        result_json(&value)
+    }
+
+    /// Runs a composite's body: it calls its nested tools like any script does, each call
+    /// going through the dispatch path. It sees a snapshot of `state` and changes it only
+    /// through its nested tools (it holds no lock while they run).
+    fn run_composite(
+        &self,
+        ast: &AST,
+        args: &Value,
+        ctx: &ToolContext,
+        handle: &tokio::runtime::Handle,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Value, ToolError> {
+        let watch = script::Watch {
+            cancel: Some(Arc::clone(&cancel)),
+            ..script::Watch::default()
+        };
+        let mut engine = script::new_engine(&self.limits, watch);
+        engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
+        engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
+        let call = {
+            let (ctx, handle) = (ctx.clone(), handle.clone());
+            Arc::new(move |pos: rhai::Position, name: &str, args: &Dynamic| {
+                if cancel.load(Ordering::SeqCst) {
+                    return Err(Box::new(EvalAltResult::ErrorTerminated(
+                        Dynamic::from("cancelled"),
+                        pos,
+                    )));
+                }
+                let args = script::to_json(args).map_err(|e| {
+                    script::tool_error_to_rhai(ToolError::invalid_input(format!(
+                        "the arguments of `{name}` cannot be sent: {e}"
+                    )))
+                })?;
+                let (ctx, name) = (ctx.clone(), name.to_string());
+                let result = script::block_on(&handle, async move { ctx.call(&name, args).await })
+                    .unwrap_or_else(|| Err(ToolError::internal("the async runtime shut down")));
+                match result {
+                    Ok(value) => Ok(script::to_dynamic(&value)),
+                    Err(e) => Err(script::tool_error_to_rhai(e)),
+                }
+            })
+        };
+        // Every tool of the run is a function here, so that a call to one the composite did
+        // not declare is refused by the dispatch path (`permission_denied`), not unknown.
+        for (function, name) in ctx.callable_functions() {
+            let (f, n) = (Arc::clone(&call), name.clone());
+            engine.register_fn(
+                function.as_str(),
+                move |c: NativeCallContext, a: Dynamic| f(c.call_position(), &n, &a),
+            );
+            let (f, n) = (Arc::clone(&call), name);
+            engine.register_fn(function.as_str(), move |c: NativeCallContext| {
+                f(c.call_position(), &n, &Dynamic::from_map(Map::new()))
+            });
+        }
+        let f = Arc::clone(&call);
+        engine.register_fn(
+            "tool",
+            move |c: NativeCallContext, name: ImmutableString, a: Dynamic| {
+                f(c.call_position(), &name, &a)
+            },
+        );
+        engine.register_fn(
+            "tool",
+            move |c: NativeCallContext, name: ImmutableString| {
+                call(c.call_position(), &name, &Dynamic::from_map(Map::new()))
+            },
+        );
+        let mut scope = Scope::new();
+        scope.push("args", script::to_dynamic(args));
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
+        scope.push("state", Dynamic::from_map(state));
+        let value = engine
+            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+            .map_err(|e| self.tool_error(*e))?;
         result_json(&value)
     }
 
@@ -407,11 +507,18 @@ mod tests {
 
     #[test]
     fn later_features_are_refused_clearly() {
-        let (_, message) = manifest_error(load(
-            "[[tool]]\nname = \"a\"\neffect = \"read\"\nnested = [\"b\"]\nscript = \"1\"\n",
-        ));
-        assert!(message.contains("not supported yet"), "{message}");
         let (_, message) = manifest_error(load("[[mcp]]\ncommand = [\"x\"]\n"));
         assert!(message.contains("not supported yet"), "{message}");
+    }
+
+    #[test]
+    fn composite_rules_name_the_declaring_line() {
+        let text = "[[tool]]\nname = \"w\"\neffect = \"write\"\nscript = \"1\"\n\n[[tool]]\nname = \"c\"\neffect = \"read\"\nnested = [\"w\"]\nscript = \"w()\"\n";
+        let (line, message) = manifest_error(load(text));
+        assert_eq!(line, Some(6));
+        assert!(
+            message.contains("`c`") && message.contains("`w`"),
+            "{message}"
+        );
     }
 }

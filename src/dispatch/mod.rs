@@ -134,9 +134,13 @@ impl RunContext {
         &self,
         tool: &str,
         outcome: &Result<Value, ToolError>,
+        nested_calls: u64,
     ) -> Result<(), ToolError> {
         let now = Instant::now();
-        self.budget.charge_claim(now)?;
+        // A composite's nested calls are charged with it, as in a sequential run.
+        for _ in 0..=nested_calls {
+            self.budget.charge_claim(now)?;
+        }
         let admission = self.breakers.admit(tool, now)?;
         self.breakers
             .record(tool, admission, Health::of(outcome), now);
@@ -172,6 +176,8 @@ pub(crate) struct Call {
     pub(crate) speculative: bool,
     /// For a speculative call: set when the executor claims its outcome (for the receipt).
     pub(crate) claimed: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// For a speculative composite: counts its nested calls.
+    pub(crate) nested_made: Option<Arc<AtomicU64>>,
 }
 
 impl Call {
@@ -183,6 +189,7 @@ impl Call {
             parent: None,
             speculative: false,
             claimed: None,
+            nested_made: None,
         }
     }
 
@@ -191,6 +198,7 @@ impl Call {
         tool: impl Into<String>,
         args: Value,
         claimed: Arc<std::sync::atomic::AtomicBool>,
+        nested_made: Arc<AtomicU64>,
     ) -> Call {
         Call {
             tool: tool.into(),
@@ -198,12 +206,53 @@ impl Call {
             parent: None,
             speculative: true,
             claimed: Some(claimed),
+            nested_made: Some(nested_made),
         }
     }
 }
 
+/// The handle a composite's body calls its nested tools through.
+#[derive(Clone)]
+pub(crate) struct NestedCalls {
+    ctx: Arc<RunContext>,
+    parent: u64,
+    allowed: Arc<[String]>,
+    speculative: bool,
+    /// Nested calls made so far, for the budget charged when a speculative composite is claimed.
+    made: Arc<AtomicU64>,
+}
+
+impl NestedCalls {
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.ctx.registry
+    }
+
+    pub(crate) async fn call(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
+        self.made.fetch_add(1, Ordering::Relaxed);
+        let call = Call {
+            tool: tool.to_string(),
+            args,
+            parent: Some((self.parent, Arc::clone(&self.allowed))),
+            speculative: self.speculative,
+            claimed: None,
+            nested_made: None,
+        };
+        dispatch(&self.ctx, call).await.map_err(|e| {
+            let message = match &e.tool {
+                Some(nested) => format!("nested call `{nested}` failed: {}", e.message),
+                None => e.message.clone(),
+            };
+            ToolError {
+                message,
+                tool: None,
+                ..e
+            }
+        })
+    }
+}
+
 /// Dispatches one call through the ten steps.
-pub(crate) async fn dispatch(ctx: &RunContext, call: Call) -> Result<Value, ToolError> {
+pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value, ToolError> {
     ctx.dispatched.fetch_add(1, Ordering::Relaxed);
     // 1. Resolve the tool.
     let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
@@ -254,7 +303,7 @@ pub(crate) async fn dispatch(ctx: &RunContext, call: Call) -> Result<Value, Tool
 
 /// Steps 2 to 9.
 async fn steps(
-    ctx: &RunContext,
+    ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
     call: &Call,
     call_id: u64,
@@ -310,14 +359,14 @@ async fn steps(
         // A speculative read ends early when the run no longer needs it.
         let mut cancel = ctx.cancel.subscribe();
         tokio::select! {
-            result = run_body(ctx, tool, &call.args, call_id, attempts) => result,
+            result = run_body(ctx, tool, call, call_id, attempts) => result,
             _ = cancel.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
                 ErrorKind::Cancelled,
                 "the run ended before this speculative read was needed",
             )),
         }
     } else {
-        run_body(ctx, tool, &call.args, call_id, attempts).await
+        run_body(ctx, tool, call, call_id, attempts).await
     };
     // 8. Validate the output.
     let result = result.and_then(|value| schema::check_output(tool, &value).map(|()| value));
@@ -334,13 +383,21 @@ async fn steps(
 
 /// Step 7: attempts of the body, each under the tool's timeout and within the run's wall clock.
 async fn run_body(
-    ctx: &RunContext,
+    ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
-    args: &Value,
+    call: &Call,
     call_id: u64,
     attempts: &mut u32,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
+    let args = &call.args;
+    let nested = spec.is_composite().then(|| NestedCalls {
+        ctx: Arc::clone(ctx),
+        parent: call_id,
+        allowed: Arc::from(spec.nested.clone()),
+        speculative: call.speculative,
+        made: call.nested_made.clone().unwrap_or_default(),
+    });
     let max_attempts = if spec.effect.may_retry() {
         1 + spec.retries
     } else {
@@ -355,6 +412,7 @@ async fn run_body(
             tool: spec.name.clone(),
             call_id,
             attempt: *attempts,
+            nested: nested.clone(),
         };
         let body =
             AssertUnwindSafe(async { (tool.body)(args.clone(), context).await }).catch_unwind();
@@ -404,7 +462,7 @@ mod tests {
     use serde_json::json;
     use std::sync::atomic::AtomicUsize;
 
-    fn context(budget: Budget) -> (RunContext, Arc<AtomicUsize>) {
+    fn context(budget: Budget) -> (Arc<RunContext>, Arc<AtomicUsize>) {
         let runs = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&runs);
         let write = Tool::builder("write", Effect::Write)
@@ -422,7 +480,7 @@ mod tests {
             "run".into(),
             Arc::default(),
         );
-        (ctx, runs)
+        (Arc::new(ctx), runs)
     }
 
     #[tokio::test]
@@ -445,6 +503,7 @@ mod tests {
             parent: Some((7, Arc::from(vec!["read".to_string()]))),
             speculative: false,
             claimed: None,
+            nested_made: None,
         };
         let e = dispatch(&ctx, nested("write")).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::PermissionDenied);

@@ -162,7 +162,7 @@ impl Executor {
                     }
                 }
                 self.ctx
-                    .claim(&key.tool, &outcome)
+                    .claim(&key.tool, &outcome, cell.nested_calls())
                     .map_err(|e| e.for_tool(&key.tool))?;
                 self.table.claim(&claimed);
                 (*outcome).clone()
@@ -176,21 +176,9 @@ impl Executor {
     }
 
     /// Runs the dispatch path and blocks this thread until it is done.
-    ///
-    /// On a multi-thread runtime the script thread polls the call itself (its timers are driven
-    /// by the runtime's workers), which saves two thread switches a call. A current-thread
-    /// runtime (tests with paused time) drives timers only on its own thread, so there the call
-    /// runs as a task and this thread waits for its result.
     fn dispatch(&self, call: Call) -> Result<Value, ToolError> {
-        if self.handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
-            return self.handle.block_on(dispatch(&self.ctx, call));
-        }
         let ctx = Arc::clone(&self.ctx);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.handle.spawn(async move {
-            let _ = tx.send(dispatch(&ctx, call).await);
-        });
-        rx.blocking_recv().unwrap_or_else(|_| {
+        block_on(&self.handle, async move { dispatch(&ctx, call).await }).unwrap_or_else(|| {
             Err(ToolError::internal(
                 "the call was abandoned because the async runtime shut down",
             ))
@@ -279,6 +267,27 @@ fn unknown_function(
     tool_error.tool = Some(name.to_string());
     let (line, column) = line_column(*position);
     Some(RunError::from_tool(tool_error, line, column))
+}
+
+/// Runs `future` on the async runtime from a thread that may block (a script's), and waits for
+/// its output; `None` if the runtime shut down first.
+///
+/// On a multi-thread runtime this thread polls the future itself (its timers are driven by the
+/// runtime's workers), which saves two thread switches a call. A current-thread runtime (tests
+/// with paused time) drives timers only on its own thread, so there the future runs as a task
+/// and this thread waits for its output.
+pub(crate) fn block_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
+        return Some(handle.block_on(future));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    handle.spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.blocking_recv().ok()
 }
 
 /// The stack of a thread a script runs on: deep enough for `Limits::max_call_depth` levels of

@@ -360,7 +360,7 @@ impl Scout {
                 );
                 let tool = tool.to_string();
                 self.spawn(&self.dispatches, async move {
-                    let call = Call::speculative(tool.clone(), args, claimed);
+                    let call = Call::speculative(tool.clone(), args, claimed, out.nested_counter());
                     out.set(dispatch(&ctx, call).await);
                     table.landed(&tool);
                 });

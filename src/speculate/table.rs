@@ -23,6 +23,8 @@ pub(crate) struct Cell {
     tx: watch::Sender<Option<Outcome>>,
     /// How many deferred calls lead to this value: 0 for a read started with known arguments.
     depth: u32,
+    /// Nested calls a speculative composite made to produce this value; a claim charges them.
+    nested: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Cell {
@@ -34,11 +36,21 @@ impl Cell {
         Arc::new(Cell {
             tx: watch::channel(None).0,
             depth,
+            nested: Arc::default(),
         })
     }
 
     pub(crate) fn depth(&self) -> u32 {
         self.depth
+    }
+
+    /// The counter a speculative composite's nested calls are counted in.
+    pub(crate) fn nested_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.nested)
+    }
+
+    pub(crate) fn nested_calls(&self) -> u64 {
+        self.nested.load(Ordering::Relaxed)
     }
 
     /// The outcome, if it has arrived.

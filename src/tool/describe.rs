@@ -35,6 +35,7 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                         "retries": s.retries,
                         "allow_repeat": s.allow_repeat,
                         "speculate": s.speculate,
+                        "nested": s.nested,
                     })
                 })
                 .collect();
@@ -51,6 +52,9 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                 out.push('\n');
                 if !s.description.is_empty() {
                     out.push_str(&format!("    {}\n", s.description));
+                }
+                if s.is_composite() {
+                    out.push_str(&format!("    composite of: {}\n", s.nested.join(", ")));
                 }
                 out.push_str(&format!("    args: {}\n", render_type(&s.input_schema)));
                 if let Some(output) = &s.output_schema {
@@ -80,6 +84,9 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                     out.push_str(" (may be repeated)");
                 }
                 out.push('\n');
+                if s.is_composite() {
+                    out.push_str(&format!("/// composite: calls {}\n", s.nested.join(", ")));
+                }
                 for line in argument_docs(&s.input_schema) {
                     out.push_str(&format!("/// {line}\n"));
                 }

@@ -86,6 +86,8 @@ pub struct ToolSpec {
     pub retries: u32,
     /// Whether the scout may start this read early; `false` for costly or rate-limited reads.
     pub speculate: bool,
+    /// For a composite: the tools its body may call. Empty for an ordinary tool.
+    pub nested: Vec<String>,
 }
 
 impl ToolSpec {
@@ -102,12 +104,18 @@ impl ToolSpec {
             allow_repeat: false,
             retries: 0,
             speculate: true,
+            nested: Vec::new(),
         }
+    }
+
+    /// Whether this tool is a composite (it declares nested tools).
+    pub fn is_composite(&self) -> bool {
+        !self.nested.is_empty()
     }
 }
 
 /// What a tool body is given besides its arguments.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ToolContext {
     /// The tool's name.
@@ -116,6 +124,57 @@ pub struct ToolContext {
     pub call_id: u64,
     /// The attempt number, from 1.
     pub attempt: u32,
+    /// How a composite's body calls its nested tools.
+    pub(crate) nested: Option<crate::dispatch::NestedCalls>,
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("tool", &self.tool)
+            .field("call_id", &self.call_id)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// The script function names of every tool of the run, with the tools' names.
+    pub(crate) fn callable_functions(&self) -> Vec<(String, String)> {
+        self.nested
+            .as_ref()
+            .map(|n| {
+                n.registry()
+                    .iter()
+                    .map(|t| (t.function_name().to_string(), t.spec.name.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Calls one of this composite's nested tools, through the same dispatch path as any call:
+    /// the run's budget, the tool's breaker, schema validation both ways, its timeout, the
+    /// repeat guard, and a receipt whose `parent` is this call.
+    ///
+    /// Independent nested calls may be awaited together (`futures::join!`) to run in parallel.
+    ///
+    /// # Errors
+    ///
+    /// `permission_denied` for a tool this composite did not declare (or from a tool that is not
+    /// a composite); otherwise the nested call's own error, with its kind, its message prefixed
+    /// by the nested tool's name.
+    pub async fn call(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
+        match &self.nested {
+            Some(nested) => nested.call(tool, args).await,
+            None => Err(ToolError::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "`{}` is not a composite: it declares no nested tools, so it may not call `{tool}`",
+                    self.tool
+                ),
+            )),
+        }
+    }
 }
 
 /// The future a tool body returns.
@@ -211,6 +270,21 @@ impl ToolBuilder {
     pub fn speculate(mut self, speculate: bool) -> Self {
         self.spec.speculate = speculate;
         self
+    }
+
+    /// Declares the tools a composite's body may call (see [`ToolBuilder::composite`]).
+    pub fn nested<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        self.spec.nested = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Finishes a composite: a body that calls its nested tools through [`ToolContext::call`].
+    pub fn composite<F, Fut>(self, body: F) -> Tool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Tool::from_spec(self.spec, body)
     }
 
     /// Finishes the tool with an untyped body over JSON values.

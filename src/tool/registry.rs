@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Body, Tool, ToolSpec};
+use super::{Body, Effect, Tool, ToolSpec};
 use crate::error::Error;
 
 /// Words a tool cannot be named after: Rhai's keywords and the script surface's own functions.
@@ -157,12 +157,13 @@ impl RegistryBuilder {
     /// reserved name, a duplicate name or alias, `retries` on a write or external tool, a zero
     /// timeout, or a schema that does not compile (remote references are never fetched).
     pub fn build(self) -> Result<Registry, Error> {
-        let mut registry = Registry::default();
+        let mut tools: Vec<RegisteredTool> = Vec::with_capacity(self.tools.len());
+        let mut index: HashMap<String, usize> = HashMap::new();
         for tool in self.tools {
             let registered = validate(tool)?;
             let name = registered.spec.name.clone();
-            if let Some(&i) = registry.index.get(&name) {
-                let other = &registry.tools[i].spec.name;
+            if let Some(&i) = index.get(&name) {
+                let other = &tools[i].spec.name;
                 return Err(Error::registry(
                     &name,
                     if *other == name {
@@ -173,22 +174,76 @@ impl RegistryBuilder {
                 ));
             }
             if let Some(alias) = &registered.alias {
-                if let Some(&i) = registry.index.get(alias) {
+                if let Some(&i) = index.get(alias) {
                     return Err(Error::registry(
                         &name,
                         format!(
                             "its script alias `{alias}` is already taken by `{}`",
-                            registry.tools[i].spec.name
+                            tools[i].spec.name
                         ),
                     ));
                 }
-                registry.index.insert(alias.clone(), registry.tools.len());
+                index.insert(alias.clone(), tools.len());
             }
-            registry.index.insert(name, registry.tools.len());
-            registry.tools.push(Arc::new(registered));
+            index.insert(name, tools.len());
+            tools.push(registered);
         }
-        Ok(registry)
+        for i in 0..tools.len() {
+            let nested = check_composite(&tools, &index, &tools[i])?;
+            tools[i].spec.nested = nested;
+        }
+        Ok(Registry {
+            tools: tools.into_iter().map(Arc::new).collect(),
+            index,
+        })
     }
+}
+
+/// A composite's rules, each naming both tools: every nested tool exists, appears once, is not
+/// itself a composite (nesting is flat), and is a read if the composite is. Returns the nested
+/// tools by their own names (an alias is resolved).
+fn check_composite(
+    tools: &[RegisteredTool],
+    index: &HashMap<String, usize>,
+    composite: &RegisteredTool,
+) -> Result<Vec<String>, Error> {
+    let spec = &composite.spec;
+    let mut resolved: Vec<String> = Vec::with_capacity(spec.nested.len());
+    for name in &spec.nested {
+        let Some(&i) = index.get(name) else {
+            return Err(Error::registry(
+                &spec.name,
+                format!("its nested tool `{name}` does not exist"),
+            ));
+        };
+        let child = &tools[i].spec;
+        if resolved.contains(&child.name) {
+            return Err(Error::registry(
+                &spec.name,
+                format!("it lists its nested tool `{}` twice", child.name),
+            ));
+        }
+        if child.is_composite() {
+            return Err(Error::registry(
+                &spec.name,
+                format!(
+                    "its nested tool `{}` is itself a composite; nesting is flat",
+                    child.name
+                ),
+            ));
+        }
+        if spec.effect == Effect::Read && child.effect != Effect::Read {
+            return Err(Error::registry(
+                &spec.name,
+                format!(
+                    "it is a read composite, but its nested tool `{}` is {}: a read composite may contain only reads",
+                    child.name, child.effect
+                ),
+            ));
+        }
+        resolved.push(child.name.clone());
+    }
+    Ok(resolved)
 }
 
 fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
@@ -293,7 +348,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::Effect;
     use serde_json::json;
 
     fn tool(name: &str) -> Tool {
@@ -376,6 +430,65 @@ mod tests {
             .timeout(Duration::ZERO)
             .handler(|_| async { Ok(Value::Null) });
         assert!(rule(Registry::builder().tool(t).build()).contains("timeout"));
+    }
+
+    fn composite(name: &str, effect: Effect, nested: &[&str]) -> Tool {
+        Tool::builder(name, effect)
+            .nested(nested.iter().copied())
+            .composite(|_, _| async { Ok(Value::Null) })
+    }
+
+    #[test]
+    fn composite_rules_name_both_tools() {
+        let write = Tool::builder("save", Effect::Write).handler(|_| async { Ok(Value::Null) });
+        let cases = [
+            (
+                vec![composite("c", Effect::Read, &["missing"])],
+                "`missing` does not exist",
+            ),
+            (
+                vec![tool("a"), composite("c", Effect::Read, &["a", "a"])],
+                "`a` twice",
+            ),
+            (
+                vec![
+                    tool("a"),
+                    composite("inner", Effect::Read, &["a"]),
+                    composite("c", Effect::Read, &["inner"]),
+                ],
+                "`inner` is itself a composite",
+            ),
+            (
+                vec![write.clone(), composite("c", Effect::Read, &["save"])],
+                "`save` is write",
+            ),
+            (
+                vec![composite("c", Effect::Read, &["c"])],
+                "`c` is itself a composite",
+            ),
+        ];
+        for (tools, needle) in cases {
+            match Registry::builder().tools(tools).build() {
+                Err(Error::Registry { tool, rule }) => {
+                    assert!(rule.contains(needle), "{rule}");
+                    assert!(tool == "c", "the composite is named: {tool}");
+                }
+                other => panic!("expected a registry error for {needle}, got {other:?}"),
+            }
+        }
+        let ok = Registry::builder()
+            .tools([
+                tool("get-user"),
+                write,
+                composite("c", Effect::Write, &["get_user", "save"]),
+            ])
+            .build()
+            .unwrap();
+        assert_eq!(
+            ok.get("c").unwrap().spec.nested,
+            ["get-user", "save"],
+            "aliases resolve"
+        );
     }
 
     #[test]

@@ -1055,7 +1055,7 @@ fn check_reports_a_compile_error() {
 // ---------------------------------------------------------------------------------------------
 // tools
 
-const DEMO_TOOLS: [(&str, &str); 11] = [
+const DEMO_TOOLS: [(&str, &str); 13] = [
     ("get_customer", "read"),
     ("list_orders", "read"),
     ("get_order", "read"),
@@ -1067,6 +1067,8 @@ const DEMO_TOOLS: [(&str, &str); 11] = [
     ("add_ticket_note", "write"),
     ("close_ticket", "idempotent"),
     ("send_email", "external"),
+    ("customer_overview", "read"),
+    ("refund_and_close", "write"),
 ];
 
 #[test]

@@ -35,9 +35,17 @@ fn bench_catalog(latency_ms: u64) -> Runtime {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sample_scripts_give_the_same_result() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts");
-    let demo = std::fs::read_to_string(format!("{dir}/demo.rhai")).unwrap();
-    let (a, b) = both(&|| Runtime::new(demo_catalog().unwrap()), &demo).await;
-    assert_eq!(a, b, "demo.rhai");
+    let mut samples = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rhai") {
+            let script = std::fs::read_to_string(&path).unwrap();
+            let (a, b) = both(&|| Runtime::new(demo_catalog().unwrap()), &script).await;
+            assert_eq!(a, b, "{}", path.display());
+            samples += 1;
+        }
+    }
+    assert!(samples >= 2, "only {samples} sample scripts found");
     let mut checked = 0;
     for entry in std::fs::read_dir(format!("{dir}/bench")).unwrap() {
         let path = entry.unwrap().path();

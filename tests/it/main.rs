@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod composites;
 mod dispatch_path;
 mod equivalence;
 mod errors;
