@@ -218,6 +218,8 @@ pub(crate) struct NestedCalls {
     parent: u64,
     allowed: Arc<[String]>,
     speculative: bool,
+    /// A speculative composite's claim flag: its nested calls are claimed with it.
+    claimed: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Nested calls made so far, for the budget charged when a speculative composite is claimed.
     made: Arc<AtomicU64>,
 }
@@ -234,7 +236,7 @@ impl NestedCalls {
             args,
             parent: Some((self.parent, Arc::clone(&self.allowed))),
             speculative: self.speculative,
-            claimed: None,
+            claimed: self.claimed.clone(),
             nested_made: None,
         };
         dispatch(&self.ctx, call).await.map_err(|e| {
@@ -396,6 +398,7 @@ async fn run_body(
         parent: call_id,
         allowed: Arc::from(spec.nested.clone()),
         speculative: call.speculative,
+        claimed: call.claimed.clone(),
         made: call.nested_made.clone().unwrap_or_default(),
     });
     let max_attempts = if spec.effect.may_retry() {

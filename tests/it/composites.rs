@@ -269,4 +269,40 @@ async fn read_composites_are_speculated_and_change_nothing() {
         .iter()
         .filter(|r| r.speculative)
         .all(|r| r.effect == Effect::Read));
+    // A claimed composite's nested calls are claimed with it.
+    for r in speculative
+        .receipts
+        .iter()
+        .filter(|r| r.speculative && r.parent.is_some())
+    {
+        let parent = speculative
+            .receipts
+            .iter()
+            .find(|p| Some(p.call_id) == r.parent)
+            .unwrap();
+        assert_eq!(r.claimed, parent.claimed);
+    }
+}
+
+#[test]
+fn the_catalog_shows_composites_with_their_nested_tools() {
+    let runtime = runtime(&Probe::default(), Budget::default());
+    let text = runtime.describe(toolscript::Format::Text);
+    assert!(
+        text.contains("composite of: get_user, get_orders"),
+        "{text}"
+    );
+    let rhai = runtime.describe(toolscript::Format::Rhai);
+    assert!(
+        rhai.contains("/// composite: calls get_user, create_order\nfn place_order("),
+        "{rhai}"
+    );
+    let json: Value = serde_json::from_str(&runtime.describe(toolscript::Format::Json)).unwrap();
+    let summary = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "summary")
+        .unwrap();
+    assert_eq!(summary["nested"], json!(["get_user", "get_orders"]));
 }
