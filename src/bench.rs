@@ -1,6 +1,7 @@
 //! `toolscript bench`: each script run sequentially and speculatively, alternating, on fresh
 //! runtimes; median wall times, the speedup, and a check that both modes gave the same result.
 
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -63,7 +64,7 @@ pub async fn bench_script(
     name: &str,
     source: &str,
     runs: usize,
-    make_runtime: &dyn Fn() -> Result<Runtime, Error>,
+    make_runtime: &dyn Fn() -> BoxFuture<'static, Result<Runtime, Error>>,
     after_run: &mut dyn FnMut(),
 ) -> Result<BenchReport, BenchError> {
     let runs = runs.max(1);
@@ -78,7 +79,7 @@ pub async fn bench_script(
         };
         let mut pair = Vec::with_capacity(2);
         for mode in order {
-            let runtime = make_runtime().map_err(BenchError::Setup)?;
+            let runtime = make_runtime().await.map_err(BenchError::Setup)?;
             let script = runtime.compile(source).map_err(BenchError::Script)?;
             let outcome = runtime
                 .run_script(&script, RunOptions::with_mode(mode))

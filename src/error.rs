@@ -329,6 +329,14 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// An MCP server failed to start, answered garbage, or broke the protocol.
+    #[error("MCP server `{server}`: {message}")]
+    Mcp {
+        /// The server, as named in its manifest.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {

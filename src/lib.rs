@@ -33,6 +33,7 @@
 //! | `script` | the Rhai executor: engine set-up, limits, bindings, value conversion, static checks |
 //! | `speculate` | the scout, placeholders, the AST rewrite and the prefetch table |
 //! | `manifest` | TOML manifests and script tools, and the embedded demo catalog |
+//! | `mcp` | tools from MCP servers (client), and `toolscript serve` (server) |
 //! | `runtime` | [`Runtime`]: compile, check and run scripts; [`RunOutcome`] |
 
 #![forbid(unsafe_code)]
@@ -46,6 +47,7 @@ mod dispatch;
 mod error;
 mod json;
 mod manifest;
+mod mcp;
 mod runtime;
 mod script;
 mod speculate;
@@ -59,6 +61,7 @@ pub use dispatch::{
 pub use error::{Error, ErrorKind, RunError, ToolError};
 pub use json::canonical as canonical_json;
 pub use manifest::{demo_catalog, Manifests};
+pub use mcp::{serve_stdio, McpServerSpec};
 pub use runtime::{
     error_json, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats,
 };

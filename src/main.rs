@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use toolscript::{
-    bench_script, demo_catalog, error_json, verify_receipts, write_receipts, Error, Format,
-    Manifests, Mode, Progress, Registry, RunOptions, RunOutcome, Runtime,
+    bench_script, demo_catalog, error_json, serve_stdio, verify_receipts, write_receipts, Error,
+    Format, Manifests, Mode, Progress, Registry, RunOptions, RunOutcome, Runtime,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -80,6 +80,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve toolscript as an MCP server on stdio: `run_script` and `describe_tools`.
+    Serve {
+        #[command(flatten)]
+        tools: ToolsArg,
+    },
     /// Check every hash and the chain of a receipts file.
     Verify {
         /// The receipts file (JSON Lines).
@@ -104,34 +109,54 @@ enum FormatArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
-    let result = match cli.command {
+    let result = async_runtime().and_then(|rt| {
+        // MCP servers' connections live on this runtime: every command uses it.
+        let outcome = rt.block_on(command(cli.command));
+        // Tools of MCP servers may still hold tasks; do not wait for them at exit.
+        rt.shutdown_background();
+        outcome
+    });
+    result.unwrap_or_else(|message| {
+        eprintln!("toolscript: {message}");
+        ExitCode::from(USAGE)
+    })
+}
+
+async fn command(command: Command) -> Result<ExitCode, String> {
+    match command {
         Command::Run {
             script,
             tools,
             sequential,
             json,
             receipts,
-        } => run(&script, &tools, sequential, json, receipts.as_deref()),
+        } => run(&script, &tools, sequential, json, receipts.as_deref()).await,
         Command::Check {
             script,
             tools,
             json,
-        } => check(&script, &tools, json),
-        Command::Tools { tools, format } => registry(&tools).map(|registry| {
+        } => check(&script, &tools, json).await,
+        Command::Tools { tools, format } => {
+            let registry = registry(&tools).await?;
             let format = match format {
                 FormatArg::Text => Format::Text,
                 FormatArg::Json => Format::Json,
                 FormatArg::Rhai => Format::Rhai,
             };
             print!("{}", Runtime::new(registry).describe(format));
-            ExitCode::SUCCESS
-        }),
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench {
             scripts,
             tools,
             runs,
             json,
-        } => bench(&scripts, &tools, runs as usize, json),
+        } => bench(&scripts, &tools, runs as usize, json).await,
+        Command::Serve { tools } => {
+            let runtime = Runtime::new(registry(&tools).await?);
+            serve_stdio(runtime).await.map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Verify { receipts } => match verify_receipts(&receipts) {
             Ok(n) => {
                 println!("ok: {n} receipts, every hash and the chain check out");
@@ -143,11 +168,7 @@ fn main() -> ExitCode {
             }
             Err(e) => Err(e.to_string()),
         },
-    };
-    result.unwrap_or_else(|message| {
-        eprintln!("toolscript: {message}");
-        ExitCode::from(USAGE)
-    })
+    }
 }
 
 fn init_tracing(verbose: u8) {
@@ -164,15 +185,20 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
-fn registry(tools: &ToolsArg) -> Result<Registry, String> {
+/// The registry of `--tools` (starting their MCP servers), or the demo catalog.
+async fn registry(tools: &ToolsArg) -> Result<Registry, String> {
+    new_registry(tools).await.map_err(|e| e.to_string())
+}
+
+async fn new_registry(tools: &ToolsArg) -> Result<Registry, Error> {
     if tools.manifests.is_empty() {
-        return demo_catalog().map_err(|e| e.to_string());
+        return demo_catalog();
     }
     let mut manifests = Manifests::new();
     for path in &tools.manifests {
-        manifests.load_file(path).map_err(|e| e.to_string())?;
+        manifests.load_file(path)?;
     }
-    manifests.into_registry().map_err(|e| e.to_string())
+    manifests.build().await
 }
 
 fn read_script(path: &Path) -> Result<String, String> {
@@ -193,7 +219,7 @@ fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))
 }
 
-fn run(
+async fn run(
     script: &Path,
     tools: &ToolsArg,
     sequential: bool,
@@ -201,7 +227,7 @@ fn run(
     receipts: Option<&Path>,
 ) -> Result<ExitCode, String> {
     let source = read_script(script)?;
-    let runtime = Runtime::new(registry(tools)?);
+    let runtime = Runtime::new(registry(tools).await?);
     // Make sure the receipts can be written before any tool runs: failing afterwards would
     // leave effects done and unreported.
     if let Some(path) = receipts {
@@ -209,21 +235,18 @@ fn run(
     }
     let progress = Arc::new(Progress::default());
     let live = !json && std::io::stderr().is_terminal();
-    let outcome = async_runtime()?.block_on(async {
-        let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
-        let mode = if sequential {
-            Mode::Sequential
-        } else {
-            Mode::Speculative
-        };
-        let options = RunOptions::with_mode(mode).progress(Arc::clone(&progress));
-        let outcome = runtime.run_with(&source, options).await;
-        if let Some(ticker) = ticker {
-            ticker.abort();
-            eprint!("\r\x1b[2K");
-        }
-        outcome
-    });
+    let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
+    let mode = if sequential {
+        Mode::Sequential
+    } else {
+        Mode::Speculative
+    };
+    let options = RunOptions::with_mode(mode).progress(Arc::clone(&progress));
+    let outcome = runtime.run_with(&source, options).await;
+    if let Some(ticker) = ticker {
+        ticker.abort();
+        eprint!("\r\x1b[2K");
+    }
     if json {
         println!("{}", outcome.to_json());
     } else {
@@ -305,9 +328,9 @@ fn print_human(outcome: &RunOutcome) {
     eprintln!("{summary}");
 }
 
-fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, String> {
+async fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, String> {
     let source = read_script(script)?;
-    let runtime = Runtime::new(registry(tools)?);
+    let runtime = Runtime::new(registry(tools).await?);
     let (ok, report) = match runtime.check(&source) {
         Ok(problems) if json => (
             problems.is_empty(),
@@ -338,7 +361,7 @@ fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, String
     })
 }
 
-fn bench(
+async fn bench(
     scripts: &[PathBuf],
     tools: &ToolsArg,
     runs: usize,
@@ -348,17 +371,15 @@ fn bench(
         .iter()
         .map(|path| read_script(path).map(|source| (path.display().to_string(), source)))
         .collect::<Result<Vec<_>, String>>()?;
-    // Check the manifests once, up front: every run builds a fresh runtime from them.
-    registry(tools)?;
-    let make_runtime = || -> Result<Runtime, Error> {
-        if tools.manifests.is_empty() {
-            return demo_catalog().map(Runtime::new);
-        }
-        let mut manifests = Manifests::new();
-        for path in &tools.manifests {
-            manifests.load_file(path)?;
-        }
-        manifests.into_registry().map(Runtime::new)
+    // Check the manifests once, up front: every run builds a fresh runtime from them, so that
+    // tools' state (and MCP servers) start afresh.
+    registry(tools).await?;
+    let manifests = tools.manifests.clone();
+    let make_runtime = move || -> futures::future::BoxFuture<'static, Result<Runtime, Error>> {
+        let tools = ToolsArg {
+            manifests: manifests.clone(),
+        };
+        Box::pin(async move { new_registry(&tools).await.map(Runtime::new) })
     };
     let bar = indicatif::ProgressBar::new((sources.len() * runs * 2) as u64);
     if std::io::stderr().is_terminal() {
@@ -372,14 +393,11 @@ fn bench(
     } else {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let rt = async_runtime()?;
     let mut reports = Vec::new();
     for (name, source) in &sources {
         bar.set_message(name.clone());
-        let report = rt
-            .block_on(bench_script(name, source, runs, &make_runtime, &mut || {
-                bar.inc(1)
-            }))
+        let report = bench_script(name, source, runs, &make_runtime, &mut || bar.inc(1))
+            .await
             .map_err(|e| format!("{name}: {e}"))?;
         reports.push(report);
     }

@@ -14,6 +14,7 @@ use serde_json::Value;
 use toml::Spanned;
 
 use crate::error::{Error, ErrorKind, ToolError};
+use crate::mcp::McpServerSpec;
 use crate::script::{self, Limits};
 use crate::tool::{Effect, Registry, Tool, ToolContext, ToolSpec};
 
@@ -38,7 +39,23 @@ pub fn demo_catalog() -> Result<Registry, Error> {
 struct ManifestFile {
     #[serde(default)]
     tool: Vec<Spanned<ToolEntry>>,
-    mcp: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    mcp: Vec<Spanned<McpEntry>>,
+}
+
+/// An `[[mcp]]` table: a server to start, whose tools become tools of the registry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpEntry {
+    name: Option<String>,
+    command: Vec<String>,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+    prefix: Option<String>,
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    effects: std::collections::BTreeMap<String, Effect>,
+    trust_annotations: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +81,7 @@ struct ToolEntry {
 }
 
 /// Where a tool was declared, for errors found after parsing.
+#[derive(Clone)]
 struct Origin {
     tool: String,
     file: PathBuf,
@@ -74,6 +92,8 @@ struct Origin {
 pub struct Manifests {
     tools: Vec<Tool>,
     origins: Vec<Origin>,
+    /// MCP servers declared but not started yet.
+    servers: Vec<(McpServerSpec, Origin)>,
     host: Arc<ScriptHost>,
 }
 
@@ -101,6 +121,7 @@ impl Manifests {
         Manifests {
             tools: Vec::new(),
             origins: Vec::new(),
+            servers: Vec::new(),
             host: Arc::new(ScriptHost {
                 engine,
                 limits,
@@ -139,10 +160,39 @@ impl Manifests {
         };
         let parsed: ManifestFile =
             toml::from_str(text).map_err(|e| error(e.span(), e.message().trim().to_string()))?;
-        if let Some(mcp) = parsed.mcp {
-            return Err(error(
-                Some(mcp.span()),
-                "MCP servers (`[[mcp]]`) are not supported yet".to_string(),
+        for entry in parsed.mcp {
+            let span = entry.span();
+            let entry = entry.into_inner();
+            if entry.command.is_empty() {
+                return Err(error(
+                    Some(span),
+                    "`[[mcp]]` needs a `command`: the program and its arguments".to_string(),
+                ));
+            }
+            let mut spec = McpServerSpec::new(entry.command);
+            if let Some(name) = entry.name {
+                spec.name = name;
+            }
+            spec.env = entry.env;
+            spec.prefix = entry.prefix;
+            if let Some(ms) = entry.timeout_ms {
+                spec.timeout = Duration::from_millis(ms);
+            }
+            spec.effects = entry.effects;
+            spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
+            // A server runs in its manifest's folder, so relative paths in its command work
+            // from wherever toolscript is started.
+            spec.cwd = file
+                .parent()
+                .filter(|dir| dir.is_dir())
+                .map(Path::to_path_buf);
+            self.servers.push((
+                spec,
+                Origin {
+                    tool: String::new(),
+                    file: file.to_path_buf(),
+                    line: line_of(text, span.start),
+                },
             ));
         }
         for entry in parsed.tool {
@@ -175,7 +225,43 @@ impl Manifests {
         Ok(())
     }
 
-    /// The tools loaded so far.
+    /// The MCP servers the manifests declare.
+    pub fn mcp_servers(&self) -> impl Iterator<Item = &McpServerSpec> {
+        self.servers.iter().map(|(spec, _)| spec)
+    }
+
+    /// Starts the MCP servers the manifests declare and adds their tools. A server lives as
+    /// long as any of its tools; it is shut down when the last one is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mcp`] naming the server that failed to start, to initialise or to list its
+    /// tools.
+    pub async fn connect(&mut self) -> Result<(), Error> {
+        for (spec, origin) in std::mem::take(&mut self.servers) {
+            let tools = crate::mcp::connect(&spec).await?;
+            for tool in tools {
+                self.origins.push(Origin {
+                    tool: tool.spec().name.clone(),
+                    ..origin.clone()
+                });
+                self.tools.push(tool);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the declared MCP servers, then builds the registry.
+    ///
+    /// # Errors
+    ///
+    /// As [`Manifests::connect`] and [`Manifests::into_registry`].
+    pub async fn build(mut self) -> Result<Registry, Error> {
+        self.connect().await?;
+        self.into_registry()
+    }
+
+    /// The tools loaded so far (MCP servers' only after [`Manifests::connect`]).
     pub fn into_tools(self) -> Vec<Tool> {
         self.tools
     }
@@ -185,8 +271,19 @@ impl Manifests {
     /// # Errors
     ///
     /// A registry rule broken by a tool, as [`Error::Manifest`] naming the file and line that
-    /// declared it, the tool and the rule.
+    /// declared it, the tool and the rule; an [`Error::Manifest`] if MCP servers are declared
+    /// but not started ([`Manifests::build`] starts them).
     pub fn into_registry(self) -> Result<Registry, Error> {
+        if let Some((spec, origin)) = self.servers.first() {
+            return Err(Error::Manifest {
+                file: origin.file.clone(),
+                line: Some(origin.line),
+                message: format!(
+                    "MCP server `{}` is declared but not started: build the registry with `Manifests::build`",
+                    spec.name
+                ),
+            });
+        }
         let origins = self.origins;
         Registry::builder()
             .tools(self.tools)
@@ -506,9 +603,30 @@ mod tests {
     }
 
     #[test]
-    fn later_features_are_refused_clearly() {
-        let (_, message) = manifest_error(load("[[mcp]]\ncommand = [\"x\"]\n"));
-        assert!(message.contains("not supported yet"), "{message}");
+    fn mcp_tables_are_parsed() {
+        let mut m = Manifests::new();
+        m.load_str(
+            Path::new("m.toml"),
+            "[[mcp]]\nname = \"files\"\ncommand = [\"node\", \"server.js\"]\nprefix = \"fs_\"\ntimeout_ms = 500\neffects = { write_file = \"idempotent\" }\ntrust_annotations = false\nenv = { A = \"1\" }\n",
+        )
+        .unwrap();
+        let spec = m.mcp_servers().next().unwrap().clone();
+        assert_eq!(spec.name, "files");
+        assert_eq!(spec.command, ["node", "server.js"]);
+        assert_eq!(spec.prefix.as_deref(), Some("fs_"));
+        assert_eq!(spec.timeout, Duration::from_millis(500));
+        assert_eq!(spec.effects["write_file"], Effect::Idempotent);
+        assert!(!spec.trust_annotations);
+        assert_eq!(spec.env["A"], "1");
+        let (line, message) = manifest_error(m.into_registry());
+        assert_eq!(line, Some(1));
+        assert!(message.contains("not started"), "{message}");
+        let (_, message) = manifest_error(load("[[mcp]]\ncommand = []\n"));
+        assert!(message.contains("command"), "{message}");
+        let (_, message) = manifest_error(load(
+            "[[mcp]]\ncommand = [\"x\"]\neffects = { a = \"sometimes\" }\n",
+        ));
+        assert!(message.contains("read"), "{message}");
     }
 
     #[test]

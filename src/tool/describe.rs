@@ -36,6 +36,7 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                         "allow_repeat": s.allow_repeat,
                         "speculate": s.speculate,
                         "nested": s.nested,
+                        "origin": s.origin,
                     })
                 })
                 .collect();
@@ -55,6 +56,9 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                 }
                 if s.is_composite() {
                     out.push_str(&format!("    composite of: {}\n", s.nested.join(", ")));
+                }
+                if let Some(origin) = &s.origin {
+                    out.push_str(&format!("    from: {origin}\n"));
                 }
                 out.push_str(&format!("    args: {}\n", render_type(&s.input_schema)));
                 if let Some(output) = &s.output_schema {
@@ -86,6 +90,9 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                 out.push('\n');
                 if s.is_composite() {
                     out.push_str(&format!("/// composite: calls {}\n", s.nested.join(", ")));
+                }
+                if let Some(origin) = &s.origin {
+                    out.push_str(&format!("/// from: {origin}\n"));
                 }
                 for line in argument_docs(&s.input_schema) {
                     out.push_str(&format!("/// {line}\n"));

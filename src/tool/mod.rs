@@ -88,6 +88,9 @@ pub struct ToolSpec {
     pub speculate: bool,
     /// For a composite: the tools its body may call. Empty for an ordinary tool.
     pub nested: Vec<String>,
+    /// Where the tool comes from when it is not defined here: `mcp:SERVER/TOOL` for a tool of
+    /// an MCP server (its name there, before any mapping to a toolscript name).
+    pub origin: Option<String>,
 }
 
 impl ToolSpec {
@@ -105,6 +108,7 @@ impl ToolSpec {
             retries: 0,
             speculate: true,
             nested: Vec::new(),
+            origin: None,
         }
     }
 

@@ -128,7 +128,8 @@ fn malformed_manifests_name_file_line_and_problem() {
         ("[[tool]]\nname = \"a\"\neffect = \"read\"\noutput = { type = 5 }\nscript = \"1\"\n", Some(1), "output schema"),
         ("[[tool]]\nname = \"a\"\neffect = \"read\"\nscript = '''\n1 +\n'''\n", Some(6), "does not compile"),
         ("[[tool]]\nname = \"a\"\neffect = \"read\"\nnested = [\"b\"]\nscript = \"1\"\n", Some(1), "`b` does not exist"),
-        ("[[mcp]]\ncommand = [\"server\"]\n", Some(1), "not supported yet"),
+        ("[[mcp]]\ncommand = [\"server\"]\n", Some(1), "not started"),
+        ("[[mcp]]\nname = \"x\"\n", Some(1), "command"),
     ];
     for (text, line, needle) in cases {
         let (got_line, message) = load_error(text);

@@ -1,0 +1,61 @@
+//! MCP: tools from MCP servers, usable from scripts like any other (the client), and toolscript
+//! itself served as an MCP server over stdio (the server). Built on the official Rust SDK, rmcp.
+
+mod client;
+mod server;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::tool::Effect;
+
+pub(crate) use client::connect;
+pub use server::serve_stdio;
+
+/// One MCP server to start and take tools from: an `[[mcp]]` table of a manifest.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct McpServerSpec {
+    /// The server's name in errors and in `tools` (`name`, or the program's file name).
+    pub name: String,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// Extra environment variables for the server.
+    pub env: BTreeMap<String, String>,
+    /// The server's working directory (a manifest's own folder), or the current one.
+    pub cwd: Option<PathBuf>,
+    /// Put before every tool name (`fs_` makes `read_file` `fs_read_file`).
+    pub prefix: Option<String>,
+    /// The timeout of each call to one of its tools.
+    pub timeout: Duration,
+    /// Effects by the server's tool name, overriding what the server's annotations say.
+    pub effects: BTreeMap<String, Effect>,
+    /// Whether annotations decide effects; when `false`, every tool not in `effects` is a write.
+    pub trust_annotations: bool,
+}
+
+impl McpServerSpec {
+    /// A server started with `command`, with the defaults: no extra environment, no prefix,
+    /// a 30 s timeout, annotations trusted.
+    pub fn new(command: Vec<String>) -> McpServerSpec {
+        let name = command
+            .first()
+            .map(|program| {
+                std::path::Path::new(program)
+                    .file_name()
+                    .map_or_else(|| program.clone(), |f| f.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        McpServerSpec {
+            name,
+            command,
+            env: BTreeMap::new(),
+            cwd: None,
+            prefix: None,
+            timeout: crate::tool::DEFAULT_TIMEOUT,
+            effects: BTreeMap::new(),
+            trust_annotations: true,
+        }
+    }
+}
