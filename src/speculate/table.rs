@@ -155,6 +155,20 @@ struct State {
     misses: u64,
 }
 
+/// A fresh executor entry for `key`, replacing any: the executor dispatches into its cell.
+fn executor_entry(state: &mut State, key: &ReadKey) -> Arc<Cell> {
+    let cell = Cell::new();
+    state.entries.insert(
+        key.clone(),
+        Entry {
+            cell: Arc::clone(&cell),
+            origin: Origin::Executor,
+        },
+    );
+    state.misses += 1;
+    cell
+}
+
 /// What the executor found for a read.
 pub(crate) enum Lookup {
     /// An entry the executor made earlier in this epoch.
@@ -219,15 +233,7 @@ impl PrefetchTable {
                 }
             };
         }
-        let cell = Cell::new();
-        state.entries.insert(
-            key.clone(),
-            Entry {
-                cell: Arc::clone(&cell),
-                origin: Origin::Executor,
-            },
-        );
-        state.misses += 1;
+        let cell = executor_entry(&mut state, key);
         drop(state);
         self.bump();
         Lookup::Miss(cell)
@@ -236,16 +242,8 @@ impl PrefetchTable {
     /// The executor takes an entry over whose speculative outcome it cannot use (the runtime
     /// refused the speculative call): a fresh cell it dispatches into.
     pub(crate) fn take_over(&self, key: &ReadKey) -> Arc<Cell> {
-        let cell = Cell::new();
-        let mut state = self.lock();
-        state.entries.insert(
-            key.clone(),
-            Entry {
-                cell: Arc::clone(&cell),
-                origin: Origin::Executor,
-            },
-        );
-        state.misses += 1;
+        let cell = executor_entry(&mut self.lock(), key);
+        self.bump();
         cell
     }
 

@@ -3,15 +3,7 @@
 use serde_json::{json, Value};
 use toolscript::{canonical_json, verify_receipts, write_receipts, Effect, Error, Mode, Status};
 
-use crate::support::{fixture_runtime, run_in, Probe};
-
-fn sha256(text: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+use crate::support::{fixture_runtime, run_in, sha256, Probe};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_receipt_per_dispatch_chained_by_hash() {

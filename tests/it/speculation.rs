@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolscript::{observable, Budget, Effect, Mode, Registry, Runtime, SpeculationLimits, Tool};
 
-use crate::support::{fixture_tools, run_in, value_of, Probe};
+use crate::support::{fixture_tools, run_in, sha256, value_of, Probe};
 
 /// Finishes `builder` with a body that takes `ms`, echoes its arguments and counts its calls.
 fn counted(builder: toolscript::ToolBuilder, ms: u64) -> (Tool, Arc<AtomicUsize>) {
@@ -91,14 +91,6 @@ async fn reads_after_a_write_start_only_once_it_completed() {
             r.started_ms
         );
     }
-}
-
-fn sha256(text: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

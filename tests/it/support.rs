@@ -196,3 +196,12 @@ pub fn value_of(outcome: &RunOutcome) -> &Value {
 pub async fn run_in(runtime: &Runtime, script: &str, mode: Mode) -> RunOutcome {
     runtime.run_with(script, RunOptions::with_mode(mode)).await
 }
+
+/// SHA-256 of `text`, as lowercase hex (as in receipts).
+pub fn sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
