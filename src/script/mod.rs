@@ -52,7 +52,6 @@ pub(crate) struct Counts {
 
 #[derive(Default)]
 struct State {
-    epoch: u64,
     counts: Counts,
 }
 
@@ -106,8 +105,9 @@ impl Executor {
         state.counts.tool_calls += 1;
         match tool {
             Some((tool, Effect::Read, false)) => {
+                // The epoch is the number of non-read calls made so far, kept by the table.
                 let key = ReadKey {
-                    epoch: state.epoch,
+                    epoch: self.table.writes_made() as u64,
                     tool,
                     args: canonical(&args),
                 };
@@ -118,10 +118,7 @@ impl Executor {
                 drop(state);
                 let args_key = canonical(&args);
                 let result = self.dispatch(Call::top_level(tool.clone(), args));
-                let mut state = self.lock();
-                state.epoch += 1;
-                state.counts.effectful_calls += 1;
-                drop(state);
+                self.lock().counts.effectful_calls += 1;
                 self.table.record_write(WriteRecord {
                     tool,
                     args: args_key,
