@@ -6,7 +6,7 @@ mod registry;
 
 pub(crate) use describe::describe;
 pub use describe::Format;
-pub(crate) use registry::RegisteredTool;
+pub(crate) use registry::{check_name, RegisteredTool};
 pub use registry::{Registry, RegistryBuilder};
 
 use std::fmt;

@@ -297,7 +297,7 @@ fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
 }
 
 /// Checks `^[a-zA-Z][a-zA-Z0-9_-]{0,127}$`, the `ts_` prefix and the reserved words.
-fn check_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');

@@ -9,6 +9,8 @@ mod equivalence;
 mod errors;
 mod limits;
 mod manifests;
+mod mcp_client;
+mod mcp_server;
 mod meaning;
 mod receipts;
 mod speculation;

@@ -1,0 +1,457 @@
+//! `toolscript serve` (DESIGN.md section 8) as MCP clients see it: the built binary, driven by
+//! the MCP Inspector's CLI (a real client, run with Node.js) and by rmcp's own client.
+//!
+//! Expected values come from the library itself: a served run must give what an in-process run
+//! of the same script gives, and `describe_tools` what `Runtime::describe` prints.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    JsonObject, Tool,
+};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::{json, Value};
+use toolscript::{demo_catalog, Format, Mode, RunOptions, Runtime};
+
+/// Every client session must finish within this, so that a protocol hang fails the test.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A script that calls a tool, prints and returns a value; several lines, as models write them.
+const SCRIPT: &str = "let c = get_customer(#{id: 3});\nprint(\"hi\");\nc.name";
+
+/// The demo catalog's runtime, as `toolscript serve` without `--tools` builds it.
+fn demo_runtime() -> Runtime {
+    Runtime::new(demo_catalog().expect("the demo catalog is valid"))
+}
+
+/// The outcome JSON of an in-process run of `script`, as `toolscript run --json` prints it.
+fn run_in_process(script: &str, mode: Mode) -> Value {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts");
+    rt.block_on(demo_runtime().run_with(script, RunOptions::with_mode(mode)))
+        .to_json()
+}
+
+/// The parts of an outcome that do not depend on timing: `stats` holds wall time and counts of
+/// speculation, which may differ between two runs.
+fn stable(outcome: &Value) -> Value {
+    let mut out = outcome.clone();
+    out.as_object_mut()
+        .expect("an outcome is an object")
+        .remove("stats");
+    out
+}
+
+/// The structured content of a `run_script` result, after checking that its text content is
+/// the same JSON and that `isError` matches `ok`.
+#[track_caller]
+fn outcome_of(result: &Value) -> Value {
+    let structured = result["structuredContent"].clone();
+    assert!(structured.is_object(), "no structured content: {result:#}");
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content: {result:#}"));
+    let from_text: Value = serde_json::from_str(text).expect("the text content is JSON");
+    assert_eq!(
+        numbers_as_floats(&from_text),
+        numbers_as_floats(&structured),
+        "text and structured content differ"
+    );
+    assert_eq!(
+        result["isError"],
+        json!(structured["ok"] == json!(false)),
+        "isError must be set exactly when ok is false: {result:#}"
+    );
+    structured
+}
+
+/// `value` with every number a float. A JavaScript client re-serialises the structured content
+/// it received, and writes the float `0.0` as `0`.
+fn numbers_as_floats(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_floats).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), numbers_as_floats(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Checks `outcome` against the output schema `run_script` declares.
+#[track_caller]
+fn assert_matches_output_schema(tool: &Tool, outcome: &Value) {
+    let schema = Value::Object(
+        tool.output_schema
+            .as_deref()
+            .expect("run_script declares an output schema")
+            .clone(),
+    );
+    let validator = jsonschema::validator_for(&schema).expect("the output schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(outcome)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "the outcome breaks the output schema: {errors:?}\n{outcome:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MCP Inspector's CLI (Node.js).
+// ---------------------------------------------------------------------------------------------
+
+/// What one run of the Inspector CLI produced.
+struct Inspected {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Inspected {
+    /// The JSON the Inspector printed, failing the test if it failed.
+    #[track_caller]
+    fn json(&self) -> Value {
+        assert!(
+            self.success,
+            "the Inspector failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.stdout, self.stderr
+        );
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("the Inspector printed no JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+/// The Inspector's CLI, or `None` (after saying so) when Node.js is not installed. With Node.js
+/// but without the packages, the test fails: that is a set-up step left out, not a platform
+/// without Node.
+fn inspector() -> Option<PathBuf> {
+    if Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        eprintln!("skipping: Node.js is not installed");
+        return None;
+    }
+    let bin =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/node_modules/.bin/mcp-inspector");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `npm ci --prefix tests/mcp`",
+        bin.display()
+    );
+    Some(bin)
+}
+
+/// Runs the Inspector CLI against `toolscript serve` with `args` (`--method ...`), killing it
+/// if it has not finished by [`DEADLINE`].
+fn inspect(inspector: &Path, args: &[&str]) -> Inspected {
+    let mut cmd = Command::new(inspector);
+    cmd.arg("--cli")
+        .arg(env!("CARGO_BIN_EXE_toolscript"))
+        .arg("serve")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // The Inspector starts a second Node process, which starts the server: a group of its own
+    // lets a timeout kill all three.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().expect("the Inspector starts");
+    let stdout = drain(child.stdout.take().expect("stdout is piped"));
+    let stderr = drain(child.stderr.take().expect("stderr is piped"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the Inspector can be waited for") {
+            break Some(status);
+        }
+        if started.elapsed() > DEADLINE {
+            kill_group(&mut child);
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (join(stdout), join(stderr));
+    let Some(status) = status else {
+        panic!(
+            "the Inspector did not finish within {DEADLINE:?}\n--- stdout ---\n{stdout}\n\
+             --- stderr ---\n{stderr}"
+        );
+    };
+    Inspected {
+        success: status.success(),
+        stdout,
+        stderr,
+    }
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+fn join(reader: std::thread::JoinHandle<String>) -> String {
+    reader.join().expect("the pipe reader does not panic")
+}
+
+fn kill_group(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `tools/call run_script` through the Inspector, with `args` as `--tool-arg key=value` pairs.
+fn inspect_run_script(inspector: &Path, args: &[&str]) -> Inspected {
+    let mut all = vec![
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "run_script",
+        "--tool-arg",
+    ];
+    all.extend_from_slice(args);
+    inspect(inspector, &all)
+}
+
+#[test]
+fn inspector_lists_both_tools_with_the_api_in_run_script() {
+    let Some(inspector) = inspector() else { return };
+    let listed = inspect(&inspector, &["--method", "tools/list"]).json();
+    let tools = listed["tools"].as_array().expect("a tool list");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["run_script", "describe_tools"]);
+
+    let run_script = &tools[0];
+    let description = run_script["description"].as_str().expect("a description");
+    assert!(description.contains("fn get_customer("), "{description}");
+    assert!(
+        description.ends_with(&demo_runtime().describe(Format::Rhai)),
+        "the description ends with the tools' API:\n{description}"
+    );
+    assert_eq!(run_script["inputSchema"]["required"], json!(["script"]));
+    assert_eq!(
+        run_script["inputSchema"]["properties"]["sequential"]["type"],
+        "boolean"
+    );
+    assert_eq!(
+        run_script["outputSchema"]["required"],
+        json!(["ok", "logs", "effects", "stats"])
+    );
+    assert_eq!(tools[1]["annotations"]["readOnlyHint"], true);
+}
+
+#[test]
+fn inspector_runs_a_multi_line_script() {
+    let Some(inspector) = inspector() else { return };
+    let script = format!("script={SCRIPT}");
+    // The Inspector checks the structured content against the output schema it listed.
+    let result = inspect_run_script(&inspector, &[&script]).json();
+    let outcome = outcome_of(&result);
+    assert_eq!(outcome["ok"], true, "{outcome:#}");
+    assert_eq!(outcome["logs"], json!(["hi"]));
+    assert!(outcome["value"].is_string(), "{outcome:#}");
+    assert_eq!(outcome["stats"]["mode"], "speculative");
+    assert_eq!(
+        stable(&outcome),
+        stable(&run_in_process(SCRIPT, Mode::Speculative))
+    );
+}
+
+#[test]
+fn inspector_gets_a_failed_script_as_a_result() {
+    let Some(inspector) = inspector() else { return };
+    let script = "get_customer(#{id: 999})";
+    let result = inspect_run_script(
+        &inspector,
+        &[&format!("script={script}"), "sequential=true"],
+    )
+    .json();
+    let outcome = outcome_of(&result);
+    assert_eq!(result["isError"], true);
+    assert_eq!(outcome["ok"], false);
+    assert_eq!(outcome["error"]["kind"], "not_found", "{outcome:#}");
+    assert_eq!(outcome["error"]["tool"], "get_customer");
+    assert_eq!(outcome["stats"]["mode"], "sequential");
+    assert_eq!(
+        stable(&outcome),
+        stable(&run_in_process(script, Mode::Sequential))
+    );
+}
+
+#[test]
+fn inspector_gets_a_syntax_error_with_its_position() {
+    let Some(inspector) = inspector() else { return };
+    let result = inspect_run_script(&inspector, &["script=let x = ;\nx"]).json();
+    let outcome = outcome_of(&result);
+    assert_eq!(outcome["ok"], false);
+    assert_eq!(outcome["error"]["kind"], "invalid_script", "{outcome:#}");
+    assert_eq!(outcome["error"]["line"], 1);
+}
+
+#[test]
+fn inspector_gets_invalid_params_without_a_script() {
+    let Some(inspector) = inspector() else { return };
+    let out = inspect_run_script(&inspector, &["sequential=true"]);
+    assert!(
+        !out.success,
+        "a call without a script must fail: {}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("-32602") && out.stderr.contains("script"),
+        "an invalid-params error naming the missing field:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn inspector_describes_the_tools() {
+    let Some(inspector) = inspector() else { return };
+    let result = inspect(
+        &inspector,
+        &["--method", "tools/call", "--tool-name", "describe_tools"],
+    )
+    .json();
+    assert_ne!(result["isError"], true, "{result:#}");
+    assert_eq!(
+        result["content"][0]["text"].as_str(),
+        Some(demo_runtime().describe(Format::Rhai).as_str())
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// rmcp's client (no Node.js needed).
+// ---------------------------------------------------------------------------------------------
+
+fn arguments(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("arguments are an object, not {other}"),
+    }
+}
+
+/// The JSON of a `run_script` result, as the wire carries it, for [`outcome_of`].
+fn wire(result: &CallToolResult) -> Value {
+    serde_json::to_value(result).expect("a result serialises")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_client_lists_tools_and_runs_scripts() {
+    tokio::time::timeout(DEADLINE, rust_client_session())
+        .await
+        .expect("the MCP session finished in time");
+}
+
+async fn rust_client_session() {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
+    cmd.arg("serve").env_remove("RUST_LOG");
+    let (transport, _stderr) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolscript serve starts");
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toolscript-tests", "0"),
+    )
+    .serve(transport)
+    .await
+    .expect("the session initialises");
+
+    let info = client.peer_info().expect("the server introduced itself");
+    let server = info.server_info.as_ref().expect("the server names itself");
+    assert_eq!(server.name, "toolscript");
+    assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
+    assert!(info
+        .instructions
+        .as_deref()
+        .is_some_and(|i| i.contains("run_script")));
+
+    let tools = client.list_all_tools().await.expect("tools/list answers");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["run_script", "describe_tools"]);
+    let run_script = &tools[0];
+    assert!(run_script
+        .description
+        .as_deref()
+        .is_some_and(|d| d.contains("fn get_customer(")));
+
+    // A script that succeeds, and one that fails, run at the same time on one server.
+    let call = |args: Value| {
+        client.call_tool(CallToolRequestParams::new("run_script").with_arguments(arguments(args)))
+    };
+    let (ok, failed) = tokio::join!(
+        call(json!({"script": SCRIPT})),
+        call(json!({"script": "get_customer(#{id: 999})", "sequential": true})),
+    );
+    let ok = outcome_of(&wire(&ok.expect("run_script answers")));
+    assert_matches_output_schema(run_script, &ok);
+    assert_eq!(ok["ok"], true);
+    assert_eq!(ok["logs"], json!(["hi"]));
+    assert_eq!(
+        stable(&ok),
+        stable(
+            &demo_runtime()
+                .run_with(SCRIPT, RunOptions::with_mode(Mode::Speculative))
+                .await
+                .to_json()
+        )
+    );
+    let failed = outcome_of(&wire(&failed.expect("a failed script is a result")));
+    assert_matches_output_schema(run_script, &failed);
+    assert_eq!(failed["ok"], false);
+    assert_eq!(failed["error"]["kind"], "not_found");
+    assert_eq!(failed["stats"]["mode"], "sequential");
+
+    // A request without a script is the client's mistake: invalid params, not a result.
+    match client
+        .call_tool(CallToolRequestParams::new("run_script").with_arguments(arguments(json!({}))))
+        .await
+    {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32602, "{e:?}");
+            assert!(e.message.contains("script"), "{e:?}");
+        }
+        other => panic!("expected invalid params, got {other:?}"),
+    }
+    match client
+        .call_tool(CallToolRequestParams::new("no_such_tool"))
+        .await
+    {
+        Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602, "{e:?}"),
+        other => panic!("expected invalid params, got {other:?}"),
+    }
+
+    let described = client
+        .call_tool(CallToolRequestParams::new("describe_tools"))
+        .await
+        .expect("describe_tools answers");
+    let text = described.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .expect("text content");
+    assert_eq!(text, demo_runtime().describe(Format::Rhai));
+
+    client.cancel().await.expect("the session closes");
+}
