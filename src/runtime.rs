@@ -269,7 +269,7 @@ impl Runtime {
             .compiler
             .compile(source)
             .map_err(|e| script::from_parse(&e))?;
-        let scout_ast = Arc::new(speculate::rewrite(&self.compiler, &ast));
+        let scout_ast = Arc::new(speculate::rewrite(&ast));
         Ok(Script {
             ast: Arc::new(ast),
             scout_ast,

@@ -66,10 +66,9 @@ pub(crate) const INDEX: &str = "__ts_index";
 /// are kept. The rewrite adds no variables and moves no statements, so the variable offsets that
 /// Rhai cached in the AST stay valid.
 ///
-/// `engine` is not consulted: the wrapper calls are built from templates compiled once per process
-/// by a raw engine, since a call's hashes depend only on its name and arity (and on Rhai's
+/// The wrapper calls are built from templates compiled once per process by a raw engine, since a call's hashes depend only on its name and arity (and on Rhai's
 /// process-wide hashing seed), not on the engine that will run it.
-pub(crate) fn rewrite(_engine: &Engine, ast: &AST) -> AST {
+pub(crate) fn rewrite(ast: &AST) -> AST {
     let rewriter = Rewriter::get();
     let statements: Vec<Stmt> = ast
         .statements()
@@ -690,7 +689,7 @@ mod tests {
             engine.set_optimization_level(level);
             for script in CORPUS {
                 let ast = engine.compile(script).unwrap();
-                let rewritten = rewrite(&engine, &ast);
+                let rewritten = rewrite(&ast);
                 // Every script has sites to wrap, so that the comparison below means something
                 // (at full optimization, calls of `log` on constants are folded away).
                 if level != OptimizationLevel::Full {
@@ -711,7 +710,7 @@ mod tests {
     fn rewriting_changes_the_ast() {
         let engine = Engine::new();
         let ast = engine.compile("let x = 1; if x > 0 { 1 }").unwrap();
-        let rewritten = rewrite(&engine, &ast);
+        let rewritten = rewrite(&ast);
         assert!(format!("{:?}", rewritten.statements()).contains(COND));
         assert!(!format!("{:?}", ast.statements()).contains(COND));
     }
@@ -748,7 +747,7 @@ mod tests {
         });
         let ast = engine.compile(script).unwrap();
         engine
-            .run_ast(&rewrite(&engine, &ast))
+            .run_ast(&rewrite(&ast))
             .unwrap_or_else(|err| panic!("{script}: {err}"));
         let [cond, value, index] = counters.map(|c| c.load(Ordering::Relaxed));
         Calls { cond, value, index }
@@ -814,9 +813,7 @@ mod tests {
         });
         let ast = engine.compile("let x = 1;\nif x { 1 }").unwrap();
         let original = engine.eval_ast::<Dynamic>(&ast).unwrap_err();
-        let rewritten = engine
-            .eval_ast::<Dynamic>(&rewrite(&engine, &ast))
-            .unwrap_err();
+        let rewritten = engine.eval_ast::<Dynamic>(&rewrite(&ast)).unwrap_err();
         assert_eq!(original.position(), Position::new(2, 4));
         assert_eq!(rewritten.position(), original.position());
     }
@@ -826,7 +823,7 @@ mod tests {
         let engine = Engine::new();
         let mut ast = engine.compile("fn f(x) { x + 1 } f(1)").unwrap();
         ast.set_source("script.rhai");
-        let rewritten = rewrite(&engine, &ast);
+        let rewritten = rewrite(&ast);
         assert_eq!(rewritten.source(), Some("script.rhai"));
         assert_eq!(rewritten.iter_functions().count(), 1);
         assert_eq!(engine.eval_ast::<i64>(&rewritten).unwrap(), 2);

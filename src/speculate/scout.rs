@@ -378,34 +378,22 @@ impl Scout {
         inputs: Vec<Arc<Cell>>,
         out: Arc<Cell>,
     ) {
-        futures::future::join_all(inputs.iter().map(|c| c.wait())).await;
-        let not_started = || {
-            Err(ToolError::new(
-                ErrorKind::Cancelled,
-                "a deferred speculative read was not started",
-            ))
-        };
-        let cell = match resolve_deep(&args) {
-            Resolution::Ready(args) => {
-                let mut state = Pass::default();
-                self.launch(epoch, &tool, args, &mut state)
+        let mut pending = inputs;
+        let ready = loop {
+            futures::future::join_all(pending.iter().map(|c| c.wait())).await;
+            match resolve_deep(&args) {
+                Resolution::Ready(args) => break Some(args),
+                Resolution::Pending(more) => pending = more,
+                Resolution::Never => break None,
             }
-            // An input that resolved to a path into another deferred value: wait again.
-            Resolution::Pending(more) => {
-                futures::future::join_all(more.iter().map(|c| c.wait())).await;
-                match resolve_deep(&args) {
-                    Resolution::Ready(args) => {
-                        let mut state = Pass::default();
-                        self.launch(epoch, &tool, args, &mut state)
-                    }
-                    _ => None,
-                }
-            }
-            Resolution::Never => None,
         };
+        let cell = ready.and_then(|args| self.launch(epoch, &tool, args, &mut Pass::default()));
         match cell {
             Some(cell) => out.set(Arc::unwrap_or_clone(cell.wait().await)),
-            None => out.set(not_started()),
+            None => out.set(Err(ToolError::new(
+                ErrorKind::Cancelled,
+                "a deferred speculative read was not started",
+            ))),
         }
     }
 }
