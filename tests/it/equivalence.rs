@@ -112,8 +112,8 @@ async fn the_test_corpus_gives_the_same_result() {
 }
 
 /// The random scripts' catalog: reads whose results depend on how many writes happened (so a
-/// read started in the wrong epoch shows), failing reads, a write that can conflict, and an
-/// external call. Latencies of 0 to 2 ms let the scout and the executor race.
+/// read started in the wrong epoch shows), failing reads, a write that can conflict, an
+/// external call, and a read and a write composite. Latencies of 0 to 2 ms let the scout and the executor race.
 fn random_catalog() -> Runtime {
     let puts = Arc::new(Mutex::new(0_i64));
     let latency = |id: i64| Duration::from_micros((id.unsigned_abs() % 3) * 700);
@@ -165,9 +165,23 @@ fn random_catalog() -> Runtime {
         });
     let notify = Tool::builder("notify", Effect::External)
         .handler(|args| async move { Ok(json!({"sent": args})) });
+    // A read composite (speculated as a whole) and a write composite (never speculated).
+    let pair = Tool::builder("pair", Effect::Read)
+        .nested(["get", "list"])
+        .composite(|args, ctx| async move {
+            let record = ctx.call("get", json!({"id": args["id"]})).await?;
+            let listed = ctx.call("list", json!({"n": record["next"]})).await?;
+            Ok(json!({"v": record["v"], "first": listed[0]}))
+        });
+    let put_checked = Tool::builder("put_checked", Effect::Write)
+        .nested(["get", "put"])
+        .composite(|args, ctx| async move {
+            let record = ctx.call("get", json!({"id": args["k"]})).await?;
+            ctx.call("put", json!({"k": record["next"]})).await
+        });
     Runtime::new(
         Registry::builder()
-            .tools([get, list, put, notify])
+            .tools([get, list, put, notify, pair, put_checked])
             .build()
             .unwrap(),
     )
@@ -191,6 +205,11 @@ fn script_strategy() -> impl Strategy<Value = String> {
         (0_usize..4).prop_map(|v| format!("print(`x{v}=${{x{v}.v}}`);")),
         id.clone()
             .prop_map(|e| format!("acc.push(get(#{{id: get(#{{id: {e}}}).next}}).id);")),
+        id.clone()
+            .prop_map(|e| format!("acc.push(pair(#{{id: {e}}}).first);")),
+        id.clone().prop_map(|e| format!(
+            "try {{ acc.push(put_checked(#{{k: {e}}})); }} catch (e) {{ acc.push(e.kind); }}"
+        )),
     ];
     let block = leaf.prop_recursive(3, 24, 4, move |inner| {
         let body = prop::collection::vec(inner, 1..4).prop_map(|s| s.join("\n"));
