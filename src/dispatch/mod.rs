@@ -30,6 +30,7 @@ pub(crate) use breaker::Breakers;
 pub(crate) use budget::BudgetMeter;
 pub(crate) use receipt::ReceiptLog;
 pub(crate) use repeat::RepeatGuard;
+pub(crate) use schema::check_input;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};

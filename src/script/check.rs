@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use rhai::{ASTNode, Engine, Expr, FnCallExpr, Position, Stmt, AST};
 use serde::Serialize;
 
-use crate::tool::Registry;
+use crate::tool::{RegisteredTool, Registry};
 
 /// A problem `check` found, at a place in the script.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -73,9 +73,16 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
                     position,
                     format!("`{name}` takes one object map, as in {name}(#{{...}}); it is given {} arguments", call.args.len()),
                 );
+            } else if let (Some(tool), Some(args)) = (registry.get(name), call.args.first()) {
+                check_constant_args(tool, args, position, &mut report);
             }
         } else if !method && name == "tool" {
             check_generic(call, registry, position, &mut report);
+            if let (Some(Expr::StringConstant(tool, _)), Some(args)) = (call.args.first(), call.args.get(1)) {
+                if let Some(tool) = registry.get(tool) {
+                    check_constant_args(tool, args, position, &mut report);
+                }
+            }
         } else if !known.contains(name) {
             let hint = registry
                 .suggest(name)
@@ -87,6 +94,48 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
         true
     });
     problems
+}
+
+/// Arguments written as a constant map are checked against the tool's input schema, as the
+/// dispatch path will check them.
+fn check_constant_args(
+    tool: &RegisteredTool,
+    args: &Expr,
+    position: Position,
+    report: &mut impl FnMut(Position, String),
+) {
+    let Some(value) = constant_value(args) else {
+        return;
+    };
+    if let Ok(json) = super::to_json(&value) {
+        if let Err(e) = crate::dispatch::check_input(tool, &json) {
+            report(position, e.message);
+        }
+    }
+}
+
+/// The value of an expression made only of constants (a map literal of literals, say).
+fn constant_value(expr: &Expr) -> Option<rhai::Dynamic> {
+    match expr {
+        Expr::DynamicConstant(value, _) => Some((**value).clone()),
+        Expr::Map(map, _) => {
+            let (items, template) = &**map;
+            let mut out = rhai::Map::new();
+            for (name, _) in template {
+                out.insert(name.clone(), rhai::Dynamic::UNIT);
+            }
+            for (ident, value) in items {
+                out.insert(ident.name.as_str().into(), constant_value(value)?);
+            }
+            Some(out.into())
+        }
+        Expr::Array(items, _) => items
+            .iter()
+            .map(constant_value)
+            .collect::<Option<rhai::Array>>()
+            .map(Into::into),
+        other => other.get_literal_value(None),
+    }
 }
 
 /// `tool("name", ...)` with a literal name must name a tool.

@@ -257,3 +257,40 @@ if args.mode == "bug" { let x = undefined_variable; }
         assert!(e.message.contains(text), "{mode}: {}", e.message);
     }
 }
+
+#[test]
+fn check_finds_bad_calls_without_running_them() {
+    let runtime = crate::support::fixture_runtime(&Probe::default());
+    let problems = runtime
+        .check(
+            "let a = get_user(#{id: \"seven\"});\nlet b = tool(\"get_orders\", #{});\nlet c = get_user(#{id: a.id});\nget_usr(#{id: 1});\ntool(\"nope\");\nget_user(#{id: 3}, 4)",
+        )
+        .unwrap();
+    let found: Vec<(Option<usize>, &str)> = problems
+        .iter()
+        .map(|p| (p.line, p.message.as_str()))
+        .collect();
+    assert_eq!(found.len(), 5, "{found:?}");
+    assert!(
+        found[0].0 == Some(1) && found[0].1.contains("/id"),
+        "{found:?}"
+    );
+    assert!(
+        found[1].0 == Some(2) && found[1].1.contains("required"),
+        "{found:?}"
+    );
+    assert!(
+        found[2].0 == Some(4) && found[2].1.contains("did you mean the tool `get_user`"),
+        "{found:?}"
+    );
+    assert!(
+        found[3].0 == Some(5) && found[3].1.contains("no tool named `nope`"),
+        "{found:?}"
+    );
+    assert!(
+        found[4].0 == Some(6) && found[4].1.contains("2 arguments"),
+        "{found:?}"
+    );
+    let e = runtime.check("let x = ;").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidScript);
+}
