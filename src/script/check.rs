@@ -121,7 +121,7 @@ fn constant_value(expr: &Expr) -> Option<rhai::Dynamic> {
         Expr::Map(map, _) => {
             let (items, template) = &**map;
             let mut out = rhai::Map::new();
-            for (name, _) in template {
+            for name in template.keys() {
                 out.insert(name.clone(), rhai::Dynamic::UNIT);
             }
             for (ident, value) in items {
