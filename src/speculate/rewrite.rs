@@ -212,14 +212,8 @@ impl Rewriter {
                 let chain = expr.take();
                 *expr = self.index_calls(chain);
             }
-            Expr::Index(chain, options, ..) => {
-                let options = *options;
-                self.chain(chain, true, options);
-            }
-            Expr::Dot(chain, options, ..) => {
-                let options = *options;
-                self.chain(chain, false, options);
-            }
+            // Other chains are rewritten as an assignment target is: keys only.
+            Expr::Index(..) | Expr::Dot(..) => self.target(expr),
             _ => {}
         }
     }
