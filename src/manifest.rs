@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCallContext, Scope, AST};
+use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
 use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
@@ -432,55 +432,32 @@ impl ScriptHost {
         let mut engine = script::new_engine(&self.limits, watch);
         engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
         engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
-        let call = {
-            let (ctx, handle) = (ctx.clone(), handle.clone());
-            Arc::new(move |pos: rhai::Position, name: &str, args: &Dynamic| {
-                if cancel.load(Ordering::SeqCst) {
-                    return Err(Box::new(EvalAltResult::ErrorTerminated(
-                        Dynamic::from("cancelled"),
-                        pos,
-                    )));
-                }
-                let args = script::to_json(args).map_err(|e| {
-                    script::tool_error_to_rhai(ToolError::invalid_input(format!(
-                        "the arguments of `{name}` cannot be sent: {e}"
-                    )))
-                })?;
-                let (ctx, name) = (ctx.clone(), name.to_string());
-                let result = script::block_on(&handle, async move { ctx.call(&name, args).await })
-                    .unwrap_or_else(|| Err(ToolError::internal("the async runtime shut down")));
-                match result {
-                    Ok(value) => Ok(script::to_dynamic(&value)),
-                    Err(e) => Err(script::tool_error_to_rhai(e)),
-                }
-            })
-        };
+        let (context, handle) = (ctx.clone(), handle.clone());
+        let call: script::ToolCall = Arc::new(move |pos, name, args| {
+            if cancel.load(Ordering::SeqCst) {
+                return Err(Box::new(EvalAltResult::ErrorTerminated(
+                    Dynamic::from("cancelled"),
+                    pos,
+                )));
+            }
+            let args = script::to_json(args).map_err(|e| {
+                script::tool_error_to_rhai(ToolError::invalid_input(format!(
+                    "the arguments of `{name}` cannot be sent: {e}"
+                )))
+            })?;
+            let (context, name) = (context.clone(), name.to_string());
+            let result = script::block_on(&handle, async move { context.call(&name, args).await })
+                .unwrap_or_else(|| Err(ToolError::internal("the async runtime shut down")));
+            match result {
+                Ok(value) => Ok(script::to_dynamic(&value)),
+                Err(e) => Err(script::tool_error_to_rhai(e)),
+            }
+        });
         // Every tool of the run is a function here, so that a call to one the composite did
         // not declare is refused by the dispatch path (`permission_denied`), not unknown.
-        for (function, name) in ctx.callable_functions() {
-            let (f, n) = (Arc::clone(&call), name.clone());
-            engine.register_fn(
-                function.as_str(),
-                move |c: NativeCallContext, a: Dynamic| f(c.call_position(), &n, &a),
-            );
-            let (f, n) = (Arc::clone(&call), name);
-            engine.register_fn(function.as_str(), move |c: NativeCallContext| {
-                f(c.call_position(), &n, &Dynamic::from_map(Map::new()))
-            });
+        if let Some(registry) = ctx.registry() {
+            script::register_tool_functions(&mut engine, registry, call);
         }
-        let f = Arc::clone(&call);
-        engine.register_fn(
-            "tool",
-            move |c: NativeCallContext, name: ImmutableString, a: Dynamic| {
-                f(c.call_position(), &name, &a)
-            },
-        );
-        engine.register_fn(
-            "tool",
-            move |c: NativeCallContext, name: ImmutableString| {
-                call(c.call_position(), &name, &Dynamic::from_map(Map::new()))
-            },
-        );
         let mut scope = Scope::new();
         scope.push("args", script::to_dynamic(args));
         let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();

@@ -171,6 +171,9 @@ impl RunContext {
 pub(crate) struct Call {
     pub(crate) tool: String,
     pub(crate) args: Value,
+    /// Canonical JSON of `args`: the call's identity for the read table, the repeat guard and
+    /// the receipt, computed once.
+    pub(crate) args_key: String,
     /// The composite call this one is nested in, and the tools that composite declared.
     pub(crate) parent: Option<(u64, Arc<[String]>)>,
     /// Started by the scout.
@@ -186,6 +189,7 @@ impl Call {
     pub(crate) fn top_level(tool: impl Into<String>, args: Value) -> Call {
         Call {
             tool: tool.into(),
+            args_key: canonical(&args),
             args,
             parent: None,
             speculative: false,
@@ -194,16 +198,18 @@ impl Call {
         }
     }
 
-    /// A read started by the scout.
+    /// A read started by the scout; `args_key` is the canonical JSON of `args`.
     pub(crate) fn speculative(
         tool: impl Into<String>,
         args: Value,
+        args_key: String,
         claimed: Arc<std::sync::atomic::AtomicBool>,
         nested_made: Arc<AtomicU64>,
     ) -> Call {
         Call {
             tool: tool.into(),
             args,
+            args_key,
             parent: None,
             speculative: true,
             claimed: Some(claimed),
@@ -234,6 +240,7 @@ impl NestedCalls {
         self.made.fetch_add(1, Ordering::Relaxed);
         let call = Call {
             tool: tool.to_string(),
+            args_key: canonical(&args),
             args,
             parent: Some((self.parent, Arc::clone(&self.allowed))),
             speculative: self.speculative,
@@ -269,7 +276,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         return Err(error.for_tool(&call.tool));
     };
     let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
-    let args_key = canonical(&call.args);
+    let args_key = call.args_key.as_str();
     let started = ctx.elapsed();
     let span = tracing::debug_span!(
         "tool_call",
@@ -279,7 +286,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     );
     ctx.progress.in_flight.fetch_add(1, Ordering::Relaxed);
     let mut attempts = 0;
-    let result = steps(ctx, &tool, &call, call_id, &args_key, &mut attempts)
+    let result = steps(ctx, &tool, &call, call_id, args_key, &mut attempts)
         .instrument(span)
         .await;
     ctx.progress.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -293,7 +300,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         effect: tool.spec.effect,
         speculative: call.speculative,
         claimed: call.claimed.clone(),
-        args_sha256: sha256_hex(&args_key),
+        args_sha256: sha256_hex(args_key),
         result_sha256: result.as_ref().ok().map(|v| sha256_hex(&canonical(v))),
         error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
         started_ms: started.as_secs_f64() * 1e3,
@@ -504,6 +511,7 @@ mod tests {
         let nested = |tool: &str| Call {
             tool: tool.into(),
             args: json!({}),
+            args_key: "{}".into(),
             parent: Some((7, Arc::from(vec!["read".to_string()]))),
             speculative: false,
             claimed: None,

@@ -20,12 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rhai::{Dynamic, Engine, ImmutableString, Map, NativeCallContext, Scope, AST};
+use rhai::{Dynamic, Engine, ImmutableString, Map, NativeCallContext, Position, Scope, AST};
 use serde_json::Value;
 
 use crate::dispatch::{dispatch, Call, RunContext};
 use crate::error::{ErrorKind, RunError, ToolError};
-use crate::json::canonical;
 use crate::speculate::{Lookup, PrefetchTable, WriteRecord};
 use crate::tool::Effect;
 
@@ -105,19 +104,21 @@ impl Executor {
         state.counts.tool_calls += 1;
         match tool {
             Some((tool, Effect::Read, false)) => {
+                drop(state);
+                let call = Call::top_level(tool, args);
                 // The epoch is the number of non-read calls made so far, kept by the table.
                 let key = ReadKey {
                     epoch: self.table.writes_made() as u64,
-                    tool,
-                    args: canonical(&args),
+                    tool: call.tool.clone(),
+                    args: call.args_key.clone(),
                 };
-                drop(state);
-                self.read(key, args)
+                self.read(key, call)
             }
             Some((tool, effect, _)) if effect != Effect::Read => {
                 drop(state);
-                let args_key = canonical(&args);
-                let result = self.dispatch(Call::top_level(tool.clone(), args));
+                let call = Call::top_level(tool, args);
+                let (tool, args_key) = (call.tool.clone(), call.args_key.clone());
+                let result = self.dispatch(call);
                 self.lock().counts.effectful_calls += 1;
                 self.table.record_write(WriteRecord {
                     tool,
@@ -136,7 +137,7 @@ impl Executor {
 
     /// A read: answered by an identical read earlier in this epoch, claimed from the scout's
     /// speculation, or dispatched.
-    fn read(&self, key: ReadKey, args: Value) -> Result<Value, ToolError> {
+    fn read(&self, key: ReadKey, call: Call) -> Result<Value, ToolError> {
         match self.table.lookup(&key) {
             Lookup::Repeat(cell) => {
                 self.lock().counts.deduplicated += 1;
@@ -153,7 +154,7 @@ impl Executor {
                     if e.kind.is_speculation_refusal() {
                         // The runtime refused the speculative call; the tool never answered.
                         let cell = self.table.take_over(&key);
-                        let result = self.dispatch(Call::top_level(key.tool, args));
+                        let result = self.dispatch(call);
                         cell.set(result.clone());
                         return result;
                     }
@@ -165,7 +166,7 @@ impl Executor {
                 (*outcome).clone()
             }
             Lookup::Miss(cell) => {
-                let result = self.dispatch(Call::top_level(key.tool, args));
+                let result = self.dispatch(call);
                 cell.set(result.clone());
                 result
             }
@@ -185,45 +186,44 @@ impl Executor {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    fn script_call(
-        &self,
-        ctx: &NativeCallContext,
-        name: &str,
-        args: &Dynamic,
-    ) -> Result<Dynamic, Box<rhai::EvalAltResult>> {
-        self.call(name, args)
-            .map(|v| to_dynamic(&v))
-            .map_err(|e| errors::to_rhai(e, ctx.call_position()))
-    }
 }
 
-/// Makes every tool a script function (under its alias too), plus the generic `tool(name, args)`.
-fn register_tools(engine: &mut Engine, executor: &Arc<Executor>) {
-    for tool in executor.ctx.registry.iter() {
-        let function = tool.function_name().to_string();
-        let (exec, name) = (Arc::clone(executor), tool.spec.name.clone());
-        engine.register_fn(
-            function.as_str(),
-            move |ctx: NativeCallContext, args: Dynamic| exec.script_call(&ctx, &name, &args),
-        );
-        let (exec, name) = (Arc::clone(executor), tool.spec.name.clone());
-        engine.register_fn(function.as_str(), move |ctx: NativeCallContext| {
-            exec.script_call(&ctx, &name, &Dynamic::from_map(Map::new()))
+/// What a script's tool functions call: the call site, the tool's name, the argument map.
+pub(crate) type ToolCall = Arc<
+    dyn Fn(Position, &str, &Dynamic) -> Result<Dynamic, Box<rhai::EvalAltResult>> + Send + Sync,
+>;
+
+/// Makes every tool a script function (under its function name: the alias of a `-` name) with
+/// one argument or none, plus the generic `tool(name, args)`; all of them call `call`. The
+/// executor, the scout and script composites differ only in `call`.
+pub(crate) fn register_tool_functions(
+    engine: &mut Engine,
+    registry: &crate::tool::Registry,
+    call: ToolCall,
+) {
+    let empty = || Dynamic::from_map(Map::new());
+    for tool in registry.iter() {
+        let function = tool.function_name();
+        let (f, name) = (Arc::clone(&call), tool.spec.name.clone());
+        engine.register_fn(function, move |ctx: NativeCallContext, args: Dynamic| {
+            f(ctx.call_position(), &name, &args)
+        });
+        let (f, name) = (Arc::clone(&call), tool.spec.name.clone());
+        engine.register_fn(function, move |ctx: NativeCallContext| {
+            f(ctx.call_position(), &name, &empty())
         });
     }
-    let exec = Arc::clone(executor);
+    let f = Arc::clone(&call);
     engine.register_fn(
         "tool",
         move |ctx: NativeCallContext, name: ImmutableString, args: Dynamic| {
-            exec.script_call(&ctx, &name, &args)
+            f(ctx.call_position(), &name, &args)
         },
     );
-    let exec = Arc::clone(executor);
     engine.register_fn(
         "tool",
         move |ctx: NativeCallContext, name: ImmutableString| {
-            exec.script_call(&ctx, &name, &Dynamic::from_map(Map::new()))
+            call(ctx.call_position(), &name, &empty())
         },
     );
 }
@@ -345,7 +345,13 @@ pub(crate) fn execute(
         handle,
         state: Mutex::default(),
     });
-    register_tools(&mut engine, &executor);
+    let exec = Arc::clone(&executor);
+    let call: ToolCall = Arc::new(move |at, name, args| {
+        exec.call(name, args)
+            .map(|v| to_dynamic(&v))
+            .map_err(|e| errors::to_rhai(e, at))
+    });
+    register_tool_functions(&mut engine, &executor.ctx.registry, call);
 
     let _span = tracing::debug_span!("script").entered();
     let result = engine

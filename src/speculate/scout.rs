@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, Scope, AST};
+use rhai::{Dynamic, Engine, EvalAltResult, Scope, AST};
 use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -232,27 +232,18 @@ impl Scout {
     }
 
     fn register_tools(self: &Arc<Self>, engine: &mut Engine, pass: &Arc<Mutex<Pass>>) {
-        let mut reserved = vec!["tool".to_string()];
-        for tool in self.ctx.registry.iter() {
-            let function = tool.function_name().to_string();
-            reserved.push(function.clone());
-            let (scout, pass_, name) = (Arc::clone(self), Arc::clone(pass), tool.spec.name.clone());
-            engine.register_fn(function.as_str(), move |args: Dynamic| {
-                scout.call(&pass_, &name, args)
-            });
-            let (scout, pass_, name) = (Arc::clone(self), Arc::clone(pass), tool.spec.name.clone());
-            engine.register_fn(function.as_str(), move || {
-                scout.call(&pass_, &name, Dynamic::from_map(Map::new()))
-            });
-        }
         let (scout, pass_) = (Arc::clone(self), Arc::clone(pass));
-        engine.register_fn("tool", move |name: ImmutableString, args: Dynamic| {
-            scout.call(&pass_, &name, args)
-        });
-        let (scout, pass_) = (Arc::clone(self), Arc::clone(pass));
-        engine.register_fn("tool", move |name: ImmutableString| {
-            scout.call(&pass_, &name, Dynamic::from_map(Map::new()))
-        });
+        let call: script::ToolCall =
+            Arc::new(move |_, name, args| scout.call(&pass_, name, args.clone()));
+        script::register_tool_functions(engine, &self.ctx.registry, call);
+        let reserved: Vec<String> = std::iter::once("tool".to_string())
+            .chain(
+                self.ctx
+                    .registry
+                    .iter()
+                    .map(|t| t.function_name().to_string()),
+            )
+            .collect();
         placeholder::register(engine, reserved.into());
     }
 
@@ -360,7 +351,13 @@ impl Scout {
                 );
                 let tool = tool.to_string();
                 self.spawn(&self.dispatches, async move {
-                    let call = Call::speculative(tool.clone(), args, claimed, out.nested_counter());
+                    let call = Call::speculative(
+                        tool.clone(),
+                        args,
+                        key.args,
+                        claimed,
+                        out.nested_counter(),
+                    );
                     out.set(dispatch(&ctx, call).await);
                     table.landed(&tool);
                 });

@@ -143,17 +143,9 @@ impl fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
-    /// The script function names of every tool of the run, with the tools' names.
-    pub(crate) fn callable_functions(&self) -> Vec<(String, String)> {
-        self.nested
-            .as_ref()
-            .map(|n| {
-                n.registry()
-                    .iter()
-                    .map(|t| (t.function_name().to_string(), t.spec.name.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// The run's registry, for a composite's body (`None` for other tools).
+    pub(crate) fn registry(&self) -> Option<&Registry> {
+        self.nested.as_ref().map(|n| n.registry())
     }
 
     /// Calls one of this composite's nested tools, through the same dispatch path as any call:
