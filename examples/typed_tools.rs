@@ -166,7 +166,10 @@ async fn main() -> Result<(), toolscript::Error> {
     for effect in &outcome.effects {
         println!(
             "{} ({}) ok={} args={}",
-            effect.tool, effect.effect, effect.ok, effect.args
+            effect.tool,
+            effect.effect,
+            effect.ok.map_or("unknown".to_string(), |ok| ok.to_string()),
+            effect.args
         );
     }
     println!("== stats ==");

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::{Error, RunError};
-use crate::runtime::{error_json, Mode, RunOptions, RunOutcome, Runtime};
+use crate::runtime::{Mode, RunOptions, RunOutcome, Runtime};
 
 /// What `bench` measured for one script.
 #[derive(Clone, Debug, Serialize)]
@@ -44,7 +44,7 @@ pub struct BenchReport {
 pub fn observable(outcome: &RunOutcome) -> Value {
     let result = match &outcome.result {
         Ok(value) => json!({"value": value}),
-        Err(e) => json!({"error": error_json(e)}),
+        Err(e) => json!({"error": e.to_json()}),
     };
     json!({
         "result": result,

@@ -4,101 +4,88 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// What went wrong, as a stable string used in scripts (`e.kind`), JSON output and receipts.
-///
-/// The breaker counts only the kinds that say a tool is unhealthy ([`ErrorKind::counts_as_failure`]);
-/// the caller's own mistakes (`invalid_input`, `not_found`, ...) never open it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
+/// Declares [`ErrorKind`] and its stable strings from one list, so that the variants, their
+/// strings and the parser can never disagree.
+macro_rules! error_kinds {
+    ($($(#[doc = $doc:literal])* $variant:ident => $text:literal,)*) => {
+        /// What went wrong, as a stable string used in scripts (`e.kind`), JSON output and
+        /// receipts.
+        ///
+        /// The breaker counts only the kinds that say a tool is unhealthy
+        /// ([`ErrorKind::counts_as_failure`]); the caller's own mistakes (`invalid_input`,
+        /// `not_found`, ...) never open it.
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ErrorKind {
+            $($(#[doc = $doc])* $variant,)*
+            /// A kind named by a tool itself (`throw #{kind: "rate_limited", ...}` in a script
+            /// tool).
+            Custom(String),
+        }
+
+        impl ErrorKind {
+            /// Every kind the runtime itself names, in declaration order.
+            pub(crate) const BUILT_IN: &'static [ErrorKind] = &[$(ErrorKind::$variant,)*];
+
+            /// The stable string for this kind.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(ErrorKind::$variant => $text,)*
+                    ErrorKind::Custom(kind) => kind,
+                }
+            }
+        }
+    };
+}
+
+error_kinds! {
     /// No tool has that name.
-    UnknownTool,
+    UnknownTool => "unknown_tool",
     /// A composite called a tool it did not declare.
-    PermissionDenied,
+    PermissionDenied => "permission_denied",
     /// A non-read call was repeated with identical arguments in one run.
-    RepeatedCall,
+    RepeatedCall => "repeated_call",
     /// The run's budget (calls, in-flight calls, wall clock) is spent.
-    BudgetExceeded,
+    BudgetExceeded => "budget_exceeded",
     /// The tool's circuit breaker is open: it failed repeatedly and is cooling down.
-    CircuitOpen,
+    CircuitOpen => "circuit_open",
     /// The arguments do not match the tool's input schema.
-    InvalidInput,
+    InvalidInput => "invalid_input",
     /// The tool's result does not match its output schema (the value itself is never shown).
-    InvalidOutput,
+    InvalidOutput => "invalid_output",
     /// The tool did not answer within its timeout.
-    Timeout,
+    Timeout => "timeout",
+    /// A non-read call whose outcome is unknown: its body started, then it timed out or its
+    /// future was dropped. It may or may not have taken effect, so it is never retried.
+    AmbiguousOutcome => "ambiguous_outcome",
     /// The tool panicked or failed in a way it did not describe.
-    Internal,
+    Internal => "internal",
     /// The tool, or what it talks to, is temporarily unavailable.
-    Unavailable,
+    Unavailable => "unavailable",
     /// The tool looked for something that does not exist.
-    NotFound,
+    NotFound => "not_found",
     /// The tool refused because of the state of what it manages (a refund already issued, say).
-    Conflict,
+    Conflict => "conflict",
     /// The tool failed and said why in its message, without a more specific kind.
-    Failed,
-    /// The call was cancelled: a speculative read nobody needed when the run ended.
-    Cancelled,
+    Failed => "failed",
+    /// The call was cancelled before its body started, or a read nobody needed any more
+    /// (a speculative read when the run ended, a read whose caller gave up).
+    Cancelled => "cancelled",
     /// The script does not compile.
-    InvalidScript,
+    InvalidScript => "invalid_script",
     /// The script hit one of its [`Limits`](crate::Limits).
-    LimitExceeded,
+    LimitExceeded => "limit_exceeded",
     /// The script failed on its own: a type error, an undefined variable, an uncaught `throw`.
-    ScriptError,
-    /// A kind named by a tool itself (`throw #{kind: "rate_limited", ...}` in a script tool).
-    Custom(String),
+    ScriptError => "script_error",
 }
 
 impl ErrorKind {
-    /// The stable string for this kind.
-    pub fn as_str(&self) -> &str {
-        match self {
-            ErrorKind::UnknownTool => "unknown_tool",
-            ErrorKind::PermissionDenied => "permission_denied",
-            ErrorKind::RepeatedCall => "repeated_call",
-            ErrorKind::BudgetExceeded => "budget_exceeded",
-            ErrorKind::CircuitOpen => "circuit_open",
-            ErrorKind::InvalidInput => "invalid_input",
-            ErrorKind::InvalidOutput => "invalid_output",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Internal => "internal",
-            ErrorKind::Unavailable => "unavailable",
-            ErrorKind::NotFound => "not_found",
-            ErrorKind::Conflict => "conflict",
-            ErrorKind::Failed => "failed",
-            ErrorKind::Cancelled => "cancelled",
-            ErrorKind::InvalidScript => "invalid_script",
-            ErrorKind::LimitExceeded => "limit_exceeded",
-            ErrorKind::ScriptError => "script_error",
-            ErrorKind::Custom(kind) => kind,
-        }
-    }
-
     /// Parses a kind string; an unknown but well-formed one becomes [`ErrorKind::Custom`].
     ///
     /// Returns `None` for a string that is not a lowercase identifier (`^[a-z][a-z0-9_]*$`).
     pub fn parse(kind: &str) -> Option<ErrorKind> {
-        let known = [
-            ErrorKind::UnknownTool,
-            ErrorKind::PermissionDenied,
-            ErrorKind::RepeatedCall,
-            ErrorKind::BudgetExceeded,
-            ErrorKind::CircuitOpen,
-            ErrorKind::InvalidInput,
-            ErrorKind::InvalidOutput,
-            ErrorKind::Timeout,
-            ErrorKind::Internal,
-            ErrorKind::Unavailable,
-            ErrorKind::NotFound,
-            ErrorKind::Conflict,
-            ErrorKind::Failed,
-            ErrorKind::Cancelled,
-            ErrorKind::InvalidScript,
-            ErrorKind::LimitExceeded,
-            ErrorKind::ScriptError,
-        ];
-        if let Some(k) = known.into_iter().find(|k| k.as_str() == kind) {
-            return Some(k);
+        if let Some(k) = ErrorKind::BUILT_IN.iter().find(|k| k.as_str() == kind) {
+            return Some(k.clone());
         }
         let mut chars = kind.chars();
         let well_formed = chars.next().is_some_and(|c| c.is_ascii_lowercase())
@@ -112,6 +99,7 @@ impl ErrorKind {
         matches!(
             self,
             ErrorKind::Timeout
+                | ErrorKind::AmbiguousOutcome
                 | ErrorKind::Internal
                 | ErrorKind::InvalidOutput
                 | ErrorKind::Unavailable
@@ -150,6 +138,10 @@ impl ErrorKind {
             ErrorKind::InvalidInput => "fix the arguments to match the tool's input schema",
             ErrorKind::InvalidOutput => "the tool is misbehaving; do not rely on it in this run",
             ErrorKind::Timeout => "retry later or ask for less in one call",
+            ErrorKind::AmbiguousOutcome => {
+                "do not make this call again: check whether it took effect first (with a read), \
+                 or ask a person"
+            }
             ErrorKind::Unavailable => "retry later",
             ErrorKind::NotFound => "check the identifier; look it up with a search tool first",
             ErrorKind::InvalidScript => "fix the syntax error at the reported line and column",
@@ -278,6 +270,34 @@ impl RunError {
             recoverable: e.recoverable,
             suggested_next_action: e.suggested_next_action,
         }
+    }
+}
+
+impl RunError {
+    /// The JSON form of the error, as in `run --json`; absent fields are left out.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "kind": self.kind.as_str(),
+            "message": self.message,
+            "recoverable": self.recoverable,
+        });
+        let optional = [
+            ("tool", self.tool.clone().map(serde_json::Value::from)),
+            ("line", self.line.map(serde_json::Value::from)),
+            ("column", self.column.map(serde_json::Value::from)),
+            (
+                "suggested_next_action",
+                self.suggested_next_action
+                    .clone()
+                    .map(serde_json::Value::from),
+            ),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                out[key] = value;
+            }
+        }
+        out
     }
 }
 

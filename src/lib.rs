@@ -26,15 +26,25 @@
 //!
 //! # Layout
 //!
+//! Modules from the bottom up; each uses only those above it in this table (a test,
+//! `layering::modules_form_no_cycle`, checks it from the sources).
+//!
 //! | module | what it holds |
 //! |---|---|
+//! | `error`, `json` | error kinds and errors; canonical JSON and SHA-256 |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
-//! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, receipts |
-//! | `script` | the Rhai executor: engine set-up, limits, bindings, value conversion, static checks |
-//! | `speculate` | the scout, placeholders, the AST rewrite and the prefetch table |
-//! | `manifest` | TOML manifests and script tools, and the embedded demo catalog |
-//! | `mcp` | tools from MCP servers (client), and `toolscript serve` (server) |
+//! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
+//! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
+//! | `ledger` | the run ledger: epochs, reads de-duplicated per epoch, the scout's entries and their claims, the executor's write log |
+//! | `script` | the executor (the authoritative run) and the static checks of `check` |
+//! | `speculate` | the scout, placeholders and the AST rewrite |
 //! | `runtime` | [`Runtime`]: compile, check and run scripts; [`RunOutcome`] |
+//! | `manifest` | TOML manifests, script tools (`manifest::script_tool`), the embedded demo catalog |
+//! | `mcp` | tools from MCP servers (client), and `toolscript serve` (server) |
+//! | `bench` | `toolscript bench`: speculative against sequential runs of whole scripts |
+//!
+//! The public surface: the runtime, tools and errors at the root; [`receipts`], [`mcp`] and
+//! [`bench`] as modules of their own.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -42,35 +52,36 @@
 // returned once per failed call, so their size is not worth an allocation and a less plain API.
 #![allow(clippy::result_large_err)]
 
-mod bench;
+pub mod bench;
 mod dispatch;
+mod engine;
 mod error;
 mod json;
+mod ledger;
 mod manifest;
-mod mcp;
+pub mod mcp;
 mod runtime;
 mod script;
 mod speculate;
 mod tool;
 
-pub use bench::{bench_script, observable, BenchError, BenchReport};
-pub use dispatch::{
-    verify_receipts, write_receipts, BreakerConfig, Budget, EffectRecord, Progress, Receipt,
-    Status, RECEIPT_VERSION,
-};
+pub use dispatch::{BreakerConfig, Budget, EffectRecord, Progress};
+pub use engine::Limits;
 pub use error::{Error, ErrorKind, RunError, ToolError};
-pub use json::canonical as canonical_json;
+pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
-pub use mcp::{serve_stdio, McpServerSpec};
-pub use runtime::{
-    error_json, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats,
-};
-pub use script::{Limits, Problem};
-pub use speculate::SpeculationLimits;
+pub use runtime::{Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats};
+pub use script::Problem;
 pub use tool::{
     Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
     ToolSpec, DEFAULT_TIMEOUT,
 };
+
+/// Receipts: one per dispatch, chained by hash, written as JSON Lines and verified.
+pub mod receipts {
+    pub use crate::dispatch::{verify_receipts, write_receipts, Receipt, Status, RECEIPT_VERSION};
+    pub use crate::json::canonical as canonical_json;
+}
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.
 #[doc = include_str!("../README.md")]

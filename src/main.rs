@@ -8,9 +8,12 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
+use toolscript::bench::bench_script;
+use toolscript::mcp::serve_stdio;
+use toolscript::receipts::{verify_receipts, write_receipts};
 use toolscript::{
-    bench_script, demo_catalog, error_json, serve_stdio, verify_receipts, write_receipts, Error,
-    Format, Manifests, Mode, Progress, Registry, RunOptions, RunOutcome, Runtime,
+    demo_catalog, Error, Format, Manifests, Mode, Progress, Registry, RunOptions, RunOutcome,
+    Runtime,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -236,12 +239,8 @@ async fn run(
     let progress = Arc::new(Progress::default());
     let live = !json && std::io::stderr().is_terminal();
     let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
-    let mode = if sequential {
-        Mode::Sequential
-    } else {
-        Mode::Speculative
-    };
-    let options = RunOptions::with_mode(mode).progress(Arc::clone(&progress));
+    let options =
+        RunOptions::with_mode(Mode::sequential_if(sequential)).progress(Arc::clone(&progress));
     let outcome = runtime.run_with(&source, options).await;
     if let Some(ticker) = ticker {
         ticker.abort();
@@ -310,7 +309,7 @@ fn print_human(outcome: &RunOutcome) {
         s.effectful_calls,
         s.wall_ms,
         match s.mode {
-            Mode::Sequential => "sequential".to_string(),
+            Mode::Sequential => s.mode.as_str().to_string(),
             _ => format!(
                 "speculative: {} reads started early, {} claimed, {} wasted",
                 s.speculative_launched, s.speculative_claimed, s.speculative_wasted
@@ -321,7 +320,14 @@ fn print_human(outcome: &RunOutcome) {
         let effects: Vec<String> = outcome
             .effects
             .iter()
-            .map(|e| format!("{}{}", e.tool, if e.ok { "" } else { " (failed)" }))
+            .map(|e| {
+                let outcome = match e.ok {
+                    Some(true) => "",
+                    Some(false) => " (failed)",
+                    None => " (outcome unknown)",
+                };
+                format!("{}{outcome}", e.tool)
+            })
             .collect();
         summary.push_str(&format!("; effects: {}", effects.join(", ")));
     }
@@ -349,7 +355,7 @@ async fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, 
         }
         Err(e) if json => (
             false,
-            json!({"ok": false, "error": error_json(&e)}).to_string(),
+            json!({"ok": false, "error": e.to_json()}).to_string(),
         ),
         Err(e) => (false, format!("error: {e}")),
     };

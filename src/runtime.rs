@@ -11,9 +11,11 @@ use serde_json::{json, Value};
 use crate::dispatch::{
     BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
 };
+use crate::engine::{self, Limits};
 use crate::error::{ErrorKind, RunError};
-use crate::script::{self, Limits, Problem};
-use crate::speculate::{self, PrefetchTable, Scout, SpeculationLimits};
+use crate::ledger::{RunLedger, SpeculationLimits};
+use crate::script::{self, Problem};
+use crate::speculate::{self, Scout};
 use crate::tool::{self, Format, Registry};
 
 /// How a run dispatches its reads.
@@ -26,6 +28,26 @@ pub enum Mode {
     /// The executor, plus the scout starting reads early and in parallel.
     #[default]
     Speculative,
+}
+
+impl Mode {
+    /// `Sequential` when `sequential` is set (a `--sequential` flag, a request's option), else
+    /// `Speculative`.
+    pub fn sequential_if(sequential: bool) -> Mode {
+        if sequential {
+            Mode::Sequential
+        } else {
+            Mode::Speculative
+        }
+    }
+
+    /// The mode's name, as in `stats.mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sequential => "sequential",
+            Mode::Speculative => "speculative",
+        }
+    }
 }
 
 /// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
@@ -90,7 +112,7 @@ impl RuntimeBuilder {
     pub fn build(self) -> Runtime {
         Runtime {
             speculation: self.speculation,
-            compiler: script::new_engine(&self.limits, script::Watch::default()),
+            compiler: engine::new_engine(&self.limits, engine::Watch::default()),
             registry: Arc::new(self.registry),
             breakers: Arc::new(Breakers::new(self.breaker)),
             limits: self.limits,
@@ -158,11 +180,10 @@ pub struct Stats {
     pub effectful_calls: u64,
     /// Passes of the scout over the script.
     pub scout_passes: u64,
-    /// Interpreter operations of the executor ; not in the JSON output.
+    /// Interpreter operations of the executor; not in the JSON output.
     #[serde(skip)]
     pub script_operations: u64,
-    /// Interpreter operations of all scout passes; not in the JSON
-    /// output.
+    /// Interpreter operations of all scout passes; not in the JSON output.
     #[serde(skip)]
     pub scout_operations: u64,
 }
@@ -196,7 +217,7 @@ impl RunOutcome {
         });
         match &self.result {
             Ok(value) => out["value"] = value.clone(),
-            Err(e) => out["error"] = error_json(e),
+            Err(e) => out["error"] = e.to_json(),
         }
         out
     }
@@ -211,28 +232,6 @@ impl RunOutcome {
             receipts: Vec::new(),
         }
     }
-}
-
-/// The JSON form of a run's error; absent fields are left out.
-pub fn error_json(e: &RunError) -> Value {
-    let mut out = json!({
-        "kind": e.kind.as_str(),
-        "message": e.message,
-        "recoverable": e.recoverable,
-    });
-    if let Some(tool) = &e.tool {
-        out["tool"] = json!(tool);
-    }
-    if let Some(line) = e.line {
-        out["line"] = json!(line);
-    }
-    if let Some(column) = e.column {
-        out["column"] = json!(column);
-    }
-    if let Some(action) = &e.suggested_next_action {
-        out["suggested_next_action"] = json!(action);
-    }
-    out
 }
 
 impl Runtime {
@@ -268,7 +267,7 @@ impl Runtime {
         let ast = self
             .compiler
             .compile(source)
-            .map_err(|e| script::from_parse(&e))?;
+            .map_err(|e| engine::from_parse(&e))?;
         let scout_ast = Arc::new(speculate::rewrite(&ast));
         Ok(Script {
             ast: Arc::new(ast),
@@ -315,14 +314,11 @@ impl Runtime {
             options.progress.unwrap_or_default(),
         ));
         let handle = tokio::runtime::Handle::current();
-        let table = Arc::new(PrefetchTable::new(
-            self.speculation.clone(),
-            self.budget.max_speculative_calls,
-        ));
+        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), self.speculation.clone()));
         let scout = (options.mode == Mode::Speculative).then(|| {
             let scout = Scout::new(
                 Arc::clone(&ctx),
-                Arc::clone(&table),
+                Arc::clone(&ledger),
                 Arc::clone(&script.scout_ast),
                 self.limits.clone(),
                 handle.clone(),
@@ -330,14 +326,14 @@ impl Runtime {
             (Arc::clone(&scout), tokio::spawn(scout.drive()))
         });
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (ast, limits, thread_ctx, thread_table) = (
+        let (ast, limits, thread_ctx, thread_ledger) = (
             Arc::clone(&script.ast),
             self.limits.clone(),
             Arc::clone(&ctx),
-            Arc::clone(&table),
+            Arc::clone(&ledger),
         );
-        let spawned = script::spawn_script_thread("toolscript-script", move || {
-            let execution = script::execute(&ast, thread_ctx, thread_table, handle, &limits);
+        let spawned = engine::spawn_script_thread("toolscript-script", move || {
+            let execution = script::execute(&ast, thread_ctx, thread_ledger, handle, &limits);
             let _ = tx.send(execution);
         });
         drop(_entered);
@@ -348,7 +344,7 @@ impl Runtime {
                 None
             }
         };
-        table.close();
+        ledger.close();
         let (mut scout_passes, mut scout_operations) = (0, 0);
         if let Some((scout, driver)) = scout {
             scout.finish().await;
@@ -363,7 +359,7 @@ impl Runtime {
             logs: Vec::new(),
             counts: Default::default(),
         });
-        let (launched, claimed) = table.counts();
+        let (launched, claimed) = ledger.counts();
         let stats = Stats {
             mode: options.mode,
             wall_ms: started.elapsed().as_secs_f64() * 1e3,

@@ -1,4 +1,4 @@
-//! Step 5 and 9: the per-tool circuit breaker, shared by all runs of one runtime.
+//! Steps 6 and 10: the per-tool circuit breaker, shared by all runs of one runtime.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,7 +28,7 @@ impl Default for BreakerConfig {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum State {
+enum Circuit {
     Closed {
         failures: u32,
     },
@@ -74,7 +74,7 @@ impl Health {
 #[derive(Debug, Default)]
 pub(crate) struct Breakers {
     config: BreakerConfig,
-    states: Mutex<HashMap<String, State>>,
+    states: Mutex<HashMap<String, Circuit>>,
 }
 
 impl Breakers {
@@ -87,69 +87,153 @@ impl Breakers {
 
     /// Lets a call through, or fails it fast with `circuit_open`.
     pub(crate) fn admit(&self, tool: &str, now: Instant) -> Result<Admission, ToolError> {
-        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
-        let state = states
+        let mut states = self.lock();
+        let circuit = states
             .entry(tool.to_string())
-            .or_insert(State::Closed { failures: 0 });
-        match *state {
-            State::Closed { .. } => Ok(Admission::Normal),
-            State::Open { until } if now >= until => {
-                *state = State::HalfOpen { since: now };
-                Ok(Admission::Probe)
-            }
-            State::HalfOpen { since } if now >= since + self.config.cooldown => {
-                *state = State::HalfOpen { since: now };
-                Ok(Admission::Probe)
-            }
-            State::Open { until } => Err(open(tool, until.saturating_duration_since(now))),
-            State::HalfOpen { .. } => Err(open(tool, Duration::ZERO)),
-        }
+            .or_insert(Circuit::Closed { failures: 0 });
+        self.admit_in(circuit, tool, now)
     }
 
     /// Fails fast if the breaker is open, without admitting a call: a speculative read is
     /// neither a probe nor counted (the executor's claim of its outcome is, as in a sequential run).
     pub(crate) fn check(&self, tool: &str, now: Instant) -> Result<(), ToolError> {
-        let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let states = self.lock();
         match states.get(tool) {
-            Some(State::Open { until }) if now < *until => {
+            Some(Circuit::Open { until }) if now < *until => {
                 Err(open(tool, until.saturating_duration_since(now)))
             }
-            Some(State::HalfOpen { .. }) => Err(open(tool, Duration::ZERO)),
+            Some(Circuit::HalfOpen { .. }) => Err(open(tool, Duration::ZERO)),
             _ => Ok(()),
         }
     }
 
     /// Records what an admitted call found out.
     pub(crate) fn record(&self, tool: &str, admission: Admission, health: Health, now: Instant) {
-        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(state) = states.get_mut(tool) else {
-            return;
+        let mut states = self.lock();
+        if let Some(circuit) = states.get_mut(tool) {
+            self.record_in(circuit, tool, admission, health, now);
+        }
+    }
+
+    /// Replays, at once, what a sequential call of `tool` would have done to the breakers: admit
+    /// it, admit and record each of its nested calls in order (`None` for one that stopped
+    /// before the breaker step), record its own health. Nothing changes unless every nested
+    /// call would have been admitted; the first refusal is returned instead.
+    ///
+    /// # Errors
+    ///
+    /// [`Replay::Refused`] when `tool` itself is not admitted (as the sequential call would
+    /// have been refused); [`Replay::Diverged`] when a nested call would have been refused,
+    /// so the sequential run would have seen another outcome than the speculative one.
+    pub(crate) fn replay(
+        &self,
+        tool: &str,
+        health: Option<Health>,
+        nested: &[(String, Option<Health>)],
+        now: Instant,
+    ) -> Result<(), Replay> {
+        let mut states = self.lock();
+        let mut scratch: HashMap<&str, Circuit> = HashMap::new();
+        let circuit_of = |name: &str, scratch: &mut HashMap<&str, Circuit>| {
+            let closed = Circuit::Closed { failures: 0 };
+            scratch
+                .get(name)
+                .or_else(|| states.get(name))
+                .copied()
+                .unwrap_or(closed)
         };
-        let reopened = State::Open {
+        let mut own = circuit_of(tool, &mut scratch);
+        let admission = self
+            .admit_in(&mut own, tool, now)
+            .map_err(Replay::Refused)?;
+        for (name, health) in nested {
+            let Some(health) = health else { continue };
+            let mut circuit = circuit_of(name, &mut scratch);
+            let Ok(nested_admission) = self.admit_in(&mut circuit, name, now) else {
+                return Err(Replay::Diverged);
+            };
+            self.record_in(&mut circuit, name, nested_admission, *health, now);
+            scratch.insert(name, circuit);
+        }
+        // A composite never nests itself (the registry forbids it), so its own circuit is
+        // the one admitted above.
+        if let Some(health) = health {
+            self.record_in(&mut own, tool, admission, health, now);
+        }
+        for (name, circuit) in scratch {
+            states.insert(name.to_string(), circuit);
+        }
+        states.insert(tool.to_string(), own);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Circuit>> {
+        self.states.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn admit_in(
+        &self,
+        circuit: &mut Circuit,
+        tool: &str,
+        now: Instant,
+    ) -> Result<Admission, ToolError> {
+        match *circuit {
+            Circuit::Closed { .. } => Ok(Admission::Normal),
+            Circuit::Open { until } if now >= until => {
+                *circuit = Circuit::HalfOpen { since: now };
+                Ok(Admission::Probe)
+            }
+            Circuit::HalfOpen { since } if now >= since + self.config.cooldown => {
+                *circuit = Circuit::HalfOpen { since: now };
+                Ok(Admission::Probe)
+            }
+            Circuit::Open { until } => Err(open(tool, until.saturating_duration_since(now))),
+            Circuit::HalfOpen { .. } => Err(open(tool, Duration::ZERO)),
+        }
+    }
+
+    fn record_in(
+        &self,
+        circuit: &mut Circuit,
+        tool: &str,
+        admission: Admission,
+        health: Health,
+        now: Instant,
+    ) {
+        let reopened = Circuit::Open {
             until: now + self.config.cooldown,
         };
-        *state = match (admission, *state, health) {
-            (Admission::Probe, _, Health::Answered) => State::Closed { failures: 0 },
+        *circuit = match (admission, *circuit, health) {
+            (Admission::Probe, _, Health::Answered) => Circuit::Closed { failures: 0 },
             (Admission::Probe, _, Health::Failed) => reopened,
             // A probe that never reached the tool leaves the next call to probe.
-            (Admission::Probe, _, Health::Unknown) => State::Open { until: now },
-            (Admission::Normal, State::Closed { failures }, Health::Failed) => {
+            (Admission::Probe, _, Health::Unknown) => Circuit::Open { until: now },
+            (Admission::Normal, Circuit::Closed { failures }, Health::Failed) => {
                 if failures + 1 >= self.config.failure_threshold {
                     tracing::warn!(tool, failures = failures + 1, "circuit breaker opened");
                     reopened
                 } else {
-                    State::Closed {
+                    Circuit::Closed {
                         failures: failures + 1,
                     }
                 }
             }
-            (Admission::Normal, State::Closed { .. }, Health::Answered) => {
-                State::Closed { failures: 0 }
+            (Admission::Normal, Circuit::Closed { .. }, Health::Answered) => {
+                Circuit::Closed { failures: 0 }
             }
             // Late outcomes of calls admitted before the breaker opened change nothing.
             (Admission::Normal, other, _) => other,
         };
     }
+}
+
+/// Why a claim's replay on the breakers changed nothing.
+#[derive(Debug)]
+pub(crate) enum Replay {
+    /// The call itself would have been refused, with this error.
+    Refused(ToolError),
+    /// One of its nested calls would have been refused.
+    Diverged,
 }
 
 fn open(tool: &str, remaining: Duration) -> ToolError {

@@ -1,4 +1,4 @@
-//! Step 4: the run's budget of tool calls, speculative calls, in-flight calls and wall-clock time.
+//! Step 5: the run's budget of tool calls, speculative calls, in-flight calls and wall-clock time.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -7,8 +7,9 @@ use tokio::time::Instant;
 
 use crate::error::{ErrorKind, ToolError};
 
-/// Limits on what one run may spend on tool calls. Every call counts: top-level, nested and
-/// speculative (speculative calls also count against their own cap).
+/// Limits on what one run may spend on tool calls. The calls a sequential run would make count
+/// against `max_tool_calls` (a speculative outcome is charged when the executor claims it);
+/// reads the scout starts count against `max_speculative_calls` alone.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Budget {
@@ -57,30 +58,12 @@ impl BudgetMeter {
         }
     }
 
-    /// Charges one call, or refuses it with `budget_exceeded`. A charged call is in flight until
-    /// the returned guard drops.
-    ///
-    /// A speculative call counts only against the speculative cap (its in-flight calls are
-    /// capped by the prefetch table): the executor's own calls and claims are charged exactly
-    /// as in a sequential run, so speculation never changes where a budget runs out.
-    pub(crate) fn charge(
-        &self,
-        speculative: bool,
-        now: Instant,
-    ) -> Result<InFlight<'_>, ToolError> {
+    /// Charges one call of the executor (or of a composite it called), or refuses it with
+    /// `budget_exceeded`. A charged call is in flight until the returned guard drops.
+    pub(crate) fn charge(&self, now: Instant) -> Result<InFlight<'_>, ToolError> {
         self.check_deadline(now)?;
-        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
-        if speculative {
-            if spent.speculative >= self.budget.max_speculative_calls {
-                return Err(exceeded(format!(
-                    "the run may start at most {} speculative calls",
-                    self.budget.max_speculative_calls
-                )));
-            }
-            spent.speculative += 1;
-            return Ok(InFlight(None));
-        }
-        self.check_calls(&spent)?;
+        let mut spent = self.lock();
+        self.check_calls(&spent, 1)?;
         if spent.in_flight >= self.budget.max_in_flight {
             return Err(exceeded(format!(
                 "at most {} calls may run at once",
@@ -92,14 +75,43 @@ impl BudgetMeter {
         Ok(InFlight(Some(self)))
     }
 
-    /// Charges the executor's claim of a speculative outcome: the call a sequential run would
-    /// have dispatched at this point.
-    pub(crate) fn charge_claim(&self, now: Instant) -> Result<(), ToolError> {
+    /// A speculative call: only the deadline is checked. It is charged when it is claimed; its
+    /// start was counted by [`BudgetMeter::reserve_speculative`] (a nested call of a
+    /// speculative composite by its composite's).
+    pub(crate) fn charge_speculative(&self, now: Instant) -> Result<InFlight<'_>, ToolError> {
         self.check_deadline(now)?;
-        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
-        self.check_calls(&spent)?;
-        spent.calls += 1;
+        Ok(InFlight(None))
+    }
+
+    /// Counts one read the scout wants to start against the speculative cap; `false` when the
+    /// cap is reached. This is the only place the cap is enforced.
+    pub(crate) fn reserve_speculative(&self) -> bool {
+        let mut spent = self.lock();
+        if spent.speculative >= self.budget.max_speculative_calls {
+            return false;
+        }
+        spent.speculative += 1;
+        true
+    }
+
+    /// Whether `calls` more calls fit in the budget now.
+    pub(crate) fn has_room(&self, calls: u64, now: Instant) -> Result<(), ToolError> {
+        self.check_deadline(now)?;
+        self.check_calls(&self.lock(), calls)
+    }
+
+    /// Charges the executor's claim of a speculative outcome: the `calls` a sequential run would
+    /// have dispatched at this point (a composite and its nested calls), all or none.
+    pub(crate) fn charge_claim(&self, calls: u64, now: Instant) -> Result<(), ToolError> {
+        self.check_deadline(now)?;
+        let mut spent = self.lock();
+        self.check_calls(&spent, calls)?;
+        spent.calls += calls;
         Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Spent> {
+        self.spent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn check_deadline(&self, now: Instant) -> Result<(), ToolError> {
@@ -112,8 +124,8 @@ impl BudgetMeter {
         Ok(())
     }
 
-    fn check_calls(&self, spent: &Spent) -> Result<(), ToolError> {
-        if spent.calls >= self.budget.max_tool_calls {
+    fn check_calls(&self, spent: &Spent, calls: u64) -> Result<(), ToolError> {
+        if spent.calls.saturating_add(calls) > self.budget.max_tool_calls {
             return Err(exceeded(format!(
                 "the run may make at most {} tool calls",
                 self.budget.max_tool_calls
@@ -132,7 +144,7 @@ impl BudgetMeter {
     }
 
     fn release(&self) {
-        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spent = self.lock();
         spent.in_flight = spent.in_flight.saturating_sub(1);
     }
 }
@@ -168,9 +180,9 @@ mod tests {
             max_tool_calls: 2,
             ..Budget::default()
         });
-        drop(m.charge(false, now).unwrap());
-        drop(m.charge(false, now).unwrap());
-        let e = m.charge(false, now).unwrap_err();
+        drop(m.charge(now).unwrap());
+        drop(m.charge(now).unwrap());
+        let e = m.charge(now).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BudgetExceeded);
         assert!(e.message.contains("at most 2 tool calls"));
     }
@@ -181,13 +193,13 @@ mod tests {
             max_speculative_calls: 1,
             ..Budget::default()
         });
-        drop(m.charge(true, now).unwrap());
-        assert!(m
-            .charge(true, now)
-            .unwrap_err()
-            .message
-            .contains("speculative"));
-        assert!(m.charge(false, now).is_ok());
+        assert!(m.reserve_speculative());
+        assert!(!m.reserve_speculative());
+        assert!(
+            m.charge_speculative(now).is_ok(),
+            "only the start is capped"
+        );
+        assert!(m.charge(now).is_ok(), "the executor's calls are not");
     }
 
     #[test]
@@ -196,14 +208,10 @@ mod tests {
             max_in_flight: 1,
             ..Budget::default()
         });
-        let first = m.charge(false, now).unwrap();
-        assert!(m
-            .charge(false, now)
-            .unwrap_err()
-            .message
-            .contains("at once"));
+        let first = m.charge(now).unwrap();
+        assert!(m.charge(now).unwrap_err().message.contains("at once"));
         drop(first);
-        assert!(m.charge(false, now).is_ok());
+        assert!(m.charge(now).is_ok());
     }
 
     #[test]
@@ -214,11 +222,21 @@ mod tests {
         });
         assert_eq!(m.remaining(now), Duration::from_secs(1));
         let late = now + Duration::from_secs(1);
-        assert!(m
-            .charge(false, late)
-            .unwrap_err()
-            .message
-            .contains("wall-clock"));
+        assert!(m.charge(late).unwrap_err().message.contains("wall-clock"));
         assert_eq!(m.remaining(late), Duration::ZERO);
+    }
+
+    #[test]
+    fn claims_are_charged_all_or_none() {
+        let (m, now) = meter(Budget {
+            max_tool_calls: 3,
+            ..Budget::default()
+        });
+        assert!(m.has_room(3, now).is_ok());
+        assert!(m.charge_claim(4, now).is_err());
+        m.charge_claim(2, now).unwrap();
+        assert!(m.has_room(2, now).is_err());
+        m.charge_claim(1, now).unwrap();
+        assert!(m.charge(now).is_err(), "the claims were charged");
     }
 }

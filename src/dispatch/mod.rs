@@ -1,168 +1,113 @@
 //! The one dispatch path. Every call — top-level, nested inside a composite, or speculative —
-//! goes through [`dispatch`], which reads top to bottom as the ten steps of DESIGN.md section 5.
+//! goes through [`dispatch`], which reads top to bottom as the steps of DESIGN.md section 5.
 //!
 //! # Order
 //!
 //! 1. resolve the tool;
 //! 2. check the caller may call it;
 //! 3. repeat guard;
-//! 4. charge the budget;
-//! 5. breaker admits;
-//! 6. validate input;
-//! 7. run the body under its timeout, catching panics, retrying;
-//! 8. validate output;
-//! 9. record the outcome in the breaker;
-//! 10. write the receipt.
+//! 4. (the approval gate belongs here; it is not built yet);
+//! 5. charge the budget;
+//! 6. breaker admits;
+//! 7. validate input;
+//! 8. run the body under its timeout, catching panics, retrying;
+//! 9. validate output;
+//! 10. record the outcome in the breaker;
+//! 11. write the receipt.
 //!
-//! Steps 2–9 can refuse a call; every call that resolved to a tool gets a receipt.
+//! Steps 2–9 can refuse a call; every call that resolved to a tool gets exactly one receipt,
+//! whatever happens to its future (see [`InProgress`]).
 
 mod breaker;
 mod budget;
+mod context;
+mod nested;
 mod receipt;
 mod repeat;
+mod retry;
 mod schema;
 
 pub use breaker::BreakerConfig;
 pub use budget::Budget;
+pub use context::{EffectRecord, Progress};
 pub use receipt::{verify_receipts, write_receipts, Receipt, Status, RECEIPT_VERSION};
 
 pub(crate) use breaker::Breakers;
-pub(crate) use budget::BudgetMeter;
-pub(crate) use receipt::ReceiptLog;
-pub(crate) use repeat::RepeatGuard;
+pub(crate) use context::{Claim, RunContext};
 pub(crate) use schema::check_input;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::FutureExt;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
 use crate::json::{canonical, sha256_hex};
-use crate::tool::{Effect, RegisteredTool, Registry, ToolContext};
-use breaker::Health;
+use crate::tool::{Effect, RegisteredTool, ToolContext};
+use breaker::{Admission, Health};
+use retry::RetryPolicy;
 
-/// A non-read call that reached its tool's body, in the order the bodies started. A composite's
-/// own entry comes before the entries of the calls nested in it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct EffectRecord {
-    /// The tool called.
-    pub tool: String,
-    /// Its effect (never `read`).
-    pub effect: Effect,
-    /// The validated arguments.
-    pub args: Value,
-    /// Whether the call succeeded.
-    pub ok: bool,
+/// Who makes a call. Each caller carries exactly what its kind of call needs.
+#[derive(Clone, Debug)]
+pub(crate) enum Caller {
+    /// The script itself, through the executor.
+    Script,
+    /// The scout, ahead of the executor: a speculative read.
+    Scout(Arc<Speculation>),
+    /// A composite's body.
+    Composite {
+        /// The composite's call id, the receipt's `parent`.
+        parent: u64,
+        /// The tools the composite declared: the only ones it may call.
+        allowed: Arc<[String]>,
+        /// The composite's speculation, when the scout started it: its nested calls are
+        /// speculative too, and claimed with it.
+        speculation: Option<Arc<Speculation>>,
+    },
 }
 
-/// Counters a caller can watch while a run is going (the CLI's live line).
+impl Caller {
+    /// The speculation this call belongs to, if it is speculative.
+    fn speculation(&self) -> Option<&Arc<Speculation>> {
+        match self {
+            Caller::Script => None,
+            Caller::Scout(speculation) => Some(speculation),
+            Caller::Composite { speculation, .. } => speculation.as_ref(),
+        }
+    }
+
+    fn parent(&self) -> Option<u64> {
+        match self {
+            Caller::Composite { parent, .. } => Some(*parent),
+            _ => None,
+        }
+    }
+}
+
+/// What a speculative call (and every call nested in it) leaves for the executor's claim: what
+/// the sequential call would have done to the budget and the breakers, and whether anything
+/// only speculation has shaped its outcome. The claim replays it (see [`RunContext::claim`]).
 #[derive(Debug, Default)]
-pub struct Progress {
-    done: AtomicU64,
-    in_flight: AtomicU64,
+pub(crate) struct Speculation {
+    /// Set when the executor claims the outcome (the receipts say so).
+    claimed: Arc<AtomicBool>,
+    /// What the call would have recorded in its breaker; `None` if it stopped before.
+    health: Mutex<Option<Health>>,
+    /// The nested calls of a speculative composite, in the order they reached the budget step,
+    /// with what each would have recorded in its breaker.
+    nested: Mutex<Vec<(String, Option<Health>)>>,
+    /// A nested call was refused or cut short by something only speculation has (an open
+    /// breaker seen without admitting, a cancellation): the outcome is not the sequential one.
+    shaped: AtomicBool,
 }
 
-impl Progress {
-    /// Calls finished so far.
-    pub fn done(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
-    }
-
-    /// Calls running now.
-    pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-}
-
-/// Everything one run shares between its calls: the registry, the runtime's breakers, and the
-/// run's own budget, repeat guard, receipts and effect log.
-pub(crate) struct RunContext {
-    pub(crate) registry: Arc<Registry>,
-    breakers: Arc<Breakers>,
-    budget: BudgetMeter,
-    repeat: RepeatGuard,
-    receipts: ReceiptLog,
-    effects: Mutex<Vec<EffectRecord>>,
-    started: Instant,
-    next_call_id: AtomicU64,
-    dispatched: AtomicU64,
-    pub(crate) progress: Arc<Progress>,
-    /// Set when the run ends: speculative calls still running are cancelled.
-    cancel: tokio::sync::watch::Sender<bool>,
-}
-
-impl RunContext {
-    pub(crate) fn new(
-        registry: Arc<Registry>,
-        breakers: Arc<Breakers>,
-        budget: Budget,
-        run_id: String,
-        progress: Arc<Progress>,
-    ) -> RunContext {
-        let started = Instant::now();
-        RunContext {
-            registry,
-            breakers,
-            budget: BudgetMeter::new(budget, started),
-            repeat: RepeatGuard::default(),
-            receipts: ReceiptLog::new(run_id),
-            effects: Mutex::default(),
-            started,
-            next_call_id: AtomicU64::new(1),
-            dispatched: AtomicU64::new(0),
-            progress,
-            cancel: tokio::sync::watch::channel(false).0,
-        }
-    }
-
-    /// Cancels the speculative calls still running (the run no longer needs them).
-    pub(crate) fn cancel_speculation(&self) {
-        self.cancel.send_replace(true);
-    }
-
-    /// The executor claims a speculative outcome: the steps a sequential dispatch of the same
-    /// call would take at this point — budget, breaker admission, breaker record — so that
-    /// speculation never changes where a budget runs out or a breaker opens.
-    pub(crate) fn claim(
-        &self,
-        tool: &str,
-        outcome: &Result<Value, ToolError>,
-        nested_calls: u64,
-    ) -> Result<(), ToolError> {
-        let now = Instant::now();
-        // A composite's nested calls are charged with it, as in a sequential run.
-        for _ in 0..=nested_calls {
-            self.budget.charge_claim(now)?;
-        }
-        let admission = self.breakers.admit(tool, now)?;
-        self.breakers
-            .record(tool, admission, Health::of(outcome), now);
-        Ok(())
-    }
-
-    pub(crate) fn elapsed(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    /// Calls that entered the dispatch path.
-    pub(crate) fn dispatched(&self) -> u64 {
-        self.dispatched.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn take_receipts(&self) -> Vec<Receipt> {
-        self.receipts.take()
-    }
-
-    pub(crate) fn take_effects(&self) -> Vec<EffectRecord> {
-        std::mem::take(&mut *self.effects.lock().unwrap_or_else(|p| p.into_inner()))
+impl Speculation {
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.claimed.load(Ordering::SeqCst)
     }
 }
 
@@ -171,144 +116,205 @@ impl RunContext {
 pub(crate) struct Call {
     pub(crate) tool: String,
     pub(crate) args: Value,
-    /// Canonical JSON of `args`: the call's identity for the read table, the repeat guard and
+    /// Canonical JSON of `args`: the call's identity for the read ledger, the repeat guard and
     /// the receipt, computed once.
     pub(crate) args_key: String,
-    /// The composite call this one is nested in, and the tools that composite declared.
-    pub(crate) parent: Option<(u64, Arc<[String]>)>,
-    /// Started by the scout.
-    pub(crate) speculative: bool,
-    /// For a speculative call: set when the executor claims its outcome (for the receipt).
-    pub(crate) claimed: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// For a speculative composite: counts its nested calls.
-    pub(crate) nested_made: Option<Arc<AtomicU64>>,
+    pub(crate) caller: Caller,
 }
 
 impl Call {
+    /// A call made by `caller`.
+    pub(crate) fn new(tool: impl Into<String>, args: Value, caller: Caller) -> Call {
+        Call {
+            tool: tool.into(),
+            args_key: canonical(&args),
+            args,
+            caller,
+        }
+    }
+
     /// A call made by the script itself.
     pub(crate) fn top_level(tool: impl Into<String>, args: Value) -> Call {
-        Call {
-            tool: tool.into(),
-            args_key: canonical(&args),
-            args,
-            parent: None,
-            speculative: false,
-            claimed: None,
-            nested_made: None,
-        }
-    }
-
-    /// A read started by the scout; `args_key` is the canonical JSON of `args`.
-    pub(crate) fn speculative(
-        tool: impl Into<String>,
-        args: Value,
-        args_key: String,
-        claimed: Arc<std::sync::atomic::AtomicBool>,
-        nested_made: Arc<AtomicU64>,
-    ) -> Call {
-        Call {
-            tool: tool.into(),
-            args,
-            args_key,
-            parent: None,
-            speculative: true,
-            claimed: Some(claimed),
-            nested_made: Some(nested_made),
-        }
+        Call::new(tool, args, Caller::Script)
     }
 }
 
-/// The handle a composite's body calls its nested tools through.
-#[derive(Clone)]
-pub(crate) struct NestedCalls {
+/// A call from the moment it resolved to a tool until its receipt is written. Whatever happens
+/// to the call's future, the receipt is written exactly once and the progress counts stay right:
+/// [`InProgress::finish`] writes it with the call's result; dropped before that (a composite's
+/// timeout dropped a nested call, a client went away), the guard writes it with the outcome such
+/// a call has — `cancelled` for a read or a call whose body never started, `ambiguous_outcome`
+/// for a non-read call whose body had started (it may have taken effect).
+struct InProgress {
     ctx: Arc<RunContext>,
-    parent: u64,
-    allowed: Arc<[String]>,
-    speculative: bool,
-    /// A speculative composite's claim flag: its nested calls are claimed with it.
-    claimed: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// Nested calls made so far, for the budget charged when a speculative composite is claimed.
-    made: Arc<AtomicU64>,
+    call_id: u64,
+    tool: String,
+    effect: Effect,
+    parent: Option<u64>,
+    speculation: Option<Arc<Speculation>>,
+    args_sha256: String,
+    started: std::time::Duration,
+    /// Attempts of the body made so far.
+    attempts: u32,
+    /// How far the call got.
+    stage: Stage,
+    /// The call's entry in the effect log, for a non-read call whose body started.
+    effect_index: Option<usize>,
+    /// The breaker's admission, to record the outcome against.
+    admission: Option<Admission>,
+    /// For a call nested in a speculative composite: its place in the composite's record.
+    nested_index: Option<usize>,
+    finished: bool,
 }
 
-impl NestedCalls {
-    pub(crate) fn registry(&self) -> &Registry {
-        &self.ctx.registry
+/// How far a call got through the steps: what its breaker learns from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Refused before the breaker admitted it: the breaker learns nothing and is not touched.
+    Refused,
+    /// Admitted, then refused before its body (invalid input): an admission with nothing learned.
+    Admitted,
+    /// Its body was entered: a non-read call may have taken effect from here on.
+    Running,
+}
+
+impl InProgress {
+    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &Call) -> InProgress {
+        ctx.progress.started();
+        InProgress {
+            ctx: Arc::clone(ctx),
+            call_id: ctx.next_call_id(),
+            tool: tool.spec.name.clone(),
+            effect: tool.spec.effect,
+            parent: call.caller.parent(),
+            speculation: call.caller.speculation().cloned(),
+            args_sha256: sha256_hex(&call.args_key),
+            started: ctx.elapsed(),
+            attempts: 0,
+            stage: Stage::Refused,
+            effect_index: None,
+            admission: None,
+            nested_index: None,
+            finished: false,
+        }
     }
 
-    pub(crate) async fn call(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
-        self.made.fetch_add(1, Ordering::Relaxed);
-        let call = Call {
-            tool: tool.to_string(),
-            args_key: canonical(&args),
-            args,
-            parent: Some((self.parent, Arc::clone(&self.allowed))),
-            speculative: self.speculative,
-            claimed: self.claimed.clone(),
-            nested_made: None,
+    /// Steps 10 and 11 for a call that ran to its end.
+    fn finish(mut self, result: &Result<Value, ToolError>) {
+        let health = match self.stage {
+            Stage::Refused => None,
+            Stage::Admitted => Some(Health::Unknown),
+            Stage::Running => Some(Health::of(result)),
         };
-        dispatch(&self.ctx, call).await.map_err(|e| {
-            let message = match &e.tool {
-                Some(nested) => format!("nested call `{nested}` failed: {}", e.message),
-                None => e.message.clone(),
-            };
-            ToolError {
-                message,
-                tool: None,
-                ..e
+        self.settle(result, health);
+    }
+
+    fn settle(&mut self, result: &Result<Value, ToolError>, health: Option<Health>) {
+        self.finished = true;
+        if let Some(i) = self.effect_index {
+            self.ctx.set_effect_outcome(i, effect_ok(result));
+        }
+        // 10. Record the outcome in the breaker; a speculative call leaves it to the claim.
+        if let (Some(admission), Some(health)) = (self.admission, health) {
+            self.ctx
+                .breakers
+                .record(&self.tool, admission, health, Instant::now());
+        }
+        if let Some(speculation) = &self.speculation {
+            match self.nested_index {
+                Some(i) => lock(&speculation.nested)[i].1 = health,
+                None if self.parent.is_none() => *lock(&speculation.health) = health,
+                None => {}
             }
-        })
+            // A nested call refused by a limit only speculation has: the composite's outcome
+            // is not the one a sequential run would see.
+            let refused = matches!(result, Err(e) if e.kind.is_speculation_refusal());
+            if self.parent.is_some() && refused {
+                speculation.shaped.store(true, Ordering::SeqCst);
+            }
+        }
+        // 11. Write the receipt.
+        self.ctx.receipts.append(receipt::Draft {
+            call_id: self.call_id,
+            parent: self.parent,
+            tool: self.tool.clone(),
+            effect: self.effect,
+            speculative: self.speculation.is_some(),
+            claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
+            args_sha256: std::mem::take(&mut self.args_sha256),
+            result_sha256: result.as_ref().ok().map(|v| sha256_hex(&canonical(v))),
+            error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
+            started_ms: self.started.as_secs_f64() * 1e3,
+            duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
+            attempt: self.attempts,
+        });
+        self.ctx.progress.finished();
+        tracing::debug!(tool = %self.tool, call_id = self.call_id, ok = result.is_ok(), "tool call finished");
     }
 }
 
-/// Dispatches one call through the ten steps.
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let error = if self.stage == Stage::Running && self.effect != Effect::Read {
+            ambiguous(
+                &self.tool,
+                "its call was abandoned while the tool was running",
+            )
+        } else {
+            ToolError::new(
+                ErrorKind::Cancelled,
+                "the call was abandoned before it finished",
+            )
+        };
+        if let Some(speculation) = &self.speculation {
+            speculation.shaped.store(true, Ordering::SeqCst);
+        }
+        let health = (self.stage != Stage::Refused).then_some(Health::Unknown);
+        self.settle(&Err(error), health);
+    }
+}
+
+/// What the effect log says of a non-read call's outcome: `None` when nobody knows whether it
+/// took effect.
+fn effect_ok(result: &Result<Value, ToolError>) -> Option<bool> {
+    match result {
+        Err(e) if e.kind == ErrorKind::AmbiguousOutcome => None,
+        other => Some(other.is_ok()),
+    }
+}
+
+/// The error of a non-read call whose outcome is unknown.
+fn ambiguous(tool: &str, why: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::AmbiguousOutcome,
+        format!("`{tool}` may or may not have taken effect: {why}"),
+    )
+    .with_recoverable(false)
+}
+
+/// Dispatches one call through the steps.
 pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value, ToolError> {
-    ctx.dispatched.fetch_add(1, Ordering::Relaxed);
+    ctx.count_dispatch();
     // 1. Resolve the tool.
     let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
-        let mut message = format!("there is no tool named `{}`", call.tool);
-        let mut error = ToolError::new(ErrorKind::UnknownTool, String::new());
-        if let Some(near) = ctx.registry.suggest(&call.tool) {
-            message.push_str(&format!("; did you mean `{near}`?"));
-            error = error.with_next_action(format!("call `{near}` instead"));
-        }
-        error.message = message;
-        return Err(error.for_tool(&call.tool));
+        return Err(ctx.registry.unknown_tool(&call.tool));
     };
-    let call_id = ctx.next_call_id.fetch_add(1, Ordering::Relaxed);
-    let args_key = call.args_key.as_str();
-    let started = ctx.elapsed();
+    let mut flight = InProgress::start(ctx, &tool, &call);
     let span = tracing::debug_span!(
         "tool_call",
         tool = %tool.spec.name,
-        call_id,
-        speculative = call.speculative
+        call_id = flight.call_id,
+        speculative = flight.speculation.is_some()
     );
-    ctx.progress.in_flight.fetch_add(1, Ordering::Relaxed);
-    let mut attempts = 0;
-    let result = steps(ctx, &tool, &call, call_id, args_key, &mut attempts)
+    let result = steps(ctx, &tool, &call, &mut flight)
         .instrument(span)
-        .await;
-    ctx.progress.in_flight.fetch_sub(1, Ordering::Relaxed);
-    ctx.progress.done.fetch_add(1, Ordering::Relaxed);
-
-    // 10. Write the receipt.
-    ctx.receipts.append(receipt::Draft {
-        call_id,
-        parent: call.parent.as_ref().map(|(id, _)| *id),
-        tool: tool.spec.name.clone(),
-        effect: tool.spec.effect,
-        speculative: call.speculative,
-        claimed: call.claimed.clone(),
-        args_sha256: sha256_hex(args_key),
-        result_sha256: result.as_ref().ok().map(|v| sha256_hex(&canonical(v))),
-        error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
-        started_ms: started.as_secs_f64() * 1e3,
-        duration_ms: (ctx.elapsed() - started).as_secs_f64() * 1e3,
-        attempt: attempts,
-    });
-    tracing::debug!(tool = %tool.spec.name, call_id, ok = result.is_ok(), "tool call finished");
-    result.map_err(|e| e.for_tool(&tool.spec.name))
+        .await
+        .map_err(|e| e.for_tool(&tool.spec.name));
+    flight.finish(&result);
+    result
 }
 
 /// Steps 2 to 9.
@@ -316,13 +322,12 @@ async fn steps(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
     call: &Call,
-    call_id: u64,
-    args_key: &str,
-    attempts: &mut u32,
+    flight: &mut InProgress,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
+    let speculation = call.caller.speculation();
     // 2. The caller may call it: a composite only its declared nested tools.
-    if let Some((_, allowed)) = &call.parent {
+    if let Caller::Composite { allowed, .. } = &call.caller {
         if !allowed.contains(&spec.name) {
             return Err(ToolError::new(
                 ErrorKind::PermissionDenied,
@@ -334,105 +339,81 @@ async fn steps(
         }
     }
     // 3. Repeat guard.
-    ctx.repeat.check(spec, args_key)?;
-    // 4. Charge the budget; the guard frees the in-flight slot when the call ends.
-    let _in_flight = ctx.budget.charge(call.speculative, Instant::now())?;
-    // 5. The breaker admits or fails fast. A speculative read only checks it: the executor's
+    ctx.repeat.check(spec, &call.args_key)?;
+    // 5. Charge the budget; the guard frees the in-flight slot when the call ends. A
+    // speculative call is charged when it is claimed.
+    let _in_flight = match speculation {
+        None => ctx.budget.charge(Instant::now())?,
+        Some(_) => ctx.budget.charge_speculative(Instant::now())?,
+    };
+    if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, speculation) {
+        let mut nested = lock(&speculation.nested);
+        flight.nested_index = Some(nested.len());
+        nested.push((spec.name.clone(), None));
+    }
+    // 6. The breaker admits or fails fast. A speculative call only checks it: the executor's
     // claim admits and records, as its own call would.
-    let admission = if call.speculative {
-        ctx.breakers.check(&spec.name, Instant::now())?;
-        None
-    } else {
-        Some(ctx.breakers.admit(&spec.name, Instant::now())?)
-    };
-    // 6. Validate the input.
-    if let Err(e) = schema::check_input(tool, &call.args) {
-        if let Some(admission) = admission {
-            ctx.breakers
-                .record(&spec.name, admission, Health::Unknown, Instant::now());
+    match speculation {
+        None => flight.admission = Some(ctx.breakers.admit(&spec.name, Instant::now())?),
+        Some(_) => ctx.breakers.check(&spec.name, Instant::now())?,
+    }
+    flight.stage = Stage::Admitted;
+    // 7. Validate the input.
+    schema::check_input(tool, &call.args)?;
+    // 8. Run the body under its timeout, catching panics, retrying where the policy allows.
+    ctx.repeat.record(spec, &call.args_key);
+    if spec.effect != Effect::Read {
+        flight.effect_index = Some(ctx.log_effect(spec, &call.args));
+    }
+    flight.stage = Stage::Running;
+    let result = match speculation {
+        // A speculative call ends early when the run no longer needs it.
+        Some(_) => {
+            let mut cancel = ctx.cancel.subscribe();
+            tokio::select! {
+                result = run_body(ctx, tool, call, flight) => result,
+                _ = cancel.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
+                    ErrorKind::Cancelled,
+                    "the run ended before this speculative read was needed",
+                )),
+            }
         }
-        return Err(e);
-    }
-    // 7. Run the body under its timeout, catching panics, retrying where allowed.
-    ctx.repeat.record(spec, args_key);
-    let effect_index = (spec.effect != Effect::Read).then(|| {
-        let mut effects = ctx.effects.lock().unwrap_or_else(|p| p.into_inner());
-        effects.push(EffectRecord {
-            tool: spec.name.clone(),
-            effect: spec.effect,
-            args: call.args.clone(),
-            ok: false,
-        });
-        effects.len() - 1
-    });
-    let result = if call.speculative {
-        // A speculative read ends early when the run no longer needs it.
-        let mut cancel = ctx.cancel.subscribe();
-        tokio::select! {
-            result = run_body(ctx, tool, call, call_id, attempts) => result,
-            _ = cancel.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
-                ErrorKind::Cancelled,
-                "the run ended before this speculative read was needed",
-            )),
-        }
-    } else {
-        run_body(ctx, tool, call, call_id, attempts).await
+        None => run_body(ctx, tool, call, flight).await,
     };
-    // 8. Validate the output.
-    let result = result.and_then(|value| schema::check_output(tool, &value).map(|()| value));
-    if let Some(i) = effect_index {
-        ctx.effects.lock().unwrap_or_else(|p| p.into_inner())[i].ok = result.is_ok();
-    }
-    // 9. Record the outcome in the breaker.
-    if let Some(admission) = admission {
-        ctx.breakers
-            .record(&spec.name, admission, Health::of(&result), Instant::now());
-    }
-    result
+    // 9. Validate the output.
+    result.and_then(|value| schema::check_output(tool, &value).map(|()| value))
 }
 
-/// Step 7: attempts of the body, each under the tool's timeout and within the run's wall clock.
+/// Step 8: attempts of the body, each under the tool's timeout and within the run's wall clock.
+/// A non-read call whose last attempt did not answer in time has an unknown outcome.
 async fn run_body(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
     call: &Call,
-    call_id: u64,
-    attempts: &mut u32,
+    flight: &mut InProgress,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
-    let args = &call.args;
-    let nested = spec.is_composite().then(|| NestedCalls {
-        ctx: Arc::clone(ctx),
-        parent: call_id,
-        allowed: Arc::from(spec.nested.clone()),
-        speculative: call.speculative,
-        claimed: call.claimed.clone(),
-        made: call.nested_made.clone().unwrap_or_default(),
-    });
-    let max_attempts = if spec.effect.may_retry() {
-        1 + spec.retries
-    } else {
-        1
-    };
-    let mut backoff = Duration::from_millis(50);
+    let nested = spec
+        .is_composite()
+        .then(|| nested::NestedCalls::handle(ctx, spec, flight.call_id, call.caller.speculation()));
+    let policy = RetryPolicy::of(spec);
     loop {
-        *attempts += 1;
+        flight.attempts += 1;
         let remaining = ctx.budget.remaining(Instant::now());
         let limit = spec.timeout.min(remaining);
-        let context = ToolContext {
-            tool: spec.name.clone(),
-            call_id,
-            attempt: *attempts,
-            nested: nested.clone(),
-        };
-        let body =
-            AssertUnwindSafe(async { (tool.body)(args.clone(), context).await }).catch_unwind();
+        let context = ToolContext::new(&spec.name, flight.call_id, flight.attempts, nested.clone());
+        let body = AssertUnwindSafe(async { (tool.body)(call.args.clone(), context).await })
+            .catch_unwind();
         let result = match tokio::time::timeout(limit, body).await {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => Err(ToolError::internal(format!(
                 "the tool panicked: {}",
                 panic_message(panic.as_ref())
             ))),
+            Err(_) if spec.effect != Effect::Read => Err(ambiguous(
+                &spec.name,
+                &format!("it did not answer within {} ms", limit.as_millis()),
+            )),
             Err(_) if limit < spec.timeout => Err(budget::exceeded(format!(
                 "the run's wall-clock budget of {:?} ran out during the call",
                 ctx.budget.wall_clock()
@@ -442,21 +423,21 @@ async fn run_body(
                 format!("no answer within {} ms", spec.timeout.as_millis()),
             )),
         };
-        match result {
-            Err(e) if e.kind.is_retryable() && *attempts < max_attempts => {
-                tracing::debug!(tool = %spec.name, attempt = *attempts, error = %e, "retrying");
-                if backoff >= ctx.budget.remaining(Instant::now()) {
-                    return Err(e);
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+        let Err(error) = &result else {
+            return result;
+        };
+        match policy.retry_after(flight.attempts, error) {
+            Some(pause) if pause < ctx.budget.remaining(Instant::now()) => {
+                tracing::debug!(tool = %spec.name, attempt = flight.attempts, %error, "retrying");
+                tokio::time::sleep(pause).await;
             }
-            other => return other,
+            _ => return result,
         }
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     if let Some(s) = panic.downcast_ref::<&str>() {
         s
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -466,95 +447,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tool::Tool;
-    use serde_json::json;
-    use std::sync::atomic::AtomicUsize;
-
-    fn context(budget: Budget) -> (Arc<RunContext>, Arc<AtomicUsize>) {
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&runs);
-        let write = Tool::builder("write", Effect::Write)
-            .input_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}}))
-            .handler(move |args| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                async move { Ok(args) }
-            });
-        let read = Tool::builder("read", Effect::Read).handler(|_| async { Ok(json!(1)) });
-        let registry = Registry::builder().tool(write).tool(read).build().unwrap();
-        let ctx = RunContext::new(
-            Arc::new(registry),
-            Arc::new(Breakers::new(BreakerConfig::default())),
-            budget,
-            "run".into(),
-            Arc::default(),
-        );
-        (Arc::new(ctx), runs)
-    }
-
-    #[tokio::test]
-    async fn unknown_tools_get_a_suggestion_and_no_receipt() {
-        let (ctx, _) = context(Budget::default());
-        let e = dispatch(&ctx, Call::top_level("reed", json!({})))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::UnknownTool);
-        assert!(e.message.contains("did you mean `read`"), "{}", e.message);
-        assert!(ctx.take_receipts().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_composite_may_call_only_its_declared_tools() {
-        let (ctx, runs) = context(Budget::default());
-        let nested = |tool: &str| Call {
-            tool: tool.into(),
-            args: json!({}),
-            args_key: "{}".into(),
-            parent: Some((7, Arc::from(vec!["read".to_string()]))),
-            speculative: false,
-            claimed: None,
-            nested_made: None,
-        };
-        let e = dispatch(&ctx, nested("write")).await.unwrap_err();
-        assert_eq!(e.kind, ErrorKind::PermissionDenied);
-        assert_eq!(runs.load(Ordering::SeqCst), 0);
-        assert_eq!(dispatch(&ctx, nested("read")).await.unwrap(), json!(1));
-        let receipts = ctx.take_receipts();
-        assert_eq!(receipts.len(), 2);
-        assert!(receipts.iter().all(|r| r.parent == Some(7)));
-    }
-
-    #[tokio::test]
-    async fn refused_calls_never_reach_the_body_or_the_effect_log() {
-        let (ctx, runs) = context(Budget {
-            max_tool_calls: 2,
-            ..Budget::default()
-        });
-        let e = dispatch(&ctx, Call::top_level("write", json!({"n": "x"})))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::InvalidInput);
-        // Invalid input did not count as a repeat: the corrected call runs.
-        dispatch(&ctx, Call::top_level("write", json!({"n": 1})))
-            .await
-            .unwrap();
-        let e = dispatch(&ctx, Call::top_level("write", json!({"n": 2})))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::BudgetExceeded);
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
-        let effects = ctx.take_effects();
-        assert_eq!(effects.len(), 1);
-        assert_eq!(effects[0].args, json!({"n": 1}));
-        assert_eq!(ctx.dispatched(), 3);
-    }
-
-    #[test]
-    fn panic_messages_are_recovered() {
-        assert_eq!(panic_message(&"static"), "static");
-        assert_eq!(panic_message(&String::from("owned")), "owned");
-        assert_eq!(panic_message(&5_u8), "(no message)");
-    }
+/// Locks a mutex, recovering it if a panic poisoned it (the data is still consistent: every
+/// critical section here is a plain update).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests;

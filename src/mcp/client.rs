@@ -30,14 +30,12 @@ use tokio::process::ChildStderr;
 
 use super::McpServerSpec;
 use crate::error::{Error, ErrorKind, ToolError};
-use crate::tool::{check_name, Effect, Tool, ToolSpec};
+use crate::tool::{check_name, Effect, Tool, ToolSpec, MAX_NAME_LEN};
 
 /// The least time start-up may take before it is abandoned; a server's own `timeout` extends it.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a failed start-up waits for the dying server's last stderr lines, to quote them.
 const STDERR_GRACE: Duration = Duration::from_secs(2);
-/// The longest tool name the registry accepts.
-const MAX_NAME: usize = 128;
 /// How many of the server's last stderr lines are kept, and quoted when start-up fails.
 const STDERR_TAIL_LINES: usize = 10;
 /// Where a long stderr line is cut, both when it is kept and when it is read without a newline.
@@ -232,7 +230,7 @@ fn tool_names(prefix: &str, originals: &[&str]) -> Vec<String> {
             // `base` is ASCII, so any byte index is a character boundary.
             name = format!(
                 "{}{suffix}",
-                &base[..base.len().min(MAX_NAME - suffix.len())]
+                &base[..base.len().min(MAX_NAME_LEN - suffix.len())]
             );
         }
         names[i] = name;
@@ -242,7 +240,7 @@ fn tool_names(prefix: &str, originals: &[&str]) -> Vec<String> {
 
 /// `raw` as a valid tool name: characters outside `[a-zA-Z0-9_-]` become `_`; a name that does
 /// not start with a letter, or whose script alias would start with the runtime's `ts_`, gets
-/// `mcp_` in front; it is cut to 128 characters; a reserved word (or one whose alias is) gets
+/// `mcp_` in front; it is cut to `MAX_NAME_LEN` characters; a reserved word (or one whose alias is) gets
 /// `_` after it.
 fn valid_name(raw: &str) -> String {
     let mut name: String = raw
@@ -259,10 +257,10 @@ fn valid_name(raw: &str) -> String {
     if !starts_with_letter || name.replace('-', "_").starts_with("ts_") {
         name.insert_str(0, "mcp_");
     }
-    name.truncate(MAX_NAME);
+    name.truncate(MAX_NAME_LEN);
     let alias = name.replace('-', "_");
     if check_name(&name).is_err() || check_name(&alias).is_err() {
-        name.truncate(MAX_NAME - 1);
+        name.truncate(MAX_NAME_LEN - 1);
         name.push('_');
     }
     name
@@ -466,7 +464,7 @@ mod tests {
             assert!(check_name(name).is_ok(), "{name}");
         }
         let long = tool_names("", &[&"x".repeat(300)]);
-        assert_eq!(long[0].len(), MAX_NAME);
+        assert_eq!(long[0].len(), MAX_NAME_LEN);
     }
 
     #[test]
@@ -489,7 +487,7 @@ mod tests {
         let long = "y".repeat(200);
         let names = tool_names("", &[&long, &long]);
         assert_ne!(names[0], names[1]);
-        assert!(names.iter().all(|n| n.len() <= MAX_NAME));
+        assert!(names.iter().all(|n| n.len() <= MAX_NAME_LEN));
     }
 
     #[test]

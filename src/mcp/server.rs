@@ -120,11 +120,7 @@ impl Server {
             serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
                 ErrorData::invalid_params(format!("bad arguments for `{RUN_SCRIPT}`: {e}"), None)
             })?;
-        let mode = if args.sequential {
-            Mode::Sequential
-        } else {
-            Mode::Speculative
-        };
+        let mode = Mode::sequential_if(args.sequential);
         let outcome = self
             .runtime
             .run_with(&args.script, RunOptions::with_mode(mode))

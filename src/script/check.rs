@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use rhai::{ASTNode, Engine, Expr, FnCallExpr, Position, Stmt, AST};
 use serde::Serialize;
 
+use crate::engine;
 use crate::tool::{RegisteredTool, Registry};
 
 /// A problem `check` found, at a place in the script.
@@ -49,7 +50,7 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
 
     let mut problems = Vec::new();
     let mut report = |position: Position, message: String| {
-        let (line, column) = super::line_column(position);
+        let (line, column) = engine::line_column(position);
         problems.push(Problem {
             line,
             column,
@@ -84,12 +85,8 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
                 }
             }
         } else if !known.contains(name) {
-            let hint = registry
-                .suggest(name)
-                .map(|near| format!("; did you mean the tool `{near}`?"))
-                .unwrap_or_default();
             let what = if method { "method" } else { "function" };
-            report(position, format!("there is no {what} named `{name}`{hint}"));
+            report(position, registry.unknown(name, what).message);
         }
         true
     });
@@ -107,7 +104,7 @@ fn check_constant_args(
     let Some(value) = constant_value(args) else {
         return;
     };
-    if let Ok(json) = super::to_json(&value) {
+    if let Ok(json) = engine::to_json(&value) {
         if let Err(e) = crate::dispatch::check_input(tool, &json) {
             report(position, e.message);
         }
@@ -147,11 +144,7 @@ fn check_generic(
 ) {
     if let Some(Expr::StringConstant(name, _)) = call.args.first() {
         if registry.get(name).is_none() {
-            let hint = registry
-                .suggest(name)
-                .map(|near| format!("; did you mean `{near}`?"))
-                .unwrap_or_default();
-            report(position, format!("there is no tool named `{name}`{hint}"));
+            report(position, registry.unknown_tool(name).message);
         }
     }
 }

@@ -11,8 +11,8 @@ use rhai::{Array, Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCa
 use serde_json::Value;
 
 use super::rewrite::{COND, INDEX, VALUE};
-use super::table::Cell;
-use crate::script::to_dynamic;
+use crate::engine::to_dynamic;
+use crate::ledger::Cell;
 
 /// What `to_string` of a pending placeholder gives. A read whose arguments contain it cannot be
 /// started: its real arguments are not known.
@@ -33,7 +33,7 @@ pub(crate) struct Placeholder {
 }
 
 /// Where a placeholder stands now.
-pub(crate) enum State {
+pub(crate) enum Resolved {
     Value(Dynamic),
     Pending(Arc<Cell>),
     /// It resolved to an error, or its path does not exist, or it is an unknown.
@@ -64,15 +64,15 @@ impl Placeholder {
         })
     }
 
-    pub(crate) fn state(&self) -> State {
+    pub(crate) fn state(&self) -> Resolved {
         let Some(cell) = &self.cell else {
-            return State::Never;
+            return Resolved::Never;
         };
         let Some(outcome) = cell.get() else {
-            return State::Pending(Arc::clone(cell));
+            return Resolved::Pending(Arc::clone(cell));
         };
         let Ok(root) = outcome.as_ref() else {
-            return State::Never;
+            return Resolved::Never;
         };
         let mut value: &Value = root;
         let null = Value::Null;
@@ -83,13 +83,13 @@ impl Placeholder {
                     let i = if *i < 0 { items.len() as INT + i } else { *i };
                     match usize::try_from(i).ok().and_then(|i| items.get(i)) {
                         Some(item) => item,
-                        None => return State::Never,
+                        None => return Resolved::Never,
                     }
                 }
-                _ => return State::Never,
+                _ => return Resolved::Never,
             };
         }
-        State::Value(to_dynamic(value))
+        Resolved::Value(to_dynamic(value))
     }
 }
 
@@ -100,8 +100,8 @@ pub(crate) struct PassNotes {
 }
 
 thread_local! {
-    /// The notes of the pass running on this thread. Set and cleared by every pass: threads of
-    /// the blocking pool are reused.
+    /// The notes of the pass running on this thread. Set and cleared by every pass, so that no
+    /// thread ever carries one pass's notes into another.
     static NOTES: RefCell<Option<PassNotes>> = const { RefCell::new(None) };
 }
 
@@ -130,12 +130,12 @@ fn known(value: &Dynamic) -> Result<Dynamic, ()> {
     match value.read_lock::<Placeholder>() {
         None => Ok(value.clone()),
         Some(p) => match p.state() {
-            State::Value(v) => Ok(v),
-            State::Pending(cell) => {
+            Resolved::Value(v) => Ok(v),
+            Resolved::Pending(cell) => {
                 note(&cell);
                 Err(())
             }
-            State::Never => Err(()),
+            Resolved::Never => Err(()),
         },
     }
 }
@@ -165,12 +165,12 @@ pub(crate) fn resolve_deep(value: &Dynamic) -> Resolution {
 fn resolve_into(value: &Dynamic, pending: &mut Vec<Arc<Cell>>) -> Option<Value> {
     if let Some(p) = value.read_lock::<Placeholder>() {
         return match p.state() {
-            State::Value(v) => resolve_into(&v, pending),
-            State::Pending(cell) => {
+            Resolved::Value(v) => resolve_into(&v, pending),
+            Resolved::Pending(cell) => {
                 pending.push(cell);
                 Some(Value::Null)
             }
-            State::Never => None,
+            Resolved::Never => None,
         };
     }
     if let Some(map) = value.read_lock::<Map>() {
@@ -192,7 +192,7 @@ fn resolve_into(value: &Dynamic, pending: &mut Vec<Arc<Cell>>) -> Option<Value> 
             return None;
         }
     }
-    crate::script::to_json(value).ok()
+    crate::engine::to_json(value).ok()
 }
 
 type RhaiResult = Result<Dynamic, Box<EvalAltResult>>;
@@ -230,9 +230,9 @@ fn index_known(container: &Dynamic, key: &Dynamic) -> Dynamic {
 /// `p[key]` / `p.key` on a placeholder.
 fn derive(p: &Placeholder, key: &Dynamic) -> Dynamic {
     match p.state() {
-        State::Value(v) => index_known(&v, key),
-        State::Never => Placeholder::unknown(),
-        State::Pending(_) => {
+        Resolved::Value(v) => index_known(&v, key),
+        Resolved::Never => Placeholder::unknown(),
+        Resolved::Pending(_) => {
             if let Ok(i) = key.as_int() {
                 p.child(Step::Index(i))
             } else if let Some(name) = key.read_lock::<ImmutableString>() {
@@ -269,11 +269,11 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
     engine.register_indexer_set(|_: &mut Placeholder, _: ImmutableString, _: Dynamic| {});
     engine.register_indexer_set(|_: &mut Placeholder, _: INT, _: Dynamic| {});
     engine.register_fn("to_string", |p: &mut Placeholder| match p.state() {
-        State::Value(v) => v.to_string(),
+        Resolved::Value(v) => v.to_string(),
         _ => PENDING_TEXT.to_string(),
     });
     engine.register_fn("to_debug", |p: &mut Placeholder| match p.state() {
-        State::Value(v) => format!("{v:?}"),
+        Resolved::Value(v) => format!("{v:?}"),
         _ => PENDING_TEXT.to_string(),
     });
     engine.register_iterator::<Placeholder>();
@@ -407,7 +407,7 @@ mod tests {
     fn failures_and_pending_text_never_resolve() {
         let cell = Cell::new();
         cell.set(Err(crate::error::ToolError::not_found("x")));
-        assert!(matches!(Placeholder::of(cell).state(), State::Never));
+        assert!(matches!(Placeholder::of(cell).state(), Resolved::Never));
         let text = Dynamic::from(format!("id-{PENDING_TEXT}"));
         assert!(matches!(resolve_deep(&text), Resolution::Never));
     }

@@ -1,5 +1,5 @@
 //! The scout: an advisory run of the same script on a second engine that never blocks. Reads
-//! return placeholders at once and are dispatched (marked speculative) into the prefetch table;
+//! return placeholders at once and are dispatched (marked speculative) into the run ledger;
 //! reads whose arguments are not known yet become deferred calls, dispatched the moment their
 //! inputs resolve. At a non-read call the scout stops, unless the executor already made that
 //! exact call. The scout never changes a run's result: the executor only claims outcomes of
@@ -9,17 +9,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rhai::{Dynamic, Engine, EvalAltResult, Scope, AST};
+use rhai::{Dynamic, Engine, EvalAltResult, Position, Scope, AST};
 use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use super::placeholder::{self, resolve_deep, Placeholder, Resolution};
-use super::table::{Cell, Launch, PrefetchTable};
-use crate::dispatch::{dispatch, Call, RunContext};
+
+use crate::dispatch::{dispatch, Call, Caller, RunContext};
+use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
 use crate::json::canonical;
-use crate::script::{self, Limits, ReadKey};
+use crate::ledger::{Cell, Launch, ReadKey, RunLedger};
 use crate::tool::Effect;
 
 /// Why a pass ended.
@@ -63,7 +64,7 @@ const FIRST_DEPTH_CAP: u64 = 16;
 /// The scout of one run.
 pub(crate) struct Scout {
     ctx: Arc<RunContext>,
-    table: Arc<PrefetchTable>,
+    ledger: Arc<RunLedger>,
     ast: Arc<AST>,
     limits: Limits,
     handle: Handle,
@@ -83,14 +84,14 @@ pub(crate) struct Scout {
 impl Scout {
     pub(crate) fn new(
         ctx: Arc<RunContext>,
-        table: Arc<PrefetchTable>,
+        ledger: Arc<RunLedger>,
         ast: Arc<AST>,
         limits: Limits,
         handle: Handle,
     ) -> Arc<Scout> {
         Arc::new(Scout {
             ctx,
-            table,
+            ledger,
             ast,
             limits,
             handle,
@@ -107,11 +108,11 @@ impl Scout {
     pub(crate) async fn drive(self: Arc<Self>) -> u64 {
         let mut passes = 0;
         let mut quiet = 0u32;
-        let mut progress = self.table.watch_progress();
-        while passes < self.table.limits().max_passes && !self.table.is_closed() {
+        let mut progress = self.ledger.watch_progress();
+        while passes < self.ledger.limits().max_passes && !self.ledger.is_closed() {
             // A pass runs on a thread with a script's stack, like the executor.
             let (scout, (tx, rx)) = (Arc::clone(&self), tokio::sync::oneshot::channel());
-            if script::spawn_script_thread("toolscript-scout", move || {
+            if engine::spawn_script_thread("toolscript-scout", move || {
                 let _ = tx.send(scout.pass());
             })
             .is_err()
@@ -128,7 +129,7 @@ impl Scout {
             match report.end {
                 End::Finished if report.pending.is_empty() => break,
                 End::Write(k) => {
-                    while self.table.writes_made() <= k && !self.table.is_closed() {
+                    while self.ledger.epoch() as usize <= k && !self.ledger.is_closed() {
                         if progress.changed().await.is_err() {
                             return passes;
                         }
@@ -142,7 +143,7 @@ impl Scout {
                         tokio::select! {
                             _ = &mut all => break,
                             changed = progress.changed() => {
-                                if changed.is_err() || self.table.is_closed() {
+                                if changed.is_err() || self.ledger.is_closed() {
                                     return passes;
                                 }
                             }
@@ -153,8 +154,8 @@ impl Scout {
             // A scout that keeps learning little sleeps until the executor has missed 2, 4,
             // 8, ... more reads: a pure dependency chain then costs linear work.
             if quiet >= 3 {
-                let wake = self.table.misses() + (1u64 << (quiet - 2).min(16));
-                while self.table.misses() < wake && !self.table.is_closed() {
+                let wake = self.ledger.misses() + (1u64 << (quiet - 2).min(16));
+                while self.ledger.misses() < wake && !self.ledger.is_closed() {
                     if progress.changed().await.is_err() {
                         return passes;
                     }
@@ -194,15 +195,15 @@ impl Scout {
         tasks.push(handle);
     }
 
-    /// One pass over the script, on a blocking thread.
+    /// One pass over the script, on a script thread of its own.
     fn pass(self: &Arc<Self>) -> Report {
         let operations = Arc::new(AtomicU64::new(0));
-        let watch = script::Watch {
+        let watch = engine::Watch {
             deadline: Some(Instant::now() + self.limits.max_duration),
             cancel: Some(Arc::clone(&self.stop)),
             operations: Some(Arc::clone(&operations)),
         };
-        let mut engine = script::new_engine(&self.limits, watch);
+        let mut engine = engine::new_engine(&self.limits, watch);
         let pass = Arc::new(Mutex::new(Pass::default()));
         self.register_tools(&mut engine, &pass);
         placeholder::begin_notes();
@@ -210,7 +211,7 @@ impl Scout {
         let notes = placeholder::take_notes();
         if pass.lock().unwrap_or_else(|p| p.into_inner()).capped {
             let cap = self.depth_cap.load(Ordering::Relaxed);
-            let max = self.table.limits().max_deferred_per_pass;
+            let max = self.ledger.limits().max_deferred_per_pass;
             self.depth_cap.store((cap * 2).min(max), Ordering::Relaxed);
         }
         self.operations
@@ -233,9 +234,9 @@ impl Scout {
 
     fn register_tools(self: &Arc<Self>, engine: &mut Engine, pass: &Arc<Mutex<Pass>>) {
         let (scout, pass_) = (Arc::clone(self), Arc::clone(pass));
-        let call: script::ToolCall =
+        let call: engine::ToolCall =
             Arc::new(move |_, name, args| scout.call(&pass_, name, args.clone()));
-        script::register_tool_functions(engine, &self.ctx.registry, call);
+        engine::register_tool_functions(engine, &self.ctx.registry, call);
         let reserved: Vec<String> = std::iter::once("tool".to_string())
             .chain(
                 self.ctx
@@ -273,10 +274,7 @@ impl Scout {
                     return Ok(Placeholder::unknown());
                 };
                 match cell.get() {
-                    Some(outcome) => match outcome.as_ref() {
-                        Ok(value) => Ok(script::to_dynamic(value)),
-                        Err(e) => Err(script::tool_error_to_rhai(e.clone())),
-                    },
+                    Some(outcome) => outcome_to_rhai(&outcome, Position::NONE),
                     None => Ok(Dynamic::from(Placeholder::of(cell))),
                 }
             }
@@ -286,7 +284,7 @@ impl Scout {
                     state.capped = true;
                     return Err(stop(&mut state, End::Stopped));
                 }
-                if state.deferred >= self.table.limits().max_deferred_per_pass {
+                if state.deferred >= self.ledger.limits().max_deferred_per_pass {
                     return Err(stop(&mut state, End::Stopped));
                 }
                 state.deferred += 1;
@@ -310,7 +308,7 @@ impl Scout {
         args: &Dynamic,
     ) -> Result<Dynamic, Box<EvalAltResult>> {
         let k = state.writes;
-        let Some(record) = self.table.write(k) else {
+        let Some(record) = self.ledger.write(k) else {
             return Err(stop(state, End::Write(k)));
         };
         let Resolution::Ready(args) = resolve_deep(args) else {
@@ -320,13 +318,10 @@ impl Scout {
             return Err(stop(state, End::Stopped));
         }
         state.writes += 1;
-        match record.outcome.as_ref() {
-            Ok(value) => Ok(script::to_dynamic(value)),
-            Err(e) => Err(script::tool_error_to_rhai(e.clone())),
-        }
+        outcome_to_rhai(&record.outcome, Position::NONE)
     }
 
-    /// Starts a read (or joins the entry already there); `None` when the table refuses.
+    /// Starts a read (or joins the entry already there); `None` when the ledger refuses.
     fn launch(
         self: &Arc<Self>,
         epoch: u64,
@@ -339,27 +334,26 @@ impl Scout {
             tool: tool.to_string(),
             args: canonical(&args),
         };
-        match self.table.launch(&key) {
+        match self.ledger.launch(&key) {
             Launch::Existing(cell) => Some(cell),
             Launch::Refused => None,
-            Launch::Start(cell, claimed) => {
+            Launch::Start(cell, speculation) => {
                 state.started += 1;
-                let (ctx, table, out) = (
+                let (ctx, ledger, out) = (
                     Arc::clone(&self.ctx),
-                    Arc::clone(&self.table),
+                    Arc::clone(&self.ledger),
                     Arc::clone(&cell),
                 );
                 let tool = tool.to_string();
                 self.spawn(&self.dispatches, async move {
-                    let call = Call::speculative(
-                        tool.clone(),
+                    let call = Call {
+                        tool: tool.clone(),
                         args,
-                        key.args,
-                        claimed,
-                        out.nested_counter(),
-                    );
+                        args_key: key.args,
+                        caller: Caller::Scout(speculation),
+                    };
                     out.set(dispatch(&ctx, call).await);
-                    table.landed(&tool);
+                    ledger.landed(&tool);
                 });
                 Some(cell)
             }
@@ -406,6 +400,6 @@ fn stop(state: &mut Pass, end: End) -> Box<EvalAltResult> {
     }
     Box::new(EvalAltResult::ErrorTerminated(
         Dynamic::from("scout stop"),
-        rhai::Position::NONE,
+        Position::NONE,
     ))
 }

@@ -6,7 +6,7 @@ mod registry;
 
 pub(crate) use describe::describe;
 pub use describe::Format;
-pub(crate) use registry::{check_name, RegisteredTool};
+pub(crate) use registry::{check_name, RegisteredTool, MAX_NAME_LEN};
 pub use registry::{Registry, RegistryBuilder};
 
 use std::fmt;
@@ -129,7 +129,17 @@ pub struct ToolContext {
     /// The attempt number, from 1.
     pub attempt: u32,
     /// How a composite's body calls its nested tools.
-    pub(crate) nested: Option<crate::dispatch::NestedCalls>,
+    nested: Option<Arc<dyn NestedCaller>>,
+}
+
+/// How a composite's body reaches its nested tools: the dispatch path provides it, so that a
+/// tool body never calls another tool's body directly.
+pub(crate) trait NestedCaller: Send + Sync {
+    /// The run's registry.
+    fn registry(&self) -> &Registry;
+
+    /// Dispatches one nested call.
+    fn call(&self, tool: &str, args: Value) -> BoxFuture<'static, Result<Value, ToolError>>;
 }
 
 impl fmt::Debug for ToolContext {
@@ -143,6 +153,20 @@ impl fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
+    pub(crate) fn new(
+        tool: &str,
+        call_id: u64,
+        attempt: u32,
+        nested: Option<Arc<dyn NestedCaller>>,
+    ) -> ToolContext {
+        ToolContext {
+            tool: tool.to_string(),
+            call_id,
+            attempt,
+            nested,
+        }
+    }
+
     /// The run's registry, for a composite's body (`None` for other tools).
     pub(crate) fn registry(&self) -> Option<&Registry> {
         self.nested.as_ref().map(|n| n.registry())

@@ -7,7 +7,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{Body, Effect, Tool, ToolSpec};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind, ToolError};
+
+/// The longest tool name, in bytes (names are ASCII).
+pub(crate) const MAX_NAME_LEN: usize = 128;
 
 /// Words a tool cannot be named after: Rhai's keywords and the script surface's own functions.
 /// A tool with one of these names could not be called by its name, or would hide a built-in.
@@ -114,6 +117,28 @@ impl Registry {
     /// Whether there are no tools.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// The error of a call to `name` when no tool has that name: `unknown_tool`, with the
+    /// closest existing name as the suggestion. The one wording of this rule, for the dispatch
+    /// path, the executor and `check`.
+    pub(crate) fn unknown_tool(&self, name: &str) -> ToolError {
+        self.unknown(name, "tool")
+    }
+
+    /// As [`Registry::unknown_tool`], for a name the script used as a `what` ("function",
+    /// "method"): the nearest tool is still the suggestion.
+    pub(crate) fn unknown(&self, name: &str, what: &str) -> ToolError {
+        let mut error = ToolError::new(
+            ErrorKind::UnknownTool,
+            format!("there is no {what} named `{name}`"),
+        );
+        if let Some(near) = self.suggest(name) {
+            error.message.push_str(&format!("; did you mean `{near}`?"));
+            error = error.with_next_action(format!("call `{near}` instead"));
+        }
+        error.tool = Some(name.to_string());
+        error
     }
 
     /// The existing name closest to `name`, if one is close enough to be a likely typo.
@@ -296,16 +321,17 @@ fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
     })
 }
 
-/// Checks `^[a-zA-Z][a-zA-Z0-9_-]{0,127}$`, the `ts_` prefix and the reserved words.
+/// Checks `^[a-zA-Z][a-zA-Z0-9_-]{0,127}$` ([`MAX_NAME_LEN`]), the `ts_` prefix and the
+/// reserved words.
 pub(crate) fn check_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !starts_with_letter || !rest_ok || name.len() > 128 {
-        return Err(
-            "a name must match ^[a-zA-Z][a-zA-Z0-9_-]{0,127}$ (a letter, then up to 127 letters, digits, `_` or `-`)"
-                .to_string(),
-        );
+    if !starts_with_letter || !rest_ok || name.len() > MAX_NAME_LEN {
+        let rest = MAX_NAME_LEN - 1;
+        return Err(format!(
+            "a name must match ^[a-zA-Z][a-zA-Z0-9_-]{{0,{rest}}}$ (a letter, then up to {rest} letters, digits, `_` or `-`)"
+        ));
     }
     if name.starts_with("ts_") {
         return Err(
@@ -363,10 +389,17 @@ mod tests {
 
     #[test]
     fn names_follow_the_pattern() {
-        for bad in ["", "1abc", "_x", "a b", "a.b", &"a".repeat(129)] {
+        for bad in [
+            "",
+            "1abc",
+            "_x",
+            "a b",
+            "a.b",
+            &"a".repeat(MAX_NAME_LEN + 1),
+        ] {
             assert!(check_name(bad).is_err(), "{bad:?} should be refused");
         }
-        for good in ["a", "get_user", "get-user", "A9", &"a".repeat(128)] {
+        for good in ["a", "get_user", "get-user", "A9", &"a".repeat(MAX_NAME_LEN)] {
             assert!(check_name(good).is_ok(), "{good:?} should be accepted");
         }
     }

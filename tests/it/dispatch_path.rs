@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use toolscript::{
-    BreakerConfig, Effect, ErrorKind, Mode, Registry, Runtime, Status, Tool, ToolError,
-};
+use toolscript::receipts::Status;
+use toolscript::{BreakerConfig, Effect, ErrorKind, Mode, Registry, Runtime, Tool, ToolError};
 
 use crate::support::{error_of, fixture_registry, fixture_runtime, run, run_in, value_of, Probe};
 

@@ -9,9 +9,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
-use toolscript::{
-    demo_catalog, observable, Effect, Manifests, Mode, Registry, Runtime, Tool, ToolError,
-};
+use toolscript::bench::observable;
+use toolscript::{demo_catalog, Effect, Manifests, Mode, Registry, Runtime, Tool, ToolError};
 
 use crate::support::{fixture_registry, run_in, Probe};
 

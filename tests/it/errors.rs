@@ -280,7 +280,7 @@ fn check_finds_bad_calls_without_running_them() {
         "{found:?}"
     );
     assert!(
-        found[2].0 == Some(4) && found[2].1.contains("did you mean the tool `get_user`"),
+        found[2].0 == Some(4) && found[2].1.contains("did you mean `get_user`"),
         "{found:?}"
     );
     assert!(

@@ -7,6 +7,7 @@ mod composites;
 mod dispatch_path;
 mod equivalence;
 mod errors;
+mod layering;
 mod limits;
 mod manifests;
 mod mcp_client;

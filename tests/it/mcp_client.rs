@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolscript::{observable, Effect, Error, Manifests, Mode, Registry, Runtime, ToolSpec};
+use toolscript::bench::observable;
+use toolscript::{Effect, Error, Manifests, Mode, Registry, Runtime, ToolSpec};
 
 use crate::support::{error_of, run_in, value_of};
 

@@ -89,9 +89,19 @@ async fn the_effect_log_lists_non_read_calls_in_order() {
     assert_eq!(
         effects,
         vec![
-            ("create_order", Effect::Write, json!({"user": 3}), true),
-            ("create_order", Effect::Write, json!({"user": 0}), false),
-            ("notify", Effect::External, json!({"to": "ops"}), true),
+            (
+                "create_order",
+                Effect::Write,
+                json!({"user": 3}),
+                Some(true)
+            ),
+            (
+                "create_order",
+                Effect::Write,
+                json!({"user": 0}),
+                Some(false)
+            ),
+            ("notify", Effect::External, json!({"to": "ops"}), Some(true)),
         ]
     );
     assert_eq!(Probe::count(&probe.write_calls), 2);

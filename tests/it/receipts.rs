@@ -1,7 +1,8 @@
 //! Receipts: one per dispatch, hash-chained, verifiable; tampering is caught at the first bad line.
 
 use serde_json::{json, Value};
-use toolscript::{canonical_json, verify_receipts, write_receipts, Effect, Error, Mode, Status};
+use toolscript::receipts::{canonical_json, verify_receipts, write_receipts, Status};
+use toolscript::{Effect, Error, Mode};
 
 use crate::support::{fixture_runtime, run_in, sha256, Probe};
 
@@ -55,7 +56,7 @@ async fn one_receipt_per_dispatch_chained_by_hash() {
 }
 
 fn write_and_read(
-    receipts: &[toolscript::Receipt],
+    receipts: &[toolscript::receipts::Receipt],
 ) -> (tempfile::TempDir, std::path::PathBuf, Vec<Value>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("receipts.jsonl");

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use toolscript::{observable, Budget, Effect, Mode, Registry, Runtime, SpeculationLimits, Tool};
+use toolscript::bench::observable;
+use toolscript::{Budget, Effect, Mode, Registry, Runtime, SpeculationLimits, Tool};
 
 use crate::support::{fixture_tools, run_in, sha256, value_of, Probe};
 
@@ -77,7 +78,7 @@ async fn reads_after_a_write_start_only_once_it_completed() {
     assert_eq!(value_of(&outcome), &json!([2, 3, 4, 5, 6]));
     let save = outcome.receipts.iter().find(|r| r.tool == "save").unwrap();
     let save_end = save.started_ms + save.duration_ms;
-    let first = sha256(&toolscript::canonical_json(&json!({"id": 1})));
+    let first = sha256(&toolscript::receipts::canonical_json(&json!({"id": 1})));
     let after: Vec<_> = outcome
         .receipts
         .iter()

@@ -2,9 +2,9 @@
 //! value is an object map, and whatever ends a script becomes a [`RunError`].
 
 use rhai::{Dynamic, EvalAltResult, Map, ParseError, Position};
+use serde_json::Value;
 
-use super::engine::DEADLINE;
-use super::Limits;
+use super::{to_dynamic, Limits, DEADLINE};
 use crate::error::{ErrorKind, RunError, ToolError};
 
 /// The catchable error a failed call throws: `#{kind, message, tool, recoverable,
@@ -22,9 +22,58 @@ pub(crate) fn to_rhai(e: ToolError, position: Position) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(map.into(), position))
 }
 
-/// The catchable error of a failed call, where no call site is at hand.
-pub(crate) fn tool_error_to_rhai(e: ToolError) -> Box<EvalAltResult> {
-    to_rhai(e, Position::NONE)
+/// A call's outcome as the script sees it: the value, or the catchable error thrown at the
+/// call site.
+pub(crate) fn outcome_to_rhai(
+    outcome: &Result<Value, ToolError>,
+    position: Position,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    match outcome {
+        Ok(value) => Ok(to_dynamic(value)),
+        Err(e) => Err(to_rhai(e.clone(), position)),
+    }
+}
+
+/// What a thrown value says about an error.
+pub(crate) enum Thrown {
+    /// A map with `kind` and `message`, whose kind is well formed: a caught tool error thrown
+    /// again, a script's own structured error, a script tool's error. `tool`, `recoverable` and
+    /// `suggested_next_action` are kept when present.
+    Structured(ToolError),
+    /// A map with `kind` and `message` whose kind is not a lowercase identifier.
+    MalformedKind(String),
+    /// Anything else.
+    Plain,
+}
+
+/// The one rule for turning a thrown value into an error, for scripts and script tools alike.
+pub(crate) fn thrown_error(value: &Dynamic) -> Thrown {
+    let Some(map) = value.read_lock::<Map>() else {
+        return Thrown::Plain;
+    };
+    let text = |key: &str| {
+        map.get(key)
+            .filter(|v| !v.is_unit())
+            .map(|v| match v.clone().into_immutable_string() {
+                Ok(s) => s.to_string(),
+                Err(_) => v.to_string(),
+            })
+    };
+    let (Some(kind), Some(message)) = (text("kind"), text("message")) else {
+        return Thrown::Plain;
+    };
+    let Some(kind) = ErrorKind::parse(&kind) else {
+        return Thrown::MalformedKind(kind);
+    };
+    let mut error = ToolError::new(kind, message);
+    error.tool = text("tool");
+    if let Some(recoverable) = map.get("recoverable").and_then(|v| v.as_bool().ok()) {
+        error.recoverable = recoverable;
+    }
+    if let Some(action) = text("suggested_next_action") {
+        error.suggested_next_action = Some(action);
+    }
+    Thrown::Structured(error)
 }
 
 /// A compile error: `invalid_script` with its line and column.
@@ -100,33 +149,16 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
     }
 }
 
-/// A thrown value: a map with a string `kind` and `message` keeps its fields (a caught tool
-/// error thrown again, or the script's own structured error); anything else is a `script_error`.
+/// A thrown value that ends the script: a structured error keeps its fields; anything else is a
+/// `script_error`.
 fn thrown(value: Dynamic) -> RunError {
-    if let Some(map) = value.read_lock::<Map>() {
-        let text = |key: &str| {
-            map.get(key)
-                .and_then(|v| v.clone().into_immutable_string().ok())
-                .map(|s| s.to_string())
-        };
-        if let (Some(kind), Some(message)) = (text("kind"), text("message")) {
-            if let Some(kind) = ErrorKind::parse(&kind) {
-                let mut error = ToolError::new(kind, message);
-                error.tool = text("tool");
-                if let Some(recoverable) = map.get("recoverable").and_then(|v| v.as_bool().ok()) {
-                    error.recoverable = recoverable;
-                }
-                if let Some(action) = text("suggested_next_action") {
-                    error.suggested_next_action = Some(action);
-                }
-                return RunError::from_tool(error, None, None);
-            }
-        }
+    match thrown_error(&value) {
+        Thrown::Structured(error) => RunError::from_tool(error, None, None),
+        Thrown::MalformedKind(_) | Thrown::Plain => RunError::new(
+            ErrorKind::ScriptError,
+            format!("uncaught exception: {value}"),
+        ),
     }
-    RunError::new(
-        ErrorKind::ScriptError,
-        format!("uncaught exception: {value}"),
-    )
 }
 
 pub(crate) fn line_column(position: Position) -> (Option<usize>, Option<usize>) {

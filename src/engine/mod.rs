@@ -1,5 +1,25 @@
-//! The locked-down Rhai engine shared by scripts and script tools: no `eval`, no modules, the
-//! [`Limits`] applied, and a deadline and cancellation checked while it runs.
+//! The engine toolkit that the executor, the scout and script tools share: the locked-down Rhai
+//! engine (no `eval`, no modules, the [`Limits`] applied, a deadline and cancellation checked
+//! while it runs), conversions between script values and JSON, errors across the script
+//! boundary, the registration of tools as script functions, and the threads scripts run on.
+//!
+//! It knows nothing of runs, epochs or speculation: those are the executor's (`script`) and the
+//! scout's (`speculate`), which both build on it.
+
+mod errors;
+mod functions;
+mod limits;
+mod threads;
+mod value;
+
+pub use limits::Limits;
+
+pub(crate) use errors::{
+    from_parse, from_rhai, line_column, outcome_to_rhai, thrown_error, to_rhai, Thrown,
+};
+pub(crate) use functions::{register_tool_functions, ToolCall};
+pub(crate) use threads::{block_on, spawn_script_thread, ScriptPool};
+pub(crate) use value::{to_dynamic, to_json};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,8 +29,6 @@ use std::sync::OnceLock;
 
 use rhai::packages::{Package, StandardPackage};
 use rhai::{Dynamic, Engine, Shared};
-
-use super::Limits;
 
 /// The value an engine terminates with when its deadline passes.
 pub(crate) const DEADLINE: &str = "deadline";

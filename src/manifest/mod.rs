@@ -1,22 +1,22 @@
-//! TOML manifests: `[[tool]]` tables declaring script tools, whose bodies are Rhai scripts that
-//! see `args` and a `state` map shared by all script tools loaded together; and the embedded demo
-//! catalog, which is such a manifest.
+//! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
+//! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
+
+mod script_tool;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
+use rhai::AST;
 use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
-use crate::error::{Error, ErrorKind, ToolError};
+use crate::error::Error;
 use crate::mcp::McpServerSpec;
-use crate::script::{self, Limits};
-use crate::tool::{Effect, Registry, Tool, ToolContext, ToolSpec};
+use crate::tool::{Effect, Registry, Tool, ToolSpec};
+use script_tool::ScriptHost;
 
 /// The demo catalog's manifest, compiled into the binary.
 const DEMO_CATALOG: &str = include_str!("demo/catalog.toml");
@@ -82,7 +82,7 @@ struct ToolEntry {
 
 /// Where a tool was declared, for errors found after parsing.
 #[derive(Clone)]
-struct Origin {
+struct Declared {
     tool: String,
     file: PathBuf,
     line: usize,
@@ -91,9 +91,9 @@ struct Origin {
 /// Loads manifests into tools. Script tools loaded by one `Manifests` share one `state` map.
 pub struct Manifests {
     tools: Vec<Tool>,
-    origins: Vec<Origin>,
+    declared: Vec<Declared>,
     /// MCP servers declared but not started yet.
-    servers: Vec<(McpServerSpec, Origin)>,
+    servers: Vec<(McpServerSpec, Declared)>,
     host: Arc<ScriptHost>,
 }
 
@@ -114,22 +114,11 @@ impl Default for Manifests {
 impl Manifests {
     /// No manifests yet, and an empty shared `state`.
     pub fn new() -> Manifests {
-        let limits = Limits::default();
-        let mut engine = script::new_engine(&limits, script::Watch::default());
-        engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
-        engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
         Manifests {
             tools: Vec::new(),
-            origins: Vec::new(),
+            declared: Vec::new(),
             servers: Vec::new(),
-            host: Arc::new(ScriptHost {
-                engine,
-                limits,
-                state: RwLock::default(),
-                running: tokio::sync::Semaphore::new(
-                    std::thread::available_parallelism().map_or(2, |n| n.get()),
-                ),
-            }),
+            host: Arc::new(ScriptHost::new()),
         }
     }
 
@@ -188,7 +177,7 @@ impl Manifests {
                 .map(Path::to_path_buf);
             self.servers.push((
                 spec,
-                Origin {
+                Declared {
                     tool: String::new(),
                     file: file.to_path_buf(),
                     line: line_of(text, span.start),
@@ -215,7 +204,7 @@ impl Manifests {
                         ),
                     }
                 })?;
-            self.origins.push(Origin {
+            self.declared.push(Declared {
                 tool: entry.name.clone(),
                 file: file.to_path_buf(),
                 line: line_of(text, span.start),
@@ -241,7 +230,7 @@ impl Manifests {
         for (spec, origin) in std::mem::take(&mut self.servers) {
             let tools = crate::mcp::connect(&spec).await?;
             for tool in tools {
-                self.origins.push(Origin {
+                self.declared.push(Declared {
                     tool: tool.spec().name.clone(),
                     ..origin.clone()
                 });
@@ -284,12 +273,12 @@ impl Manifests {
                 ),
             });
         }
-        let origins = self.origins;
+        let declared = self.declared;
         Registry::builder()
             .tools(self.tools)
             .build()
             .map_err(|e| match e {
-                Error::Registry { tool, rule } => match origins.iter().rfind(|o| o.tool == tool) {
+                Error::Registry { tool, rule } => match declared.iter().rfind(|o| o.tool == tool) {
                     Some(origin) => Error::Manifest {
                         file: origin.file.clone(),
                         line: Some(origin.line),
@@ -315,189 +304,9 @@ impl Manifests {
         spec.allow_repeat = entry.allow_repeat;
         spec.speculate = entry.speculate.unwrap_or(true);
         spec.nested = entry.nested;
-        let latency = Duration::from_millis(entry.latency_ms);
-        let effect = spec.effect;
-        let (host, ast) = (Arc::clone(&self.host), Arc::new(ast));
-        if spec.is_composite() {
-            return Tool::from_spec(spec, move |args, ctx| {
-                let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
-                async move {
-                    let started = tokio::time::Instant::now();
-                    // A composite that times out must make no more nested calls.
-                    let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
-                    let (flag, handle) = (Arc::clone(&cancel.0), tokio::runtime::Handle::current());
-                    let result = tokio::task::spawn_blocking(move || {
-                        host.run_composite(&ast, &args, &ctx, &handle, flag)
-                    })
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(ToolError::internal(format!("the script tool stopped: {e}")))
-                    });
-                    tokio::time::sleep_until(started + latency).await;
-                    result
-                }
-            });
-        }
-        Tool::from_spec(spec, move |args, _ctx| {
-            let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
-            // The body runs first and the simulated latency follows, so that the replies of
-            // calls started together arrive together, as a remote service's would.
-            async move {
-                let started = tokio::time::Instant::now();
-                let Ok(permit) = host.running.acquire().await else {
-                    return Err(ToolError::internal("the script tool host is closed"));
-                };
-                let runner = Arc::clone(&host);
-                let result = tokio::task::spawn_blocking(move || runner.run(&ast, &args, effect))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(ToolError::internal(format!("the script tool stopped: {e}")))
-                    });
-                drop(permit);
-                tokio::time::sleep_until(started + latency).await;
-                result
-            }
-        })
+        self.host
+            .tool(spec, ast, Duration::from_millis(entry.latency_ms))
     }
-}
-
-/// Sets its flag when dropped: the future of a call that timed out (or was cancelled) drops it.
-struct CancelOnDrop(Arc<AtomicBool>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-/// What script tools loaded together share: an engine and the `state` map.
-struct ScriptHost {
-    engine: Engine,
-    limits: Limits,
-    state: RwLock<Map>,
-    /// Bodies running at once, one per core: a fan-out of a hundred calls wakes a hundred
-    /// blocking threads otherwise, and their switching costs more than the bodies.
-    running: tokio::sync::Semaphore,
-}
-
-impl ScriptHost {
-    /// Runs a script tool's body. Read tools run side by side and see `state` as it is; other
-    /// tools run alone, so `state` changes are never lost, and a body that fails leaves `state`
-    /// as it found it.
-    fn run(&self, ast: &AST, args: &Value, effect: Effect) -> Result<Value, ToolError> {
-        let mut scope = Scope::new();
-        scope.push("args", script::to_dynamic(args));
-        if effect == Effect::Read {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            scope.push("state", Dynamic::from_map(state.clone()));
-            drop(state);
-            let value = self
-                .engine
-                .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
-                .map_err(|e| self.tool_error(*e))?;
-            return result_json(&value);
-        }
-        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-        scope.push("state", Dynamic::from_map(state.clone()));
-        let value = self
-            .engine
-            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
-            .map_err(|e| self.tool_error(*e))?;
-        match scope.get_value::<Map>("state") {
-            Some(new_state) => *state = new_state,
-            None => {
-                return Err(ToolError::internal(
-                    "the script tool replaced `state` with something that is not an object map",
-                ))
-            }
-        }
-        result_json(&value)
-    }
-
-    /// Runs a composite's body: it calls its nested tools like any script does, each call
-    /// going through the dispatch path. It sees a snapshot of `state` and changes it only
-    /// through its nested tools (it holds no lock while they run).
-    fn run_composite(
-        &self,
-        ast: &AST,
-        args: &Value,
-        ctx: &ToolContext,
-        handle: &tokio::runtime::Handle,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<Value, ToolError> {
-        let watch = script::Watch {
-            cancel: Some(Arc::clone(&cancel)),
-            ..script::Watch::default()
-        };
-        let mut engine = script::new_engine(&self.limits, watch);
-        engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
-        engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
-        let (context, handle) = (ctx.clone(), handle.clone());
-        let call: script::ToolCall = Arc::new(move |pos, name, args| {
-            if cancel.load(Ordering::SeqCst) {
-                return Err(Box::new(EvalAltResult::ErrorTerminated(
-                    Dynamic::from("cancelled"),
-                    pos,
-                )));
-            }
-            let args = script::to_json(args).map_err(|e| {
-                script::tool_error_to_rhai(ToolError::invalid_input(format!(
-                    "the arguments of `{name}` cannot be sent: {e}"
-                )))
-            })?;
-            let (context, name) = (context.clone(), name.to_string());
-            let result = script::block_on(&handle, async move { context.call(&name, args).await })
-                .unwrap_or_else(|| Err(ToolError::internal("the async runtime shut down")));
-            match result {
-                Ok(value) => Ok(script::to_dynamic(&value)),
-                Err(e) => Err(script::tool_error_to_rhai(e)),
-            }
-        });
-        // Every tool of the run is a function here, so that a call to one the composite did
-        // not declare is refused by the dispatch path (`permission_denied`), not unknown.
-        if let Some(registry) = ctx.registry() {
-            script::register_tool_functions(&mut engine, registry, call);
-        }
-        let mut scope = Scope::new();
-        scope.push("args", script::to_dynamic(args));
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
-        scope.push("state", Dynamic::from_map(state));
-        let value = engine
-            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
-            .map_err(|e| self.tool_error(*e))?;
-        result_json(&value)
-    }
-
-    /// A thrown map with `kind` and `message` is the tool's structured error; any other thrown
-    /// value is `failed`; anything else is the tool's own bug, `internal`.
-    fn tool_error(&self, e: EvalAltResult) -> ToolError {
-        if let EvalAltResult::ErrorRuntime(value, _) = &e {
-            if let Some(map) = value.read_lock::<Map>() {
-                let text = |key: &str| map.get(key).map(|v| v.to_string());
-                if let (Some(kind), Some(message)) = (text("kind"), text("message")) {
-                    return match ErrorKind::parse(&kind) {
-                        Some(kind) => ToolError::new(kind, message),
-                        None => ToolError::internal(format!(
-                            "the script tool threw the malformed error kind `{kind}`: {message}"
-                        )),
-                    };
-                }
-            }
-            return ToolError::new(ErrorKind::Failed, value.to_string());
-        }
-        let e = script::from_rhai(e, &self.limits);
-        let at = e
-            .line
-            .map(|l| format!(" (line {l} of its script)"))
-            .unwrap_or_default();
-        ToolError::internal(format!("the script tool failed{at}: {}", e.message))
-    }
-}
-
-fn result_json(value: &Dynamic) -> Result<Value, ToolError> {
-    script::to_json(value).map_err(|e| {
-        ToolError::internal(format!("the script tool's result cannot be returned: {e}"))
-    })
 }
 
 /// The 1-based line of a byte offset.

@@ -1,0 +1,219 @@
+//! What one run shares between its calls: the registry, the runtime's breakers, and the run's
+//! own budget, repeat guard, receipts and effect log; and the claim of a speculative outcome,
+//! which replays on them what the sequential call would have done.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::breaker::{Breakers, Replay};
+use super::budget::BudgetMeter;
+use super::receipt::ReceiptLog;
+use super::repeat::RepeatGuard;
+use super::{lock, Budget, Receipt, Speculation};
+use crate::error::ToolError;
+use crate::tool::{Effect, Registry, ToolSpec};
+
+/// A non-read call that reached its tool's body, in the order the bodies started. A composite's
+/// own entry comes before the entries of the calls nested in it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct EffectRecord {
+    /// The tool called.
+    pub tool: String,
+    /// Its effect (never `read`).
+    pub effect: Effect,
+    /// The validated arguments.
+    pub args: Value,
+    /// Whether the call succeeded; `None` (`null` in JSON) when its outcome is unknown: it
+    /// timed out or was abandoned after its body started, so it may or may not have taken
+    /// effect.
+    pub ok: Option<bool>,
+}
+
+/// Counters a caller can watch while a run is going (the CLI's live line).
+#[derive(Debug, Default)]
+pub struct Progress {
+    done: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Progress {
+    /// Calls finished so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Calls running now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn finished(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the executor's claim of a speculative outcome came to.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// Charged to the budget and replayed on the breakers exactly as the sequential call; the
+    /// outcome is the run's.
+    Taken,
+    /// The sequential call would have been refused at this point, with this error (charged as
+    /// it would have been).
+    Refused(ToolError),
+    /// The outcome cannot stand for the sequential one (a limit only speculation has shaped
+    /// it, or the sequential call would have taken another path): nothing was charged, and the
+    /// executor makes the call itself.
+    Redo,
+}
+
+/// Everything one run shares between its calls.
+pub(crate) struct RunContext {
+    pub(crate) registry: Arc<Registry>,
+    pub(super) breakers: Arc<Breakers>,
+    pub(super) budget: BudgetMeter,
+    pub(super) repeat: RepeatGuard,
+    pub(super) receipts: ReceiptLog,
+    effects: Mutex<Vec<EffectRecord>>,
+    started: Instant,
+    next_call_id: AtomicU64,
+    dispatched: AtomicU64,
+    pub(crate) progress: Arc<Progress>,
+    /// Set when the run ends: speculative calls still running are cancelled.
+    pub(super) cancel: tokio::sync::watch::Sender<bool>,
+}
+
+impl RunContext {
+    pub(crate) fn new(
+        registry: Arc<Registry>,
+        breakers: Arc<Breakers>,
+        budget: Budget,
+        run_id: String,
+        progress: Arc<Progress>,
+    ) -> RunContext {
+        let started = Instant::now();
+        RunContext {
+            registry,
+            breakers,
+            budget: BudgetMeter::new(budget, started),
+            repeat: RepeatGuard::default(),
+            receipts: ReceiptLog::new(run_id),
+            effects: Mutex::default(),
+            started,
+            next_call_id: AtomicU64::new(1),
+            dispatched: AtomicU64::new(0),
+            progress,
+            cancel: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// Cancels the speculative calls still running (the run no longer needs them).
+    pub(crate) fn cancel_speculation(&self) {
+        self.cancel.send_replace(true);
+    }
+
+    /// Counts a read the scout wants to start against the run's speculative cap.
+    pub(crate) fn reserve_speculative(&self) -> bool {
+        self.budget.reserve_speculative()
+    }
+
+    /// The executor claims the outcome of a speculative call of `tool`: the budget is charged
+    /// and the breakers replay what the sequential call — with every call nested in it —
+    /// would have done at this point, or nothing happens and the call is made afresh.
+    ///
+    /// Called by the read ledger only, which keeps the entry's side of the claim.
+    pub(crate) fn claim(
+        &self,
+        tool: &str,
+        speculation: &Speculation,
+        outcome: &Result<Value, ToolError>,
+    ) -> Claim {
+        if matches!(outcome, Err(e) if e.kind.is_speculation_refusal())
+            || speculation.shaped.load(Ordering::SeqCst)
+        {
+            return Claim::Redo;
+        }
+        let nested = lock(&speculation.nested).clone();
+        let calls = 1 + nested.len() as u64;
+        let now = Instant::now();
+        if let Err(e) = self.budget.has_room(calls, now) {
+            // A composite's nested calls would have met the budget's end inside its body.
+            return if nested.is_empty() {
+                Claim::Refused(e)
+            } else {
+                Claim::Redo
+            };
+        }
+        let health = *lock(&speculation.health);
+        match self.breakers.replay(tool, health, &nested, now) {
+            Err(Replay::Diverged) => Claim::Redo,
+            Err(Replay::Refused(e)) => {
+                // As the sequential call: charged, then refused by its breaker. The room was
+                // checked above, so the charge cannot fail.
+                let _ = self.budget.charge_claim(1, now);
+                Claim::Refused(e)
+            }
+            Ok(()) => match self.budget.charge_claim(calls, now) {
+                Ok(()) => {
+                    speculation.claimed.store(true, Ordering::SeqCst);
+                    Claim::Taken
+                }
+                Err(e) => Claim::Refused(e),
+            },
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Calls that entered the dispatch path.
+    pub(crate) fn dispatched(&self) -> u64 {
+        self.dispatched.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_dispatch(&self) {
+        self.dispatched.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn next_call_id(&self) -> u64 {
+        self.next_call_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Logs a non-read call whose body is about to start; its outcome is set when it ends.
+    pub(super) fn log_effect(&self, spec: &ToolSpec, args: &Value) -> usize {
+        let mut effects = lock(&self.effects);
+        effects.push(EffectRecord {
+            tool: spec.name.clone(),
+            effect: spec.effect,
+            args: args.clone(),
+            ok: None,
+        });
+        effects.len() - 1
+    }
+
+    pub(super) fn set_effect_outcome(&self, index: usize, ok: Option<bool>) {
+        if let Some(record) = lock(&self.effects).get_mut(index) {
+            record.ok = ok;
+        }
+    }
+
+    pub(crate) fn take_receipts(&self) -> Vec<Receipt> {
+        self.receipts.take()
+    }
+
+    pub(crate) fn take_effects(&self) -> Vec<EffectRecord> {
+        std::mem::take(&mut *lock(&self.effects))
+    }
+}

@@ -1,0 +1,70 @@
+//! How a composite's body reaches its nested tools: back through [`dispatch`], with the
+//! composite's call as parent and its declared tools as the only ones allowed.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde_json::Value;
+
+use super::{dispatch, Call, Caller, RunContext, Speculation};
+use crate::error::ToolError;
+use crate::tool::{NestedCaller, Registry, ToolSpec};
+
+/// The nested calls of one composite call.
+pub(super) struct NestedCalls {
+    ctx: Arc<RunContext>,
+    parent: u64,
+    allowed: Arc<[String]>,
+    speculation: Option<Arc<Speculation>>,
+}
+
+impl NestedCalls {
+    /// The handle a composite call's body gets in its [`crate::tool::ToolContext`].
+    pub(super) fn handle(
+        ctx: &Arc<RunContext>,
+        spec: &ToolSpec,
+        parent: u64,
+        speculation: Option<&Arc<Speculation>>,
+    ) -> Arc<dyn NestedCaller> {
+        Arc::new(NestedCalls {
+            ctx: Arc::clone(ctx),
+            parent,
+            allowed: Arc::from(spec.nested.clone()),
+            speculation: speculation.cloned(),
+        })
+    }
+}
+
+impl NestedCaller for NestedCalls {
+    fn registry(&self) -> &Registry {
+        &self.ctx.registry
+    }
+
+    fn call(&self, tool: &str, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let call = Call::new(
+            tool,
+            args,
+            Caller::Composite {
+                parent: self.parent,
+                allowed: Arc::clone(&self.allowed),
+                speculation: self.speculation.clone(),
+            },
+        );
+        let ctx = Arc::clone(&self.ctx);
+        async move {
+            dispatch(&ctx, call).await.map_err(|e| {
+                let message = match &e.tool {
+                    Some(nested) => format!("nested call `{nested}` failed: {}", e.message),
+                    None => e.message.clone(),
+                };
+                ToolError {
+                    message,
+                    tool: None,
+                    ..e
+                }
+            })
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,129 @@
+//! The threads scripts run on. A script blocks its thread at every tool call and recurses on its
+//! stack, so it never runs on an async worker nor on tokio's blocking pool (whose threads have
+//! the default 2 MiB stack): the executor and every scout pass get a thread of their own, and
+//! script tools' bodies run on a small pool of threads of the same stack size.
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The stack of a thread a script runs on: deep enough for `Limits::max_call_depth` levels of
+/// script functions in an unoptimised build.
+const SCRIPT_STACK: usize = 64 << 20;
+
+/// Starts a thread fit to run a script (the executor's, a scout pass, a composite's body).
+pub(crate) fn spawn_script_thread(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .stack_size(SCRIPT_STACK)
+        .spawn(f)
+}
+
+/// Runs `future` on the async runtime from a thread that may block (a script's), and waits for
+/// its output; `None` if the runtime shut down first.
+///
+/// On a multi-thread runtime this thread polls the future itself (its timers are driven by the
+/// runtime's workers), which saves two thread switches a call. A current-thread runtime (tests
+/// with paused time) drives timers only on its own thread, so there the future runs as a task
+/// and this thread waits for its output.
+pub(crate) fn block_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    future: impl Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
+        return Some(handle.block_on(future));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    handle.spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.blocking_recv().ok()
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A pool of script-sized threads, one per core, for bodies that never block on a tool call
+/// (script tools that are not composites). At most one body per core runs at once: a fan-out of
+/// a hundred calls would otherwise wake a hundred threads whose switching costs more than the
+/// bodies.
+pub(crate) struct ScriptPool {
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+impl ScriptPool {
+    /// The process's pool, started on first use.
+    pub(crate) fn shared() -> &'static ScriptPool {
+        static POOL: OnceLock<ScriptPool> = OnceLock::new();
+        POOL.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let rx = Arc::new(Mutex::new(rx));
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+            for i in 0..threads {
+                let rx = Arc::clone(&rx);
+                // A pool that cannot start a thread runs with the ones it has; one that has none
+                // answers every job with `None` (the receiver is dropped with the last thread).
+                let _ = spawn_script_thread(&format!("toolscript-tool-{i}"), move || loop {
+                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            }
+            ScriptPool {
+                jobs: Mutex::new(tx),
+            }
+        })
+    }
+
+    /// Runs `f` on a pool thread and waits for it without blocking the async runtime. `Err`
+    /// holds the message of a panic, or says that no pool thread could run it.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let result = catch_unwind(AssertUnwindSafe(f))
+                .map_err(|panic| crate::dispatch::panic_message(panic.as_ref()).to_string());
+            let _ = tx.send(result);
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job);
+        if sent.is_err() {
+            return Err("no script thread could be started".to_string());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the script thread stopped".to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pool_threads_have_a_script_stack_and_survive_panics() {
+        let pool = ScriptPool::shared();
+        // Recursion that would overflow a 2 MiB stack in a debug build.
+        fn depth(n: u64) -> u64 {
+            let pad = [n; 512];
+            if n == 0 {
+                pad[0]
+            } else {
+                std::hint::black_box(depth(n - 1)) + pad[1] - n + 1
+            }
+        }
+        assert_eq!(pool.run(|| depth(5_000)).await, Ok(5_000));
+        let e = pool.run(|| -> u32 { panic!("boom") }).await.unwrap_err();
+        assert_eq!(e, "boom");
+        assert_eq!(pool.run(|| 7).await, Ok(7), "the pool still runs jobs");
+    }
+}

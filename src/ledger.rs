@@ -1,0 +1,501 @@
+//! The run ledger: what the run's meaning keeps between calls, for the executor and the scout
+//! alike. The epoch (how many non-read calls the executor has completed, derived from its write
+//! log), the reads of each epoch keyed by (epoch, tool, canonical arguments) — whether the
+//! executor made them or the scout started them early — and the one claim operation by which
+//! the executor takes a speculative outcome as its own.
+//!
+//! A sequential run uses it too: its reads are de-duplicated here within an epoch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::dispatch::{Claim, RunContext, Speculation};
+use crate::error::ToolError;
+
+/// A read call as the run's meaning sees it: identical reads in one epoch are one call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ReadKey {
+    /// Non-read calls completed before this one.
+    pub(crate) epoch: u64,
+    pub(crate) tool: String,
+    /// Canonical JSON of the arguments.
+    pub(crate) args: String,
+}
+
+/// The outcome of a call, shared by everyone waiting for it.
+pub(crate) type Outcome = Arc<Result<Value, ToolError>>;
+
+/// A value that arrives later: one read's outcome. Waited for by the executor (blocking) and by
+/// deferred scout calls (async).
+#[derive(Debug)]
+pub(crate) struct Cell {
+    tx: watch::Sender<Option<Outcome>>,
+    /// How many deferred calls lead to this value: 0 for a read started with known arguments.
+    depth: u32,
+}
+
+impl Cell {
+    pub(crate) fn new() -> Arc<Cell> {
+        Cell::at_depth(0)
+    }
+
+    pub(crate) fn at_depth(depth: u32) -> Arc<Cell> {
+        Arc::new(Cell {
+            tx: watch::channel(None).0,
+            depth,
+        })
+    }
+
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// The outcome, if it has arrived.
+    pub(crate) fn get(&self) -> Option<Outcome> {
+        self.tx.borrow().clone()
+    }
+
+    /// Sets the outcome; later calls change nothing.
+    pub(crate) fn set(&self, outcome: Result<Value, ToolError>) {
+        self.tx.send_if_modified(|slot| {
+            if slot.is_some() {
+                return false;
+            }
+            *slot = Some(Arc::new(outcome));
+            true
+        });
+    }
+
+    /// Waits for the outcome.
+    pub(crate) async fn wait(&self) -> Outcome {
+        let mut rx = self.tx.subscribe();
+        loop {
+            if let Some(outcome) = rx.borrow_and_update().clone() {
+                return outcome;
+            }
+            // The sender lives in `self`, so the channel cannot close while we wait.
+            if rx.changed().await.is_err() {
+                return Arc::new(Err(ToolError::internal("a pending result was dropped")));
+            }
+        }
+    }
+
+    /// Waits for the outcome, blocking this (non-async) thread.
+    pub(crate) fn wait_blocking(&self) -> Outcome {
+        if let Some(outcome) = self.get() {
+            return outcome;
+        }
+        futures::executor::block_on(self.wait())
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    cell: Arc<Cell>,
+    /// `None` for the executor's own read; the scout's speculation for one it started.
+    speculation: Option<Arc<Speculation>>,
+}
+
+/// A non-read call the executor made, with its outcome.
+#[derive(Clone, Debug)]
+pub(crate) struct WriteRecord {
+    pub(crate) tool: String,
+    pub(crate) args: String,
+    pub(crate) outcome: Outcome,
+}
+
+/// Caps on what the scout may start.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SpeculationLimits {
+    /// Speculative reads running at once in one run.
+    pub max_in_flight: u64,
+    /// Speculative reads of one tool running at once.
+    pub max_in_flight_per_tool: u64,
+    /// Passes of the scout over the script in one run.
+    pub max_passes: u64,
+    /// Pending deferred calls (reads waiting for their arguments) one pass may create.
+    pub max_deferred_per_pass: u64,
+}
+
+impl Default for SpeculationLimits {
+    fn default() -> Self {
+        SpeculationLimits {
+            max_in_flight: 256,
+            max_in_flight_per_tool: 128,
+            max_passes: 64,
+            max_deferred_per_pass: 2_048,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    entries: HashMap<ReadKey, Entry>,
+    /// The executor's non-read calls, in order: their number is the epoch.
+    writes: Vec<WriteRecord>,
+    /// The run has ended: nothing more is launched.
+    closed: bool,
+    launched: u64,
+    claimed: u64,
+    in_flight: u64,
+    in_flight_per_tool: HashMap<String, u64>,
+    /// Reads the executor had to dispatch itself.
+    misses: u64,
+}
+
+impl Book {
+    fn epoch(&self) -> u64 {
+        self.writes.len() as u64
+    }
+
+    /// A fresh executor entry for `key`, replacing any: the executor dispatches into its cell.
+    fn executor_entry(&mut self, key: &ReadKey) -> Arc<Cell> {
+        let cell = Cell::new();
+        let entry = Entry {
+            cell: Arc::clone(&cell),
+            speculation: None,
+        };
+        self.entries.insert(key.clone(), entry);
+        self.misses += 1;
+        cell
+    }
+}
+
+/// What the executor does for a read.
+pub(crate) enum Read {
+    /// An identical read earlier in this epoch answers it.
+    Repeat(Outcome),
+    /// The scout's speculative outcome, claimed: charged and recorded as the executor's call.
+    Claimed(Outcome),
+    /// Nothing usable: the executor dispatches the read itself and sets this cell.
+    Dispatch(Arc<Cell>),
+}
+
+/// What the scout may do with a read.
+pub(crate) enum Launch {
+    /// Someone already made or started it.
+    Existing(Arc<Cell>),
+    /// Start it: dispatch with this speculation, then set the cell and call
+    /// [`RunLedger::landed`].
+    Start(Arc<Cell>, Arc<Speculation>),
+    /// Not now: its epoch is past, the run is over, or a cap is reached.
+    Refused,
+}
+
+/// The ledger of one run.
+pub(crate) struct RunLedger {
+    ctx: Arc<RunContext>,
+    limits: SpeculationLimits,
+    book: Mutex<Book>,
+    /// Bumped whenever the executor completes a non-read call or misses: what a waiting scout
+    /// watches.
+    progress: watch::Sender<u64>,
+}
+
+impl RunLedger {
+    pub(crate) fn new(ctx: Arc<RunContext>, limits: SpeculationLimits) -> RunLedger {
+        RunLedger {
+            ctx,
+            limits,
+            book: Mutex::default(),
+            progress: watch::channel(0).0,
+        }
+    }
+
+    pub(crate) fn limits(&self) -> &SpeculationLimits {
+        &self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bump(&self) {
+        self.progress.send_modify(|n| *n += 1);
+    }
+
+    /// The executor's epoch: the non-read calls it has completed.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.lock().epoch()
+    }
+
+    /// The executor's read of `key`, on the script thread (it may wait for a speculative
+    /// outcome). A speculative outcome is claimed here, in one operation: the entry is marked,
+    /// and the budget and breakers are charged as the sequential call would have charged them
+    /// ([`RunContext::claim`]); if they cannot be, the executor dispatches the read itself.
+    pub(crate) fn read(&self, key: &ReadKey) -> Read {
+        let mut book = self.lock();
+        let speculated = match book.entries.get(key) {
+            None => {
+                let cell = book.executor_entry(key);
+                drop(book);
+                self.bump();
+                return Read::Dispatch(cell);
+            }
+            Some(Entry {
+                cell,
+                speculation: None,
+            }) => return Read::Repeat(cell.wait_blocking()),
+            Some(Entry {
+                cell,
+                speculation: Some(speculation),
+            }) => (Arc::clone(cell), Arc::clone(speculation)),
+        };
+        drop(book);
+        let (cell, speculation) = speculated;
+        let outcome = cell.wait_blocking();
+        if speculation.is_claimed() {
+            return Read::Repeat(outcome);
+        }
+        match self.ctx.claim(&key.tool, &speculation, &outcome) {
+            Claim::Taken => {
+                self.lock().claimed += 1;
+                Read::Claimed(outcome)
+            }
+            Claim::Refused(e) => {
+                let cell = self.lock().executor_entry(key);
+                cell.set(Err(e.for_tool(&key.tool)));
+                self.bump();
+                Read::Claimed(cell.wait_blocking())
+            }
+            Claim::Redo => {
+                let cell = self.lock().executor_entry(key);
+                self.bump();
+                Read::Dispatch(cell)
+            }
+        }
+    }
+
+    /// The executor completed a non-read call: the epoch advances.
+    pub(crate) fn record_write(&self, record: WriteRecord) {
+        self.lock().writes.push(record);
+        self.bump();
+    }
+
+    /// The executor's `k`-th non-read call (from 0), if it has been made.
+    pub(crate) fn write(&self, k: usize) -> Option<WriteRecord> {
+        self.lock().writes.get(k).cloned()
+    }
+
+    /// The scout asks to start a read.
+    pub(crate) fn launch(&self, key: &ReadKey) -> Launch {
+        let mut book = self.lock();
+        if let Some(entry) = book.entries.get(key) {
+            return Launch::Existing(Arc::clone(&entry.cell));
+        }
+        let per_tool = book.in_flight_per_tool.get(&key.tool).copied().unwrap_or(0);
+        // A read for an epoch the executor has left can never be claimed, and one for an epoch
+        // it has not reached would start before a non-read call that precedes it.
+        if book.closed
+            || key.epoch != book.epoch()
+            || book.in_flight >= self.limits.max_in_flight
+            || per_tool >= self.limits.max_in_flight_per_tool
+            || !self.ctx.reserve_speculative()
+        {
+            return Launch::Refused;
+        }
+        let (cell, speculation) = (Cell::new(), Arc::new(Speculation::default()));
+        book.entries.insert(
+            key.clone(),
+            Entry {
+                cell: Arc::clone(&cell),
+                speculation: Some(Arc::clone(&speculation)),
+            },
+        );
+        book.launched += 1;
+        book.in_flight += 1;
+        *book.in_flight_per_tool.entry(key.tool.clone()).or_default() += 1;
+        Launch::Start(cell, speculation)
+    }
+
+    /// A speculative read that [`RunLedger::launch`] started has finished.
+    pub(crate) fn landed(&self, tool: &str) {
+        let mut book = self.lock();
+        book.in_flight = book.in_flight.saturating_sub(1);
+        if let Some(n) = book.in_flight_per_tool.get_mut(tool) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Whether the run is over.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Ends speculation for the run: nothing more is launched.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.bump();
+    }
+
+    /// Reads the executor dispatched itself so far.
+    pub(crate) fn misses(&self) -> u64 {
+        self.lock().misses
+    }
+
+    /// A receiver that changes whenever the executor completes a non-read call or misses.
+    pub(crate) fn watch_progress(&self) -> watch::Receiver<u64> {
+        self.progress.subscribe()
+    }
+
+    /// (launched, claimed) so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let book = self.lock();
+        (book.launched, book.claimed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::{BreakerConfig, Breakers, Budget};
+    use crate::error::ErrorKind;
+    use crate::tool::{Effect, Registry, Tool};
+    use serde_json::json;
+
+    fn ledger(limits: SpeculationLimits, max_speculative_calls: u64) -> RunLedger {
+        let tools = ["a", "b"]
+            .map(|name| Tool::builder(name, Effect::Read).handler(|_| async { Ok(json!(0)) }));
+        let ctx = RunContext::new(
+            Arc::new(Registry::builder().tools(tools).build().unwrap()),
+            Arc::new(Breakers::new(BreakerConfig::default())),
+            Budget {
+                max_speculative_calls,
+                ..Budget::default()
+            },
+            "run".into(),
+            Arc::default(),
+        );
+        RunLedger::new(Arc::new(ctx), limits)
+    }
+
+    fn key(epoch: u64, tool: &str) -> ReadKey {
+        ReadKey {
+            epoch,
+            tool: tool.into(),
+            args: "{}".into(),
+        }
+    }
+
+    fn write() -> WriteRecord {
+        WriteRecord {
+            tool: "w".into(),
+            args: "{}".into(),
+            outcome: Arc::new(Ok(json!(null))),
+        }
+    }
+
+    #[test]
+    fn the_executor_claims_what_the_scout_started() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Launch::Start(cell, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        assert!(matches!(ledger.launch(&key(0, "a")), Launch::Existing(_)));
+        cell.set(Ok(json!(1)));
+        ledger.landed("a");
+        match ledger.read(&key(0, "a")) {
+            Read::Claimed(outcome) => assert_eq!(*outcome, Ok(json!(1))),
+            _ => panic!("expected the claim"),
+        }
+        assert!(
+            matches!(ledger.read(&key(0, "a")), Read::Repeat(_)),
+            "a claimed outcome answers repeats"
+        );
+        assert_eq!(ledger.counts(), (1, 1));
+        assert_eq!(ledger.misses(), 0);
+    }
+
+    #[test]
+    fn a_refused_speculative_read_is_made_by_the_executor() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Launch::Start(cell, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        cell.set(Err(ToolError::new(ErrorKind::Cancelled, "not needed")));
+        let Read::Dispatch(mine) = ledger.read(&key(0, "a")) else {
+            panic!("a refusal is never claimed");
+        };
+        mine.set(Ok(json!(2)));
+        assert!(matches!(ledger.read(&key(0, "a")), Read::Repeat(o) if *o == Ok(json!(2))));
+        assert_eq!(ledger.counts(), (1, 0));
+        assert_eq!(ledger.misses(), 1);
+    }
+
+    #[test]
+    fn executor_entries_answer_repeats_and_the_scout() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+            panic!("expected a miss");
+        };
+        cell.set(Ok(json!(2)));
+        assert!(matches!(ledger.read(&key(0, "a")), Read::Repeat(_)));
+        assert!(matches!(ledger.launch(&key(0, "a")), Launch::Existing(_)));
+        cell.set(Ok(json!(3)));
+        assert_eq!(*cell.get().unwrap(), Ok(json!(2)), "a cell is set once");
+        assert_eq!(ledger.misses(), 1);
+    }
+
+    #[test]
+    fn the_epoch_is_the_number_of_writes() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        assert_eq!(ledger.epoch(), 0);
+        ledger.record_write(write());
+        ledger.record_write(write());
+        assert_eq!(ledger.epoch(), 2);
+        assert_eq!(ledger.write(1).unwrap().tool, "w");
+        assert!(ledger.write(2).is_none());
+    }
+
+    #[test]
+    fn stale_epochs_caps_and_closing_refuse_launches() {
+        let limits = SpeculationLimits {
+            max_in_flight_per_tool: 1,
+            ..SpeculationLimits::default()
+        };
+        let ledger = ledger(limits, 3);
+        ledger.record_write(write());
+        assert!(
+            matches!(ledger.launch(&key(0, "a")), Launch::Refused),
+            "stale"
+        );
+        assert!(matches!(ledger.launch(&key(1, "a")), Launch::Start(..)));
+        assert!(matches!(ledger.launch(&key(1, "b")), Launch::Start(..)));
+        let other = ReadKey {
+            args: "{\"x\":1}".into(),
+            ..key(1, "a")
+        };
+        assert!(
+            matches!(ledger.launch(&other), Launch::Refused),
+            "per-tool cap"
+        );
+        ledger.landed("a");
+        assert!(matches!(ledger.launch(&other), Launch::Start(..)));
+        let third = ReadKey {
+            args: "{\"x\":2}".into(),
+            ..key(1, "b")
+        };
+        assert!(
+            matches!(ledger.launch(&third), Launch::Refused),
+            "the budget's speculative cap"
+        );
+        ledger.close();
+        assert!(ledger.is_closed());
+    }
+
+    #[tokio::test]
+    async fn async_waiters_wake() {
+        let cell = Cell::new();
+        let waiter = {
+            let cell = Arc::clone(&cell);
+            tokio::spawn(async move { cell.wait().await })
+        };
+        tokio::task::yield_now().await;
+        cell.set(Err(ToolError::not_found("x")));
+        assert!(waiter.await.unwrap().is_err());
+    }
+}

@@ -1,0 +1,243 @@
+//! Script tools: tools whose body is a Rhai script from a manifest. Their bodies see `args`
+//! (validated input) and `state`, an object map shared by all script tools loaded together.
+//!
+//! A body runs on a script-sized thread, never on an async worker or tokio's blocking pool
+//! (whose default stack a deep recursion in a body would overflow): an ordinary body on the
+//! shared pool of script threads (one body per core at once), a composite's body — which blocks
+//! its thread at every nested call — on a script thread of its own.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
+use serde_json::Value;
+
+use crate::engine::{self, Limits, ScriptPool, Thrown, ToolCall, Watch};
+use crate::error::{ErrorKind, ToolError};
+use crate::tool::{Effect, Tool, ToolContext, ToolSpec};
+
+/// What script tools loaded together share: an engine, their limits and the `state` map.
+pub(super) struct ScriptHost {
+    /// Compiles bodies and runs the bodies that are not composites.
+    pub(super) engine: Engine,
+    limits: Limits,
+    state: RwLock<Map>,
+}
+
+impl ScriptHost {
+    pub(super) fn new() -> ScriptHost {
+        let limits = Limits::default();
+        let mut engine = engine::new_engine(&limits, Watch::default());
+        log_prints(&mut engine);
+        ScriptHost {
+            engine,
+            limits,
+            state: RwLock::default(),
+        }
+    }
+
+    /// A tool with `spec` whose body is `ast`; `latency` is simulated after the body, so that
+    /// the replies of calls started together arrive together, as a remote service's would.
+    pub(super) fn tool(self: &Arc<Self>, spec: ToolSpec, ast: AST, latency: Duration) -> Tool {
+        let (host, ast) = (Arc::clone(self), Arc::new(ast));
+        if spec.is_composite() {
+            return Tool::from_spec(spec, move |args, ctx| {
+                let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+                async move {
+                    let started = tokio::time::Instant::now();
+                    let result = host.composite(ast, args, ctx).await;
+                    tokio::time::sleep_until(started + latency).await;
+                    result
+                }
+            });
+        }
+        let effect = spec.effect;
+        Tool::from_spec(spec, move |args, _ctx| {
+            let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+            async move {
+                let started = tokio::time::Instant::now();
+                // A call whose future was dropped (its timeout) does not run a body still queued.
+                let cancel = CancelOnDrop::new();
+                let flag = Arc::clone(&cancel.0);
+                let runner = Arc::clone(&host);
+                let result = ScriptPool::shared()
+                    .run(move || {
+                        if flag.load(Ordering::SeqCst) {
+                            return Err(ToolError::new(ErrorKind::Cancelled, "not needed"));
+                        }
+                        runner.run(&ast, &args, effect)
+                    })
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(ToolError::internal(format!("the script tool stopped: {e}")))
+                    });
+                drop(cancel);
+                if latency > Duration::ZERO {
+                    tokio::time::sleep_until(started + latency).await;
+                }
+                result
+            }
+        })
+    }
+
+    /// Runs a script tool's body. Read tools run side by side and see `state` as it is; other
+    /// tools run alone, so `state` changes are never lost, and a body that fails leaves `state`
+    /// as it found it.
+    fn run(&self, ast: &AST, args: &Value, effect: Effect) -> Result<Value, ToolError> {
+        let mut scope = Scope::new();
+        scope.push("args", engine::to_dynamic(args));
+        if effect == Effect::Read {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
+            scope.push("state", Dynamic::from_map(state));
+            let value = self
+                .engine
+                .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+                .map_err(|e| self.tool_error(*e))?;
+            return result_json(&value);
+        }
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        scope.push("state", Dynamic::from_map(state.clone()));
+        let value = self
+            .engine
+            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+            .map_err(|e| self.tool_error(*e))?;
+        match scope.get_value::<Map>("state") {
+            Some(new_state) => *state = new_state,
+            None => {
+                return Err(ToolError::internal(
+                    "the script tool replaced `state` with something that is not an object map",
+                ))
+            }
+        }
+        result_json(&value)
+    }
+
+    /// Runs a composite's body on a script thread of its own, and waits for it without
+    /// blocking the async runtime. Dropping the returned future (the composite's timeout) stops
+    /// the body at its next operation and refuses its further nested calls.
+    async fn composite(
+        self: Arc<Self>,
+        ast: Arc<AST>,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<Value, ToolError> {
+        let cancel = CancelOnDrop::new();
+        let (flag, handle) = (Arc::clone(&cancel.0), tokio::runtime::Handle::current());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = engine::spawn_script_thread("toolscript-composite", move || {
+            let _ = tx.send(self.run_composite(&ast, &args, &ctx, &handle, flag));
+        });
+        if let Err(e) = spawned {
+            return Err(ToolError::internal(format!(
+                "no thread could be started for the composite's body: {e}"
+            )));
+        }
+        let result = rx
+            .await
+            .unwrap_or_else(|_| Err(ToolError::internal("the composite's body stopped")));
+        drop(cancel);
+        result
+    }
+
+    /// A composite's body: it calls its nested tools like any script does, each call going
+    /// through the dispatch path. It sees a snapshot of `state` and changes it only through
+    /// its nested tools (it holds no lock while they run).
+    fn run_composite(
+        &self,
+        ast: &AST,
+        args: &Value,
+        ctx: &ToolContext,
+        handle: &tokio::runtime::Handle,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Value, ToolError> {
+        let watch = Watch {
+            cancel: Some(Arc::clone(&cancel)),
+            ..Watch::default()
+        };
+        let mut engine = engine::new_engine(&self.limits, watch);
+        log_prints(&mut engine);
+        let (context, handle) = (ctx.clone(), handle.clone());
+        let call: ToolCall = Arc::new(move |pos, name, args| {
+            if cancel.load(Ordering::SeqCst) {
+                return Err(Box::new(EvalAltResult::ErrorTerminated(
+                    Dynamic::from(engine::CANCELLED),
+                    pos,
+                )));
+            }
+            let args = engine::to_json(args).map_err(|e| {
+                engine::to_rhai(
+                    ToolError::invalid_input(format!(
+                        "the arguments of `{name}` cannot be sent: {e}"
+                    )),
+                    pos,
+                )
+            })?;
+            let (context, name) = (context.clone(), name.to_string());
+            let result = engine::block_on(&handle, async move { context.call(&name, args).await })
+                .unwrap_or_else(|| Err(ToolError::internal("the async runtime shut down")));
+            engine::outcome_to_rhai(&result, pos)
+        });
+        // Every tool of the run is a function here, so that a call to one the composite did
+        // not declare is refused by the dispatch path (`permission_denied`), not unknown.
+        if let Some(registry) = ctx.registry() {
+            engine::register_tool_functions(&mut engine, registry, call);
+        }
+        let mut scope = Scope::new();
+        scope.push("args", engine::to_dynamic(args));
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
+        scope.push("state", Dynamic::from_map(state));
+        let value = engine
+            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+            .map_err(|e| self.tool_error(*e))?;
+        result_json(&value)
+    }
+
+    /// A thrown structured error is the tool's error (a malformed kind is the tool's bug,
+    /// `internal`); any other thrown value is `failed`; anything else is the tool's own bug,
+    /// `internal`.
+    fn tool_error(&self, e: EvalAltResult) -> ToolError {
+        if let EvalAltResult::ErrorRuntime(value, _) = &e {
+            return match engine::thrown_error(value) {
+                Thrown::Structured(error) => error,
+                Thrown::MalformedKind(kind) => ToolError::internal(format!(
+                    "the script tool threw the malformed error kind `{kind}`"
+                )),
+                Thrown::Plain => ToolError::new(ErrorKind::Failed, value.to_string()),
+            };
+        }
+        let e = engine::from_rhai(e, &self.limits);
+        let at = e
+            .line
+            .map(|l| format!(" (line {l} of its script)"))
+            .unwrap_or_default();
+        ToolError::internal(format!("the script tool failed{at}: {}", e.message))
+    }
+}
+
+/// Script tools' prints are diagnostics, never output.
+fn log_prints(engine: &mut Engine) {
+    engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
+    engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
+}
+
+/// Sets its flag when dropped: the future of a call that timed out (or was cancelled) drops it.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl CancelOnDrop {
+    fn new() -> CancelOnDrop {
+        CancelOnDrop(Arc::new(AtomicBool::new(false)))
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn result_json(value: &Dynamic) -> Result<Value, ToolError> {
+    engine::to_json(value).map_err(|e| {
+        ToolError::internal(format!("the script tool's result cannot be returned: {e}"))
+    })
+}
