@@ -351,6 +351,13 @@ impl Runtime {
             scout_passes = driver.await.unwrap_or_default();
             scout_operations = scout.operations();
         }
+        let open = ctx.settled(SETTLE).await;
+        if open > 0 {
+            tracing::warn!(
+                open,
+                "calls still running when the run ended have no receipt"
+            );
+        }
         let execution = execution.unwrap_or_else(|| script::Execution {
             result: Err(RunError::new(
                 ErrorKind::Internal,
@@ -384,6 +391,9 @@ impl Runtime {
         }
     }
 }
+
+/// How long a run waits, after its script ended, for abandoned calls to write their receipts.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A run id unique within the process and unlikely to repeat across processes.
 fn new_run_id() -> String {

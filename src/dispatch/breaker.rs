@@ -344,6 +344,43 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_applies_all_or_nothing() {
+        let b = breakers();
+        let now = Instant::now();
+        // A composite `c` whose nested call of `n` failed, claimed three times: `n` opens.
+        let nested = [("n".to_string(), Some(Health::Failed))];
+        for _ in 0..3 {
+            b.replay("c", Some(Health::Answered), &nested, now).unwrap();
+        }
+        assert!(b.admit("n", now).is_err(), "the nested failures counted");
+        assert!(b.admit("c", now).is_ok());
+        // Another claim would have met `n` open inside its body: it diverges and changes
+        // nothing, not even `c`'s count.
+        (0..2).for_each(|_| fail(&b, now));
+        let before = b.lock().get("t").copied();
+        assert!(matches!(
+            b.replay("t", Some(Health::Failed), &nested, now),
+            Err(Replay::Diverged)
+        ));
+        assert_eq!(b.lock().get("t").copied(), before);
+        // A call whose own breaker is open is refused, as it would have been.
+        fail(&b, now);
+        assert!(matches!(
+            b.replay("t", Some(Health::Answered), &[], now),
+            Err(Replay::Refused(e)) if e.kind == ErrorKind::CircuitOpen
+        ));
+        // A nested call that stopped before its breaker step is not admitted at all.
+        let later = now + Duration::from_secs(10);
+        b.replay("c", None, &[("n".to_string(), None)], later)
+            .unwrap();
+        assert_eq!(
+            b.admit("n", later).unwrap(),
+            Admission::Probe,
+            "no probe was taken"
+        );
+    }
+
+    #[test]
     fn caller_errors_do_not_count() {
         let e = ToolError::new(ErrorKind::NotFound, "x");
         assert_eq!(Health::of::<()>(&Err(e)), Health::Answered);

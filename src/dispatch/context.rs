@@ -92,6 +92,8 @@ pub(crate) struct RunContext {
     pub(crate) progress: Arc<Progress>,
     /// Set when the run ends: speculative calls still running are cancelled.
     pub(super) cancel: tokio::sync::watch::Sender<bool>,
+    /// Calls of this run that have resolved to a tool and not yet written their receipt.
+    open: tokio::sync::watch::Sender<u64>,
 }
 
 impl RunContext {
@@ -115,7 +117,28 @@ impl RunContext {
             dispatched: AtomicU64::new(0),
             progress,
             cancel: tokio::sync::watch::channel(false).0,
+            open: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    pub(super) fn call_opened(&self) {
+        self.progress.started();
+        self.open.send_modify(|n| *n += 1);
+    }
+
+    pub(super) fn call_closed(&self) {
+        self.progress.finished();
+        self.open.send_modify(|n| *n = n.saturating_sub(1));
+    }
+
+    /// Waits until every call of the run has written its receipt, or `limit` has passed; the
+    /// number of calls still open. A call abandoned by its caller (a nested call whose
+    /// composite timed out) may settle a moment after its caller returned.
+    pub(crate) async fn settled(&self, limit: Duration) -> u64 {
+        let mut open = self.open.subscribe();
+        let _ = tokio::time::timeout(limit, open.wait_for(|n| *n == 0)).await;
+        let left = *open.borrow();
+        left
     }
 
     /// Cancels the speculative calls still running (the run no longer needs them).

@@ -180,7 +180,7 @@ enum Stage {
 
 impl InProgress {
     fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &Call) -> InProgress {
-        ctx.progress.started();
+        ctx.call_opened();
         InProgress {
             ctx: Arc::clone(ctx),
             call_id: ctx.next_call_id(),
@@ -248,7 +248,7 @@ impl InProgress {
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
             attempt: self.attempts,
         });
-        self.ctx.progress.finished();
+        self.ctx.call_closed();
         tracing::debug!(tool = %self.tool, call_id = self.call_id, ok = result.is_ok(), "tool call finished");
     }
 }
@@ -269,9 +269,6 @@ impl Drop for InProgress {
                 "the call was abandoned before it finished",
             )
         };
-        if let Some(speculation) = &self.speculation {
-            speculation.shaped.store(true, Ordering::SeqCst);
-        }
         let health = (self.stage != Stage::Refused).then_some(Health::Unknown);
         self.settle(&Err(error), health);
     }

@@ -24,7 +24,8 @@ pub(crate) fn spawn_script_thread(
 }
 
 /// Runs `future` on the async runtime from a thread that may block (a script's), and waits for
-/// its output; `None` if the runtime shut down first.
+/// its output; `None` if the runtime shut down first (tokio panics when a timer is polled on a
+/// runtime that is shutting down; that panic is caught here).
 ///
 /// On a multi-thread runtime this thread polls the future itself (its timers are driven by the
 /// runtime's workers), which saves two thread switches a call. A current-thread runtime (tests
@@ -35,7 +36,7 @@ pub(crate) fn block_on<T: Send + 'static>(
     future: impl Future<Output = T> + Send + 'static,
 ) -> Option<T> {
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
-        return Some(handle.block_on(future));
+        return catch_unwind(AssertUnwindSafe(|| handle.block_on(future))).ok();
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     handle.spawn(async move {

@@ -123,10 +123,12 @@ impl ScriptHost {
         ctx: ToolContext,
     ) -> Result<Value, ToolError> {
         let cancel = CancelOnDrop::new();
-        let (flag, handle) = (Arc::clone(&cancel.0), tokio::runtime::Handle::current());
+        let (flag, woken) = (Arc::clone(&cancel.0), cancel.1.subscribe());
+        let handle = tokio::runtime::Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = engine::spawn_script_thread("toolscript-composite", move || {
-            let _ = tx.send(self.run_composite(&ast, &args, &ctx, &handle, flag));
+            let cancel = (flag, woken);
+            let _ = tx.send(self.run_composite(&ast, &args, &ctx, &handle, cancel));
         });
         if let Err(e) = spawned {
             return Err(ToolError::internal(format!(
@@ -149,7 +151,7 @@ impl ScriptHost {
         args: &Value,
         ctx: &ToolContext,
         handle: &tokio::runtime::Handle,
-        cancel: Arc<AtomicBool>,
+        (cancel, woken): (Arc<AtomicBool>, tokio::sync::watch::Receiver<bool>),
     ) -> Result<Value, ToolError> {
         let watch = Watch {
             cancel: Some(Arc::clone(&cancel)),
@@ -173,8 +175,17 @@ impl ScriptHost {
                     pos,
                 )
             })?;
-            let (context, name) = (context.clone(), name.to_string());
-            let result = engine::block_on(&handle, async move { context.call(&name, args).await })
+            let (context, name, mut woken) = (context.clone(), name.to_string(), woken.clone());
+            let nested = async move {
+                tokio::select! {
+                    result = context.call(&name, args) => result,
+                    _ = woken.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
+                        ErrorKind::Cancelled,
+                        "the composite's call ended while this nested call was running",
+                    )),
+                }
+            };
+            let result = engine::block_on(&handle, nested)
                 .unwrap_or_else(|| Err(ToolError::internal("the async runtime shut down")));
             engine::outcome_to_rhai(&result, pos)
         });
@@ -221,18 +232,24 @@ fn log_prints(engine: &mut Engine) {
     engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
 }
 
-/// Sets its flag when dropped: the future of a call that timed out (or was cancelled) drops it.
-struct CancelOnDrop(Arc<AtomicBool>);
+/// Cancels when dropped: the future of a call that timed out (or was cancelled) drops it. The
+/// flag stops a body at its next operation; the channel wakes a nested call it is waiting for,
+/// which is then abandoned (and gets its receipt at once).
+struct CancelOnDrop(Arc<AtomicBool>, tokio::sync::watch::Sender<bool>);
 
 impl CancelOnDrop {
     fn new() -> CancelOnDrop {
-        CancelOnDrop(Arc::new(AtomicBool::new(false)))
+        CancelOnDrop(
+            Arc::new(AtomicBool::new(false)),
+            tokio::sync::watch::channel(false).0,
+        )
     }
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
+        self.1.send_replace(true);
     }
 }
 

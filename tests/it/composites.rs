@@ -304,3 +304,67 @@ fn the_catalog_shows_composites_with_their_nested_tools() {
         .unwrap();
     assert_eq!(summary["nested"], json!(["get_user", "get_orders"]));
 }
+
+/// A composite whose timeout drops its nested call's future: both calls still get their one
+/// receipt (the nested read `cancelled`), the chain verifies, and nothing stays in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composite_timeout_leaves_every_nested_call_a_receipt() {
+    let manifest = r##"
+[[tool]]
+name = "slow_read"
+effect = "read"
+latency_ms = 5000
+script = "#{ ok: true }"
+
+[[tool]]
+name = "impatient"
+effect = "read"
+timeout_ms = 200
+nested = ["slow_read"]
+script = "slow_read(#{})"
+"##;
+    let mut manifests = Manifests::new();
+    manifests
+        .load_str(Path::new("timeout.toml"), manifest)
+        .unwrap();
+    let runtime = Runtime::new(manifests.into_registry().unwrap());
+    for mode in [Mode::Sequential, Mode::Speculative] {
+        let progress = std::sync::Arc::new(toolscript::Progress::default());
+        let options = toolscript::RunOptions::with_mode(mode).progress(progress.clone());
+        let outcome = runtime
+            .run_with(
+                "let k = (); try { impatient(#{}) } catch (e) { k = e.kind } k",
+                options,
+            )
+            .await;
+        assert_eq!(value_of(&outcome), &json!("timeout"), "{mode:?}");
+        // Receipts come in the order calls finish: either may be first.
+        let mut executor: Vec<_> = outcome
+            .receipts
+            .iter()
+            .filter(|r| !r.speculative || r.claimed)
+            .map(|r| (r.tool.as_str(), r.error_kind.as_deref(), r.parent.is_some()))
+            .collect();
+        executor.sort();
+        assert_eq!(
+            executor,
+            [
+                ("impatient", Some("timeout"), false),
+                ("slow_read", Some("cancelled"), true),
+            ],
+            "{mode:?}: both calls have a receipt"
+        );
+        let composites = outcome.receipts.iter().filter(|r| r.tool == "impatient");
+        assert_eq!(
+            composites.count(),
+            1,
+            "{mode:?}: a speculated composite is claimed, not redone"
+        );
+        assert_eq!(outcome.stats.dispatched as usize, outcome.receipts.len());
+        assert_eq!(progress.in_flight(), 0, "{mode:?}: nothing stays in flight");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("receipts.jsonl");
+        write_receipts(&file, &outcome.receipts).unwrap();
+        assert_eq!(verify_receipts(&file).unwrap(), outcome.receipts.len());
+    }
+}

@@ -14,11 +14,17 @@ use toolscript::{demo_catalog, Effect, Manifests, Mode, Registry, Runtime, Tool,
 
 use crate::support::{fixture_registry, run_in, Probe};
 
-/// Runs `script` once in each mode, each on a fresh runtime, and returns both observable results.
-async fn both(make: &dyn Fn() -> Runtime, script: &str) -> (Value, Value) {
+/// Runs `script` once in each mode, each on a fresh runtime, and returns both observable
+/// results and the number of speculative reads the executor claimed.
+async fn both(make: &dyn Fn() -> Runtime, script: &str) -> (Value, Value, u64) {
     let sequential = run_in(&make(), script, Mode::Sequential).await;
     let speculative = run_in(&make(), script, Mode::Speculative).await;
-    (observable(&sequential), observable(&speculative))
+    assert_eq!(sequential.stats.speculative_launched, 0);
+    (
+        observable(&sequential),
+        observable(&speculative),
+        speculative.stats.speculative_claimed,
+    )
 }
 
 fn bench_catalog(latency_ms: u64) -> Runtime {
@@ -43,8 +49,10 @@ async fn the_sample_scripts_give_the_same_result() {
             .is_some_and(|n| n.to_string_lossy().starts_with("mcp_"));
         if path.extension().is_some_and(|e| e == "rhai") && !mcp {
             let script = std::fs::read_to_string(&path).unwrap();
-            let (a, b) = both(&|| Runtime::new(demo_catalog().unwrap()), &script).await;
+            let (a, b, claimed) = both(&|| Runtime::new(demo_catalog().unwrap()), &script).await;
             assert_eq!(a, b, "{}", path.display());
+            // Every sample makes independent reads of the demo's 20-80 ms tools.
+            assert!(claimed > 0, "{}: nothing was speculated", path.display());
             samples += 1;
         }
     }
@@ -62,8 +70,18 @@ async fn the_sample_scripts_give_the_same_result() {
         }
         let script = std::fs::read_to_string(&path).unwrap();
         for latency in [0, 2] {
-            let (a, b) = both(&|| bench_catalog(latency), &script).await;
+            let (a, b, claimed) = both(&|| bench_catalog(latency), &script).await;
             assert_eq!(a, b, "{name} at {latency} ms");
+            // With latency to hide, every scenario but a pure dependency chain gives the scout
+            // independent reads to start early (a chain's next page may or may not be claimed
+            // first, by timing); at 0 ms the executor may well be first.
+            let chain = name.starts_with("chain_") || name.starts_with("pagination");
+            if latency > 0 && !chain {
+                assert!(
+                    claimed > 0,
+                    "{name} at {latency} ms: nothing was speculated"
+                );
+            }
         }
         checked += 1;
     }
@@ -101,12 +119,19 @@ const CORPUS: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_test_corpus_gives_the_same_result() {
     for script in CORPUS {
-        let (a, b) = both(
+        let (a, b, claimed) = both(
             &|| Runtime::new(fixture_registry(&Probe::default())),
             script,
         )
         .await;
         assert_eq!(a, b, "{script}");
+        // Several independent reads of a 30 ms tool: the scout starts the later ones while the
+        // executor waits for the first. (Zero-latency reads race the executor: no assertion.)
+        let independent_slow_reads =
+            script.contains("lookup(#{id: id})") || script.starts_with("let xs = [lookup");
+        if independent_slow_reads {
+            assert!(claimed > 0, "nothing was speculated: {script}");
+        }
     }
 }
 
@@ -252,12 +277,24 @@ fn random_scripts_give_the_same_result() {
         failure_persistence: None,
         ..Config::default()
     });
+    let speculated = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&script_strategy(), |script| {
-        let (a, b) = rt.block_on(both(&random_catalog, &script));
+        let (a, b, claimed) = rt.block_on(both(&random_catalog, &script));
         prop_assert_eq!(a, b, "{}", script);
+        if claimed > 0 {
+            speculated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");
     }
+    // Most random scripts make independent reads the scout can start early (173 of 200 on a
+    // quiet machine); a quarter is a floor that load cannot push it under, but a scout that
+    // does nothing cannot reach.
+    let speculated = speculated.into_inner();
+    assert!(
+        speculated >= u64::from(cases) / 4,
+        "only {speculated} of {cases} random scripts were speculated"
+    );
 }

@@ -127,3 +127,54 @@ fn an_arrow_up_the_layers_is_found() {
     );
     assert!(layer_of("tool") < layer_of("dispatch"));
 }
+
+/// Every source file of `src/`, with its path relative to `src/` and its code lines (comments
+/// dropped).
+fn sources() -> Vec<(String, Vec<String>)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            let code = text
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or_default().to_string())
+                .collect();
+            let name = file
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            (name, code)
+        })
+        .collect()
+}
+
+/// The files of `src/` whose code contains `needle`.
+fn files_with(needle: &str) -> Vec<String> {
+    let mut found: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, code)| code.iter().any(|l| l.contains(needle)))
+        .map(|(name, _)| name)
+        .collect();
+    found.sort();
+    found
+}
+
+/// Only the dispatch path calls a tool body: a body is a field `body` of a registered tool,
+/// called as `(tool.body)(..)`.
+#[test]
+fn tool_bodies_are_called_only_by_the_dispatch_path() {
+    assert_eq!(files_with(".body)("), ["dispatch/mod.rs"]);
+}
+
+/// The executor never sees a placeholder: the type lives in `speculate/` and nowhere else
+/// names it.
+#[test]
+fn placeholders_exist_only_in_the_scout() {
+    for file in files_with("Placeholder") {
+        assert!(file.starts_with("speculate/"), "{file} names placeholders");
+    }
+}

@@ -2,6 +2,8 @@
 
 mod support;
 
+// The command line is a default feature; its tests run the binary.
+#[cfg(feature = "cli")]
 mod cli;
 mod composites;
 mod dispatch_path;
@@ -11,6 +13,7 @@ mod layering;
 mod limits;
 mod manifests;
 mod mcp_client;
+#[cfg(feature = "cli")]
 mod mcp_server;
 mod meaning;
 mod receipts;

@@ -146,7 +146,18 @@ async fn the_demo_catalog_runs_the_demo_script() {
     let outcome = runtime.run(&script).await;
     let value = value_of(&outcome);
     assert!(value["refunded"].is_array() && value["escalated"].is_array());
-    assert!(!outcome.effects.is_empty());
+    // Every refunded ticket was refunded and closed, in that order, and every effect is a write.
+    let refunded = value["refunded"].as_array().unwrap().len();
+    let closed = outcome
+        .effects
+        .iter()
+        .filter(|e| e.tool == "close_ticket")
+        .count();
+    assert!(refunded > 0 && closed == refunded, "{:?}", outcome.effects);
+    assert!(outcome
+        .effects
+        .iter()
+        .all(|e| e.effect != toolscript::Effect::Read));
     // Refunds are remembered: running the triage again finds fewer open tickets to refund.
     let again = runtime.run(&script).await;
     let refunded_again = value_of(&again)["refunded"].as_array().unwrap().len();

@@ -136,14 +136,7 @@ impl Inspected {
 /// but without the packages, the test fails: that is a set-up step left out, not a platform
 /// without Node.
 fn inspector() -> Option<PathBuf> {
-    if Command::new("node")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
-        eprintln!("skipping: Node.js is not installed");
+    if !crate::support::node_available() {
         return None;
     }
     let bin =

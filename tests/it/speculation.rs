@@ -145,3 +145,113 @@ async fn caps_bound_speculation_without_changing_results() {
     assert_eq!(observable(&outcome), observable(&sequential));
     assert_eq!(value_of(&outcome).as_array().unwrap().len(), 6);
 }
+
+/// A read that fails with `unavailable` when asked to, after 20 ms; its input needs an
+/// integer `n`.
+fn fragile() -> Tool {
+    Tool::builder("fragile", Effect::Read)
+        .input_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}, "fail": {"type": "boolean"}}, "required": ["n"]}))
+        .handler(|args| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if args["fail"] == json!(true) {
+                Err(toolscript::ToolError::unavailable("down"))
+            } else {
+                Ok(args["n"].clone())
+            }
+        })
+}
+
+/// Runs `script` on a fresh runtime of `tools` (breakers open after 3 failures) in both modes;
+/// returns the sequential outcome's value, checking the speculative one is the same.
+async fn same_in_both_modes(
+    tools: &dyn Fn() -> Vec<Tool>,
+    budget: Budget,
+    script: &str,
+) -> serde_json::Value {
+    let make = || {
+        let mut breaker = toolscript::BreakerConfig::default();
+        breaker.failure_threshold = 3;
+        Runtime::builder(Registry::builder().tools(tools()).build().unwrap())
+            .budget(budget.clone())
+            .breaker(breaker)
+            .build()
+    };
+    let sequential = run_in(&make(), script, Mode::Sequential).await;
+    let speculative = run_in(&make(), script, Mode::Speculative).await;
+    assert_eq!(
+        observable(&sequential),
+        observable(&speculative),
+        "{script}"
+    );
+    assert!(
+        speculative.stats.speculative_launched > 0,
+        "the scout took part"
+    );
+    observable(&sequential)
+}
+
+const EACH_KIND: &str = "let out = [];\nfor a in ARGS {\n  try { out.push(CALL(a)); } catch (e) { out.push(e.kind); }\n}\nout";
+
+/// A claimed `invalid_input` tells the breaker nothing, as in a sequential run: the breaker
+/// opens at the same call in both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_refusal_leaves_the_breaker_as_a_sequential_run_does() {
+    let script = EACH_KIND
+        .replace("ARGS", r#"[#{n: 1, fail: true}, #{n: 2, fail: true}, #{n: "x"}, #{n: 3, fail: true}, #{n: 4}]"#)
+        .replace("CALL", "fragile");
+    let observed = same_in_both_modes(&|| vec![fragile()], Budget::default(), &script).await;
+    assert_eq!(
+        observed["result"]["value"],
+        json!([
+            "unavailable",
+            "unavailable",
+            "invalid_input",
+            "unavailable",
+            "circuit_open"
+        ])
+    );
+}
+
+/// The nested calls of a claimed composite count in their own tool's breaker, as they do
+/// when the composite runs sequentially.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_calls_of_a_claimed_composite_count_in_their_breakers() {
+    let wrap = || {
+        Tool::builder("wrap", Effect::Read)
+            .nested(["fragile"])
+            .composite(|args, ctx| async move { ctx.call("fragile", args).await })
+    };
+    let script = "let out = [];\nfor i in 1..=3 { try { wrap(#{n: i, fail: true}); } catch (e) { out.push(e.kind); } }\ntry { out.push(fragile(#{n: 9})); } catch (e) { out.push(e.kind); }\nout";
+    let observed = same_in_both_modes(&|| vec![fragile(), wrap()], Budget::default(), script).await;
+    assert_eq!(
+        observed["result"]["value"],
+        json!(["unavailable", "unavailable", "unavailable", "circuit_open"])
+    );
+}
+
+/// A composite that catches its nested calls' errors, near the end of the budget: its claim
+/// does not fit what is left, so the executor runs it and it sees the budget end inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composite_near_the_budget_end_sees_what_a_sequential_run_sees() {
+    let pair = || {
+        Tool::builder("pair", Effect::Read)
+            .nested(["fragile"])
+            .composite(|args, ctx| async move {
+                let a = ctx.call("fragile", json!({"n": args["n"]})).await;
+                let b = ctx.call("fragile", json!({"n": 100})).await;
+                Ok(json!([a.is_ok(), b.map_err(|e| e.kind.to_string()).err()]))
+            })
+    };
+    let mut budget = Budget::default();
+    budget.max_tool_calls = 5;
+    let observed = same_in_both_modes(
+        &|| vec![fragile(), pair()],
+        budget,
+        "[pair(#{n: 1}), pair(#{n: 2})]",
+    )
+    .await;
+    assert_eq!(
+        observed["result"]["value"],
+        json!([[true, null], [true, "budget_exceeded"]])
+    );
+}

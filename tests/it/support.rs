@@ -205,3 +205,21 @@ pub fn sha256(text: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Whether `node` runs, for the tests that talk to real MCP servers. Without Node.js they skip
+/// (saying so), except in CI (`CI=true`), where a missing Node.js is a broken set-up and fails
+/// the test.
+pub fn node_available() -> bool {
+    let found = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "Node.js is not installed, and CI needs the MCP tests: install Node.js and run `npm ci --prefix tests/mcp`"
+        );
+        eprintln!("skipping: Node.js is not installed");
+    }
+    found
+}
