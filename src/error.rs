@@ -119,7 +119,10 @@ impl ErrorKind {
     pub(crate) fn is_speculation_refusal(&self) -> bool {
         matches!(
             self,
-            ErrorKind::BudgetExceeded | ErrorKind::CircuitOpen | ErrorKind::Cancelled
+            ErrorKind::BudgetExceeded
+                | ErrorKind::LimitExceeded
+                | ErrorKind::CircuitOpen
+                | ErrorKind::Cancelled
         )
     }
 

@@ -50,6 +50,16 @@ pub(crate) fn sha256_hex(text: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A duration in seconds as a person writes it: `60`, `0.5`.
+pub(crate) fn seconds(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -367,8 +367,10 @@ mod tests {
                 max_speculative_calls,
                 ..Budget::default()
             },
+            std::time::Duration::from_secs(60),
             "run".into(),
             Arc::default(),
+            None,
         );
         RunLedger::new(Arc::new(ctx), limits)
     }

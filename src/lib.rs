@@ -79,7 +79,9 @@ pub use tool::{
 
 /// Receipts: one per dispatch, chained by hash, written as JSON Lines and verified.
 pub mod receipts {
-    pub use crate::dispatch::{verify_receipts, write_receipts, Receipt, Status, RECEIPT_VERSION};
+    pub use crate::dispatch::{
+        verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
+    };
     pub use crate::json::canonical as canonical_json;
 }
 

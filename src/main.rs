@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use toolscript::bench::bench_script;
 use toolscript::mcp::serve_stdio;
-use toolscript::receipts::{verify_receipts, write_receipts};
+use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
     demo_catalog, Error, Format, Manifests, Mode, Progress, Registry, RunOptions, RunOutcome,
     Runtime,
@@ -92,6 +92,10 @@ enum Command {
     Verify {
         /// The receipts file (JSON Lines).
         receipts: PathBuf,
+        /// The hash the chain must end at (`receipts.head` of `run --json`): a file whose
+        /// last receipts were cut off fails.
+        #[arg(long)]
+        head: Option<String>,
     },
 }
 
@@ -160,7 +164,10 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             serve_stdio(runtime).await.map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Verify { receipts } => match verify_receipts(&receipts) {
+        Command::Verify { receipts, head } => match match &head {
+            Some(head) => verify_receipts_to(&receipts, head),
+            None => verify_receipts(&receipts),
+        } {
             Ok(n) => {
                 println!("ok: {n} receipts, every hash and the chain check out");
                 Ok(ExitCode::SUCCESS)
@@ -231,16 +238,16 @@ async fn run(
 ) -> Result<ExitCode, String> {
     let source = read_script(script)?;
     let runtime = Runtime::new(registry(tools).await?);
-    // Make sure the receipts can be written before any tool runs: failing afterwards would
-    // leave effects done and unreported.
-    if let Some(path) = receipts {
-        std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
     let progress = Arc::new(Progress::default());
+    let mut options =
+        RunOptions::with_mode(Mode::sequential_if(sequential)).progress(Arc::clone(&progress));
+    // Receipts are appended as calls finish; a file that cannot be created stops the run
+    // before any tool runs, and one that fails midway stops it before its next call.
+    if let Some(path) = receipts {
+        options = options.receipts(path).map_err(|e| e.to_string())?;
+    }
     let live = !json && std::io::stderr().is_terminal();
     let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
-    let options =
-        RunOptions::with_mode(Mode::sequential_if(sequential)).progress(Arc::clone(&progress));
     let outcome = runtime.run_with(&source, options).await;
     if let Some(ticker) = ticker {
         ticker.abort();
@@ -250,9 +257,6 @@ async fn run(
         println!("{}", outcome.to_json());
     } else {
         print_human(&outcome);
-    }
-    if let Some(path) = receipts {
-        write_receipts(path, &outcome.receipts).map_err(|e| e.to_string())?;
     }
     Ok(if outcome.result.is_ok() {
         ExitCode::SUCCESS
@@ -276,15 +280,33 @@ async fn live_line(progress: Arc<Progress>) {
     }
 }
 
+/// Text a script or a tool produced, safe for a terminal: control characters but newlines and
+/// tabs (terminal escapes, carriage returns) are shown escaped, so that no script can move the
+/// cursor, recolour or retitle the terminal. Text for a pipe is left as it is.
+fn for_terminal(text: &str, terminal: bool) -> String {
+    if !terminal {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// The value on stdout, alone, so that it can be piped; logs, errors and the summary on stderr.
 fn print_human(outcome: &RunOutcome) {
+    let err_terminal = std::io::stderr().is_terminal();
     for line in &outcome.logs {
-        eprintln!("{line}");
+        eprintln!("{}", for_terminal(line, err_terminal));
     }
+    let terminal = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
     match &outcome.result {
         Ok(Value::String(s)) => {
-            let _ = writeln!(out, "{s}");
+            let _ = writeln!(out, "{}", for_terminal(s, terminal));
         }
         Ok(value) => {
             let _ = writeln!(
@@ -294,9 +316,9 @@ fn print_human(outcome: &RunOutcome) {
             );
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", for_terminal(&e.to_string(), err_terminal));
             if let Some(action) = &e.suggested_next_action {
-                eprintln!("  hint: {action}");
+                eprintln!("  hint: {}", for_terminal(action, err_terminal));
             }
         }
     }

@@ -138,6 +138,8 @@ pub struct RunOptions {
     pub mode: Mode,
     /// Counters to watch while the run goes on.
     pub progress: Option<Arc<Progress>>,
+    /// The file receipts are appended to as calls finish (see [`RunOptions::receipts`]).
+    receipts: Option<Arc<std::sync::Mutex<Option<crate::dispatch::Sink>>>>,
 }
 
 impl RunOptions {
@@ -153,6 +155,20 @@ impl RunOptions {
     pub fn progress(mut self, progress: Arc<Progress>) -> RunOptions {
         self.progress = Some(progress);
         self
+    }
+
+    /// Appends the run's receipts to a new file at `path` (created, or truncated) as each
+    /// becomes final: an executor's call when it finishes, a speculative one when it is
+    /// claimed or the run ends. If an append fails, the run makes no further call and fails
+    /// with `internal`. The options are for one run: a second run with them writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`](crate::Error::Io) when the file cannot be created.
+    pub fn receipts(mut self, path: &std::path::Path) -> Result<RunOptions, crate::Error> {
+        let sink = crate::dispatch::Sink::create(path)?;
+        self.receipts = Some(Arc::new(std::sync::Mutex::new(Some(sink))));
+        Ok(self)
     }
 }
 
@@ -214,6 +230,10 @@ impl RunOutcome {
             "logs": self.logs,
             "effects": self.effects,
             "stats": self.stats,
+            "receipts": {
+                "head": self.receipts.last().map(|r| r.hash.as_str()),
+                "count": self.receipts.len(),
+            },
         });
         match &self.result {
             Ok(value) => out["value"] = value.clone(),
@@ -262,8 +282,20 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// `invalid_script`, with the line and column of the first syntax error.
+    /// `invalid_script`, with the line and column of the first syntax error (or of the first
+    /// function over `Limits::max_functions`); `limit_exceeded` for a script longer than
+    /// `Limits::max_script_bytes`.
     pub fn compile(&self, source: &str) -> Result<Script, RunError> {
+        if source.len() > self.limits.max_script_bytes {
+            return Err(RunError::new(
+                ErrorKind::LimitExceeded,
+                format!(
+                    "the script is {} bytes; at most {} may be compiled",
+                    source.len(),
+                    self.limits.max_script_bytes
+                ),
+            ));
+        }
         let ast = self
             .compiler
             .compile(source)
@@ -306,12 +338,22 @@ impl Runtime {
         let span = tracing::info_span!("run", run_id = %run_id);
         let _entered = span.enter();
         let started = std::time::Instant::now();
+        // The run's one deadline, from now: the script, the scout and every call meet the same.
+        let mut limits = self.limits.clone();
+        limits.max_duration = limits.max_duration.min(self.budget.wall_clock);
+        let deadline = started + limits.max_duration;
+        let sink = options
+            .receipts
+            .as_ref()
+            .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take());
         let ctx = Arc::new(RunContext::new(
             Arc::clone(&self.registry),
             Arc::clone(&self.breakers),
             self.budget.clone(),
+            limits.max_duration,
             run_id.clone(),
             options.progress.unwrap_or_default(),
+            sink,
         ));
         let handle = tokio::runtime::Handle::current();
         let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), self.speculation.clone()));
@@ -320,20 +362,31 @@ impl Runtime {
                 Arc::clone(&ctx),
                 Arc::clone(&ledger),
                 Arc::clone(&script.scout_ast),
-                self.limits.clone(),
+                limits.clone(),
+                deadline,
                 handle.clone(),
             );
             (Arc::clone(&scout), tokio::spawn(scout.drive()))
         });
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (ast, limits, thread_ctx, thread_ledger) = (
+        // Dropping this run's future (a client gave up) cancels the script and the scout.
+        let cancel = CancelOnDrop::new(
+            Arc::clone(&ledger),
+            scout.as_ref().map(|s| Arc::clone(&s.0)),
+        );
+        let (ast, thread_ctx, thread_ledger) = (
             Arc::clone(&script.ast),
-            self.limits.clone(),
             Arc::clone(&ctx),
             Arc::clone(&ledger),
         );
+        let watch = engine::Watch {
+            deadline: Some(deadline),
+            cancel: Some(Arc::clone(&cancel.flag)),
+            ..engine::Watch::default()
+        };
         let spawned = engine::spawn_script_thread("toolscript-script", move || {
-            let execution = script::execute(&ast, thread_ctx, thread_ledger, handle, &limits);
+            let execution =
+                script::execute(&ast, thread_ctx, thread_ledger, handle, &limits, watch);
             let _ = tx.send(execution);
         });
         drop(_entered);
@@ -388,6 +441,33 @@ impl Runtime {
             effects: ctx.take_effects(),
             stats,
             receipts: ctx.take_receipts(),
+        }
+    }
+}
+
+/// Ends a run's script and scout when the run's future is dropped before it finished.
+struct CancelOnDrop {
+    flag: Arc<std::sync::atomic::AtomicBool>,
+    ledger: Arc<RunLedger>,
+    scout: Option<Arc<Scout>>,
+}
+
+impl CancelOnDrop {
+    fn new(ledger: Arc<RunLedger>, scout: Option<Arc<Scout>>) -> CancelOnDrop {
+        CancelOnDrop {
+            flag: Arc::default(),
+            ledger,
+            scout,
+        }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.ledger.close();
+        if let Some(scout) = &self.scout {
+            scout.stop();
         }
     }
 }

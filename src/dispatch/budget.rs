@@ -20,6 +20,8 @@ pub struct Budget {
     /// Calls running at the same time.
     pub max_in_flight: u64,
     /// Wall-clock time from the run's start after which no call starts, and running calls end.
+    /// The run has one deadline, the smaller of this and [`Limits::max_duration`](crate::Limits):
+    /// it ends the script, the scout and every call alike, with `limit_exceeded`.
     pub wall_clock: Duration,
 }
 
@@ -46,13 +48,18 @@ struct Spent {
 pub(crate) struct BudgetMeter {
     budget: Budget,
     deadline: Instant,
+    /// The run's deadline, from its start.
+    length: Duration,
     spent: Mutex<Spent>,
 }
 
 impl BudgetMeter {
-    pub(crate) fn new(budget: Budget, started: Instant) -> BudgetMeter {
+    /// A meter for a run that started at `started` and must end within `deadline` (the run's
+    /// one deadline).
+    pub(crate) fn new(budget: Budget, started: Instant, deadline: Duration) -> BudgetMeter {
         BudgetMeter {
-            deadline: started + budget.wall_clock,
+            deadline: started + deadline,
+            length: deadline,
             budget,
             spent: Mutex::default(),
         }
@@ -116,10 +123,7 @@ impl BudgetMeter {
 
     fn check_deadline(&self, now: Instant) -> Result<(), ToolError> {
         if now >= self.deadline {
-            return Err(exceeded(format!(
-                "the run's wall-clock budget of {:?} is spent",
-                self.budget.wall_clock
-            )));
+            return Err(self.past_deadline());
         }
         Ok(())
     }
@@ -139,8 +143,9 @@ impl BudgetMeter {
         self.deadline.saturating_duration_since(now)
     }
 
-    pub(crate) fn wall_clock(&self) -> Duration {
-        self.budget.wall_clock
+    /// The error of work cut off by the run's deadline.
+    pub(crate) fn past_deadline(&self) -> ToolError {
+        deadline_passed(self.length)
     }
 
     fn release(&self) {
@@ -165,13 +170,26 @@ pub(crate) fn exceeded(message: String) -> ToolError {
     ToolError::new(ErrorKind::BudgetExceeded, message)
 }
 
+/// The error of work cut off by a run's deadline of `length`: the same words whether the script,
+/// a call, or the start of a call met it.
+pub(crate) fn deadline_passed(length: Duration) -> ToolError {
+    ToolError::new(
+        ErrorKind::LimitExceeded,
+        format!(
+            "the run's deadline of {} s passed",
+            crate::json::seconds(length)
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn meter(budget: Budget) -> (BudgetMeter, Instant) {
         let now = Instant::now();
-        (BudgetMeter::new(budget, now), now)
+        let deadline = budget.wall_clock;
+        (BudgetMeter::new(budget, now, deadline), now)
     }
 
     #[test]
@@ -222,7 +240,11 @@ mod tests {
         });
         assert_eq!(m.remaining(now), Duration::from_secs(1));
         let late = now + Duration::from_secs(1);
-        assert!(m.charge(late).unwrap_err().message.contains("wall-clock"));
+        assert!(m
+            .charge(late)
+            .unwrap_err()
+            .message
+            .contains("deadline of 1 s passed"));
         assert_eq!(m.remaining(late), Duration::ZERO);
     }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::breaker::{Breakers, Replay};
 use super::budget::BudgetMeter;
-use super::receipt::ReceiptLog;
+use super::receipt::{ReceiptLog, Sink};
 use super::repeat::RepeatGuard;
 use super::{lock, Budget, Receipt, Speculation};
 use crate::error::ToolError;
@@ -93,52 +93,68 @@ pub(crate) struct RunContext {
     /// Set when the run ends: speculative calls still running are cancelled.
     pub(super) cancel: tokio::sync::watch::Sender<bool>,
     /// Calls of this run that have resolved to a tool and not yet written their receipt.
-    open: tokio::sync::watch::Sender<u64>,
+    open: AtomicU64,
+    /// Notified when `open` falls to zero.
+    all_closed: tokio::sync::Notify,
 }
 
 impl RunContext {
+    /// The context of a run that must end within `deadline` (the run's one deadline).
     pub(crate) fn new(
         registry: Arc<Registry>,
         breakers: Arc<Breakers>,
         budget: Budget,
+        deadline: Duration,
         run_id: String,
         progress: Arc<Progress>,
+        receipts: Option<Sink>,
     ) -> RunContext {
         let started = Instant::now();
         RunContext {
             registry,
             breakers,
-            budget: BudgetMeter::new(budget, started),
+            budget: BudgetMeter::new(budget, started, deadline),
             repeat: RepeatGuard::default(),
-            receipts: ReceiptLog::new(run_id),
+            receipts: ReceiptLog::new(run_id, receipts),
             effects: Mutex::default(),
             started,
             next_call_id: AtomicU64::new(1),
             dispatched: AtomicU64::new(0),
             progress,
             cancel: tokio::sync::watch::channel(false).0,
-            open: tokio::sync::watch::channel(0).0,
+            open: AtomicU64::new(0),
+            all_closed: tokio::sync::Notify::new(),
         }
     }
 
     pub(super) fn call_opened(&self) {
         self.progress.started();
-        self.open.send_modify(|n| *n += 1);
+        self.open.fetch_add(1, Ordering::SeqCst);
     }
 
     pub(super) fn call_closed(&self) {
         self.progress.finished();
-        self.open.send_modify(|n| *n = n.saturating_sub(1));
+        if self.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.all_closed.notify_waiters();
+        }
     }
 
     /// Waits until every call of the run has written its receipt, or `limit` has passed; the
     /// number of calls still open. A call abandoned by its caller (a nested call whose
     /// composite timed out) may settle a moment after its caller returned.
     pub(crate) async fn settled(&self, limit: Duration) -> u64 {
-        let mut open = self.open.subscribe();
-        let _ = tokio::time::timeout(limit, open.wait_for(|n| *n == 0)).await;
-        let left = *open.borrow();
-        left
+        let deadline = Instant::now() + limit;
+        loop {
+            let closed = self.all_closed.notified();
+            tokio::pin!(closed);
+            // Registered before the count is read, so that a close in between is not missed.
+            closed.as_mut().enable();
+            let open = self.open.load(Ordering::SeqCst);
+            if open == 0 || Instant::now() >= deadline {
+                return open;
+            }
+            let _ = tokio::time::timeout_at(deadline, closed).await;
+        }
     }
 
     /// Cancels the speculative calls still running (the run no longer needs them).
@@ -190,6 +206,7 @@ impl RunContext {
             Ok(()) => match self.budget.charge_claim(calls, now) {
                 Ok(()) => {
                     speculation.claimed.store(true, Ordering::SeqCst);
+                    self.receipts.release(&speculation.claimed);
                     Claim::Taken
                 }
                 Err(e) => Claim::Refused(e),
@@ -230,6 +247,12 @@ impl RunContext {
         if let Some(record) = lock(&self.effects).get_mut(index) {
             record.ok = ok;
         }
+    }
+
+    /// Why the run's receipts file could not be written, once it could not: the run makes no
+    /// further call.
+    pub(crate) fn receipts_failure(&self) -> Option<String> {
+        self.receipts.failure()
     }
 
     pub(crate) fn take_receipts(&self) -> Vec<Receipt> {

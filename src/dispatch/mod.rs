@@ -30,10 +30,14 @@ mod schema;
 pub use breaker::BreakerConfig;
 pub use budget::Budget;
 pub use context::{EffectRecord, Progress};
-pub use receipt::{verify_receipts, write_receipts, Receipt, Status, RECEIPT_VERSION};
+pub use receipt::{
+    verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
+};
 
 pub(crate) use breaker::Breakers;
+pub(crate) use budget::deadline_passed;
 pub(crate) use context::{Claim, RunContext};
+pub(crate) use receipt::Sink;
 pub(crate) use schema::check_input;
 
 use std::panic::AssertUnwindSafe;
@@ -295,6 +299,10 @@ fn ambiguous(tool: &str, why: &str) -> ToolError {
 /// Dispatches one call through the steps.
 pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value, ToolError> {
     ctx.count_dispatch();
+    // A run whose receipts can no longer be written makes no further call.
+    if let Some(why) = ctx.receipts_failure() {
+        return Err(receipts_failed(&why));
+    }
     // 1. Resolve the tool.
     let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
         return Err(ctx.registry.unknown_tool(&call.tool));
@@ -411,10 +419,7 @@ async fn run_body(
                 &spec.name,
                 &format!("it did not answer within {} ms", limit.as_millis()),
             )),
-            Err(_) if limit < spec.timeout => Err(budget::exceeded(format!(
-                "the run's wall-clock budget of {:?} ran out during the call",
-                ctx.budget.wall_clock()
-            ))),
+            Err(_) if limit < spec.timeout => Err(ctx.budget.past_deadline()),
             Err(_) => Err(ToolError::new(
                 ErrorKind::Timeout,
                 format!("no answer within {} ms", spec.timeout.as_millis()),
@@ -431,6 +436,14 @@ async fn run_body(
             _ => return result,
         }
     }
+}
+
+/// The error of every call a run tries after its receipts file failed.
+pub(crate) fn receipts_failed(why: &str) -> ToolError {
+    ToolError::internal(format!(
+        "the run's receipts could not be written ({why}); it makes no further call"
+    ))
+    .with_recoverable(false)
 }
 
 /// The message of a caught panic.

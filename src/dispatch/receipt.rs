@@ -1,4 +1,4 @@
-//! Step 10: receipts, one per dispatch, chained by hash; and their verification.
+//! Step 11: receipts, one per dispatch, chained by hash; and their verification.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +17,7 @@ pub const RECEIPT_VERSION: u32 = 1;
 /// Whether a call succeeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Status {
     /// The call returned a result.
     Ok,
@@ -99,63 +100,151 @@ pub(crate) struct Draft {
     pub(crate) attempt: u32,
 }
 
-/// One run's receipts, in the order their calls finished. They are hashed and chained when the
-/// run ends, once every speculative call knows whether it was claimed.
+/// One run's receipts, chained by hash as each becomes final: an executor's (or a composite's)
+/// receipt when its call finishes, a speculative one when the executor claims it or when the run
+/// ends (only then is it known whether it was claimed). With a sink, each is appended to the
+/// receipts file at that moment, so that a run killed midway leaves the receipts of every call
+/// it finished.
 #[derive(Debug)]
 pub(crate) struct ReceiptLog {
     run_id: String,
-    drafts: Mutex<Vec<Draft>>,
+    chain: Mutex<Chain>,
+}
+
+#[derive(Debug, Default)]
+struct Chain {
+    receipts: Vec<Receipt>,
+    /// Speculative receipts not yet final.
+    pending: Vec<Draft>,
+    sink: Option<Sink>,
+    /// Why the sink failed, once it has: the run makes no further call.
+    failed: Option<String>,
+}
+
+/// Where receipts are appended as they become final.
+#[derive(Debug)]
+pub(crate) struct Sink {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+}
+
+impl Sink {
+    /// Creates (or truncates) the receipts file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when it cannot be created.
+    pub(crate) fn create(path: &Path) -> Result<Sink, Error> {
+        let file = std::fs::File::create(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Sink {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
 }
 
 impl ReceiptLog {
-    pub(crate) fn new(run_id: String) -> ReceiptLog {
+    pub(crate) fn new(run_id: String, sink: Option<Sink>) -> ReceiptLog {
         ReceiptLog {
             run_id,
-            drafts: Mutex::default(),
+            chain: Mutex::new(Chain {
+                sink,
+                ..Chain::default()
+            }),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Chain> {
+        self.chain.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn append(&self, draft: Draft) {
-        self.drafts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(draft);
+        let mut chain = self.lock();
+        let unsettled = draft
+            .claimed
+            .as_ref()
+            .is_some_and(|claimed| !claimed.load(Ordering::SeqCst));
+        if unsettled {
+            chain.pending.push(draft);
+        } else {
+            self.seal(&mut chain, draft);
+        }
     }
 
-    /// The chained receipts of the calls so far.
-    pub(crate) fn take(&self) -> Vec<Receipt> {
-        let drafts = std::mem::take(&mut *self.drafts.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut receipts: Vec<Receipt> = Vec::with_capacity(drafts.len());
-        for (seq, draft) in drafts.into_iter().enumerate() {
-            let mut receipt = Receipt {
-                v: RECEIPT_VERSION,
-                run_id: self.run_id.clone(),
-                seq: seq as u64,
-                call_id: draft.call_id,
-                parent: draft.parent,
-                tool: draft.tool,
-                effect: draft.effect,
-                speculative: draft.speculative,
-                claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
-                args_sha256: draft.args_sha256,
-                status: if draft.error_kind.is_none() {
-                    Status::Ok
-                } else {
-                    Status::Error
-                },
-                result_sha256: draft.result_sha256,
-                error_kind: draft.error_kind,
-                started_ms: round_ms(draft.started_ms),
-                duration_ms: round_ms(draft.duration_ms),
-                attempt: draft.attempt,
-                prev: receipts.last().map(|r| r.hash.clone()),
-                hash: String::new(),
-            };
-            receipt.hash = receipt.compute_hash();
-            receipts.push(receipt);
+    /// The executor claimed the speculative call(s) whose flag is `claimed`: their receipts are
+    /// final.
+    pub(crate) fn release(&self, claimed: &Arc<AtomicBool>) {
+        let mut chain = self.lock();
+        let pending = std::mem::take(&mut chain.pending);
+        let (now, later): (Vec<Draft>, Vec<Draft>) = pending
+            .into_iter()
+            .partition(|d| d.claimed.as_ref().is_some_and(|c| Arc::ptr_eq(c, claimed)));
+        chain.pending = later;
+        for draft in now {
+            self.seal(&mut chain, draft);
         }
-        receipts
     }
+
+    /// Why appending to the receipts file failed, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    /// The run's receipts, every pending one sealed.
+    pub(crate) fn take(&self) -> Vec<Receipt> {
+        let mut chain = self.lock();
+        for draft in std::mem::take(&mut chain.pending) {
+            self.seal(&mut chain, draft);
+        }
+        std::mem::take(&mut chain.receipts)
+    }
+
+    /// Gives `draft` its place and hash in the chain, and appends it to the sink.
+    fn seal(&self, chain: &mut Chain, draft: Draft) {
+        let mut receipt = Receipt {
+            v: RECEIPT_VERSION,
+            run_id: self.run_id.clone(),
+            seq: chain.receipts.len() as u64,
+            call_id: draft.call_id,
+            parent: draft.parent,
+            tool: draft.tool,
+            effect: draft.effect,
+            speculative: draft.speculative,
+            claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
+            args_sha256: draft.args_sha256,
+            status: if draft.error_kind.is_none() {
+                Status::Ok
+            } else {
+                Status::Error
+            },
+            result_sha256: draft.result_sha256,
+            error_kind: draft.error_kind,
+            started_ms: round_ms(draft.started_ms),
+            duration_ms: round_ms(draft.duration_ms),
+            attempt: draft.attempt,
+            prev: chain.receipts.last().map(|r| r.hash.clone()),
+            hash: String::new(),
+        };
+        receipt.hash = receipt.compute_hash();
+        if let Some(sink) = &mut chain.sink {
+            use std::io::Write;
+            let line = receipt_line(&receipt);
+            if let Err(e) = sink.file.write_all(line.as_bytes()) {
+                chain.failed = Some(format!("{}: {e}", sink.path.display()));
+                chain.sink = None;
+            }
+        }
+        chain.receipts.push(receipt);
+    }
+}
+
+/// A receipt as one line of a receipts file.
+fn receipt_line(receipt: &Receipt) -> String {
+    let value = serde_json::to_value(receipt).unwrap_or(Value::Null);
+    canonical(&value) + "\n"
 }
 
 /// Microsecond precision is plenty, and keeps receipts short.
@@ -169,12 +258,7 @@ fn round_ms(ms: f64) -> f64 {
 ///
 /// [`Error::Io`] when the file cannot be written.
 pub fn write_receipts(path: &Path, receipts: &[Receipt]) -> Result<(), Error> {
-    let mut text = String::new();
-    for receipt in receipts {
-        let value = serde_json::to_value(receipt).unwrap_or(Value::Null);
-        text.push_str(&canonical(&value));
-        text.push('\n');
-    }
+    let text: String = receipts.iter().map(receipt_line).collect();
     std::fs::write(path, text).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -190,6 +274,33 @@ pub fn write_receipts(path: &Path, receipts: &[Receipt]) -> Result<(), Error> {
 /// hash that does not match its contents, or a `prev` that is not the previous line's hash.
 /// [`Error::Io`] when the file cannot be read.
 pub fn verify_receipts(path: &Path) -> Result<usize, Error> {
+    verify(path).map(|(count, _)| count)
+}
+
+/// As [`verify_receipts`], and checks that the chain ends at `head`, the hash of the run's last
+/// receipt (as `run --json` reports it): a file whose last lines were cut off fails.
+///
+/// # Errors
+///
+/// As [`verify_receipts`]; and [`Error::Receipt`] naming the line after the last one when the
+/// chain ends elsewhere.
+pub fn verify_receipts_to(path: &Path, head: &str) -> Result<usize, Error> {
+    let (count, last) = verify(path)?;
+    if last.as_deref() != Some(head) {
+        return Err(Error::Receipt {
+            file: path.to_path_buf(),
+            line: count + 1,
+            message: format!(
+                "the chain ends at {} after {count} receipts, not at the expected head {head}: receipts are missing",
+                last.as_deref().unwrap_or("nothing")
+            ),
+        });
+    }
+    Ok(count)
+}
+
+/// The number of receipts and the last one's hash.
+fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -237,7 +348,7 @@ pub fn verify_receipts(path: &Path) -> Result<usize, Error> {
         prev = Some(receipt.hash);
         count += 1;
     }
-    Ok(count)
+    Ok((count, prev))
 }
 
 #[cfg(test)]
@@ -261,12 +372,51 @@ mod tests {
         }
     }
 
+    /// A speculative receipt waits until it is claimed or the run ends; a sink gets every
+    /// receipt the moment it is final.
+    #[test]
+    fn receipts_are_sealed_when_final_and_streamed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let log = ReceiptLog::new("run".into(), Some(Sink::create(&path).unwrap()));
+        let claimed = Arc::new(AtomicBool::new(false));
+        let speculative = |id| Draft {
+            speculative: true,
+            claimed: Some(Arc::clone(&claimed)),
+            ..draft(id)
+        };
+        log.append(speculative(1));
+        log.append(draft(2));
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+        claimed.store(true, Ordering::SeqCst);
+        log.release(&claimed);
+        assert_eq!(verify_receipts(&path).unwrap(), 2, "streamed, chained");
+        let receipts = log.take();
+        assert_eq!(receipts[1].call_id, 1);
+        assert!(receipts[1].claimed);
+        assert!(log.failure().is_none());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_failing_sink_is_reported() {
+        let log = ReceiptLog::new(
+            "run".into(),
+            Some(Sink::create(Path::new("/dev/full")).unwrap()),
+        );
+        log.append(draft(1));
+        let failure = log.failure().expect("writing to /dev/full fails");
+        assert!(failure.contains("/dev/full"), "{failure}");
+        assert_eq!(log.take().len(), 1, "the receipt is still kept in memory");
+    }
+
     #[test]
     fn receipts_chain_and_verify() {
-        let log = ReceiptLog::new("run".into());
+        let log = ReceiptLog::new("run".into(), None);
         log.append(draft(1));
         log.append(draft(2));
         let receipts = log.take();
+        assert_eq!(receipts.len(), 2);
         assert_eq!(receipts[0].prev, None);
         assert_eq!(receipts[1].prev.as_deref(), Some(receipts[0].hash.as_str()));
         assert_eq!(receipts[0].started_ms, 1.235);
@@ -276,6 +426,11 @@ mod tests {
         let path = dir.path().join("r.jsonl");
         write_receipts(&path, &receipts).unwrap();
         assert_eq!(verify_receipts(&path).unwrap(), 2);
+        assert_eq!(verify_receipts_to(&path, &receipts[1].hash).unwrap(), 2);
+        assert!(
+            verify_receipts_to(&path, &receipts[0].hash).is_err(),
+            "a chain cut short is found with its head"
+        );
 
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("\"attempt\":1", "\"attempt\":2")).unwrap();

@@ -27,8 +27,10 @@ fn context(budget: Budget) -> (Arc<RunContext>, Arc<AtomicUsize>) {
         Arc::new(registry),
         Arc::new(Breakers::new(BreakerConfig::default())),
         budget,
+        Duration::from_secs(60),
         "run".into(),
         Arc::default(),
+        None,
     );
     (Arc::new(ctx), runs)
 }
@@ -149,8 +151,10 @@ async fn a_write_that_times_out_has_an_unknown_outcome() {
         Arc::new(registry),
         Arc::new(Breakers::new(BreakerConfig::default())),
         Budget::default(),
+        Duration::from_secs(60),
         "run".into(),
         Arc::default(),
+        None,
     ));
     let e = dispatch(&ctx, Call::top_level("slow", json!({})))
         .await

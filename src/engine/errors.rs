@@ -129,15 +129,20 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
             format!("{what} exceeds its limit"),
         )),
         EvalAltResult::ErrorTerminated(token, _) => {
-            let message = if token.clone().into_string().ok().as_deref() == Some(DEADLINE) {
-                format!(
-                    "the script ran longer than its {:?} deadline",
-                    limits.max_duration
-                )
+            let token = token.clone().into_string().unwrap_or_default();
+            if let Some(why) = token.strip_prefix(super::STOPPED) {
+                let error = ToolError::internal(why).with_recoverable(false);
+                return at(RunError::from_tool(error, None, None));
+            }
+            if token == DEADLINE {
+                let e = crate::dispatch::deadline_passed(limits.max_duration);
+                at(RunError::from_tool(e, None, None))
             } else {
-                "the run was cancelled".to_string()
-            };
-            at(RunError::new(ErrorKind::LimitExceeded, message))
+                at(RunError::new(
+                    ErrorKind::LimitExceeded,
+                    "the run was cancelled",
+                ))
+            }
         }
         EvalAltResult::ErrorParsing(kind, _) => {
             at(RunError::new(ErrorKind::InvalidScript, kind.to_string()))

@@ -24,8 +24,17 @@ pub struct Limits {
     pub max_map_size: usize,
     /// Bytes of captured `print`/`debug` output; later lines are dropped and the cut is noted.
     pub max_log_bytes: usize,
-    /// Wall-clock time for the whole script.
+    /// Wall-clock time for the whole run: the script, its calls and the scout (the run's one
+    /// deadline is the smaller of this and [`Budget::wall_clock`](crate::Budget)).
     pub max_duration: Duration,
+    /// Bytes of script source: compiling is done before any deadline can run, so its size is
+    /// what bounds it.
+    pub max_script_bytes: usize,
+    /// Functions (`fn` and closures) one script may define: Rhai's parser takes time quadratic
+    /// in their number.
+    pub max_functions: usize,
+    /// Variables in scope at any instant.
+    pub max_variables: usize,
 }
 
 impl Default for Limits {
@@ -39,6 +48,9 @@ impl Default for Limits {
             max_map_size: 20_000,
             max_log_bytes: 1 << 20,
             max_duration: Duration::from_secs(60),
+            max_script_bytes: 256 << 10,
+            max_functions: 1_000,
+            max_variables: 5_000,
         }
     }
 }

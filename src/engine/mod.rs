@@ -19,6 +19,9 @@ pub(crate) use errors::{
 };
 pub(crate) use functions::{register_tool_functions, ToolCall};
 pub(crate) use threads::{block_on, spawn_script_thread, ScriptPool};
+
+#[cfg(test)]
+mod tests;
 pub(crate) use value::{to_dynamic, to_json};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,12 +31,15 @@ use std::time::Instant;
 use std::sync::OnceLock;
 
 use rhai::packages::{Package, StandardPackage};
-use rhai::{Dynamic, Engine, Shared};
+use rhai::{Dynamic, Engine, NativeCallContext, Shared};
 
 /// The value an engine terminates with when its deadline passes.
 pub(crate) const DEADLINE: &str = "deadline";
 /// The value an engine terminates with when it is cancelled.
 pub(crate) const CANCELLED: &str = "cancelled";
+/// What begins the value an engine terminates with when the run must stop for a reason of the
+/// runtime's (the rest of the value): the script cannot catch it.
+pub(crate) const STOPPED: &str = "stopped: ";
 
 /// How often, in operations, the deadline and the cancellation flag are looked at.
 const CHECK_EVERY: u64 = 256;
@@ -45,6 +51,49 @@ pub(crate) struct Watch {
     pub(crate) deadline: Option<Instant>,
     pub(crate) cancel: Option<Arc<AtomicBool>>,
     pub(crate) operations: Option<Arc<AtomicU64>>,
+    /// `sleep` returns at once (the scout: it never waits for what the executor would).
+    pub(crate) skip_sleep: bool,
+}
+
+/// The longest slice a `sleep` waits before it looks at its deadline and cancellation again.
+const SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Rhai's `sleep` is one operation, so no operation count or progress check sees it. This one
+/// waits in slices and ends the script, as any work would, at the deadline or a cancellation
+/// (of the engine, or of the pool job it runs in). A sleep of a negative, NaN or huge number of
+/// seconds is no sleep, or one until the deadline: never a panic.
+fn sleep(
+    seconds: f64,
+    deadline: Option<Instant>,
+    cancel: Option<&AtomicBool>,
+    position: rhai::Position,
+) -> Result<(), Box<rhai::EvalAltResult>> {
+    // Too long to represent: a sleep until the deadline or a cancellation.
+    let end = std::time::Duration::try_from_secs_f64(seconds.max(0.0))
+        .ok()
+        .and_then(|length| Instant::now().checked_add(length));
+    loop {
+        if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) || threads::job_cancelled() {
+            return Err(terminated(CANCELLED, position));
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(terminated(DEADLINE, position));
+        }
+        let left = end.map_or(SLEEP_SLICE, |end| end.saturating_duration_since(now));
+        if left.is_zero() {
+            return Ok(());
+        }
+        let until_deadline = deadline.map_or(SLEEP_SLICE, |d| d.saturating_duration_since(now));
+        std::thread::sleep(left.min(SLEEP_SLICE).min(until_deadline));
+    }
+}
+
+fn terminated(token: &str, position: rhai::Position) -> Box<rhai::EvalAltResult> {
+    Box::new(rhai::EvalAltResult::ErrorTerminated(
+        Dynamic::from(token.to_string()),
+        position,
+    ))
 }
 
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
@@ -53,6 +102,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
         deadline,
         cancel,
         operations,
+        skip_sleep,
     } = watch;
     // Building the standard library is most of what `Engine::new` costs; it is built once and
     // shared by every engine of the process.
@@ -69,24 +119,37 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
     engine.set_max_string_size(limits.max_string_size);
     engine.set_max_array_size(limits.max_array_size);
     engine.set_max_map_size(limits.max_map_size);
+    engine.set_max_functions(limits.max_functions);
+    engine.set_max_variables(limits.max_variables);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
-    if deadline.is_some() || cancel.is_some() || operations.is_some() {
-        engine.on_progress(move |ops| {
-            if let Some(counter) = &operations {
-                counter.store(ops, Ordering::Relaxed);
-            }
-            if ops % CHECK_EVERY != 0 {
-                return None;
-            }
-            if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
-                return Some(Dynamic::from(CANCELLED));
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Some(Dynamic::from(DEADLINE));
-            }
-            None
-        });
-    }
+    let flag = cancel.clone();
+    let bounded = move |ctx: NativeCallContext, seconds: f64| {
+        if skip_sleep {
+            return Ok(());
+        }
+        sleep(seconds, deadline, flag.as_deref(), ctx.call_position())
+    };
+    let by_int = bounded.clone();
+    engine.register_fn("sleep", bounded);
+    engine.register_fn(
+        "sleep",
+        move |ctx: NativeCallContext, seconds: rhai::INT| by_int(ctx, seconds as f64),
+    );
+    engine.on_progress(move |ops| {
+        if let Some(counter) = &operations {
+            counter.store(ops, Ordering::Relaxed);
+        }
+        if ops % CHECK_EVERY != 0 {
+            return None;
+        }
+        if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) || threads::job_cancelled() {
+            return Some(Dynamic::from(CANCELLED));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(Dynamic::from(DEADLINE));
+        }
+        None
+    });
     engine
 }

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -47,6 +48,22 @@ pub(crate) fn block_on<T: Send + 'static>(
 
 type Job = Box<dyn FnOnce() + Send>;
 
+thread_local! {
+    /// The cancellation flag of the pool job running on this thread, if any: a body's `sleep`
+    /// and its progress checks look at it, so a job whose call was abandoned frees its thread.
+    static JOB_CANCEL: std::cell::RefCell<Option<Arc<AtomicBool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the pool job running on this thread was cancelled.
+pub(crate) fn job_cancelled() -> bool {
+    JOB_CANCEL.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Relaxed))
+    })
+}
+
 /// A pool of script-sized threads, one per core, for bodies that never block on a tool call
 /// (script tools that are not composites). At most one body per core runs at once: a fan-out of
 /// a hundred calls would otherwise wake a hundred threads whose switching costs more than the
@@ -81,16 +98,25 @@ impl ScriptPool {
         })
     }
 
-    /// Runs `f` on a pool thread and waits for it without blocking the async runtime. `Err`
-    /// holds the message of a panic, or says that no pool thread could run it.
+    /// Runs `f` on a pool thread and waits for it without blocking the async runtime; `cancel`
+    /// set stops it (before it starts, or at its next operation or `sleep` slice). `Err` holds
+    /// the message of a panic, or says that no pool thread could run it.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
+        cancel: Arc<AtomicBool>,
         f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<Option<T>, String> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
+            if cancel.load(Ordering::SeqCst) {
+                let _ = tx.send(Ok(None));
+                return;
+            }
+            JOB_CANCEL.with(|c| *c.borrow_mut() = Some(cancel));
             let result = catch_unwind(AssertUnwindSafe(f))
+                .map(Some)
                 .map_err(|panic| crate::dispatch::panic_message(panic.as_ref()).to_string());
+            JOB_CANCEL.with(|c| *c.borrow_mut() = None);
             let _ = tx.send(result);
         });
         let sent = self
@@ -113,6 +139,7 @@ mod tests {
     #[tokio::test]
     async fn pool_threads_have_a_script_stack_and_survive_panics() {
         let pool = ScriptPool::shared();
+        let go = || Arc::new(AtomicBool::new(false));
         // Recursion that would overflow a 2 MiB stack in a debug build.
         fn depth(n: u64) -> u64 {
             let pad = [n; 512];
@@ -122,9 +149,22 @@ mod tests {
                 std::hint::black_box(depth(n - 1)) + pad[1] - n + 1
             }
         }
-        assert_eq!(pool.run(|| depth(5_000)).await, Ok(5_000));
-        let e = pool.run(|| -> u32 { panic!("boom") }).await.unwrap_err();
+        assert_eq!(pool.run(go(), || depth(5_000)).await, Ok(Some(5_000)));
+        let e = pool
+            .run(go(), || -> u32 { panic!("boom") })
+            .await
+            .unwrap_err();
         assert_eq!(e, "boom");
-        assert_eq!(pool.run(|| 7).await, Ok(7), "the pool still runs jobs");
+        assert_eq!(
+            pool.run(go(), || 7).await,
+            Ok(Some(7)),
+            "the pool still runs jobs"
+        );
+        let cancelled = Arc::new(AtomicBool::new(true));
+        assert_eq!(
+            pool.run(cancelled, || 7).await,
+            Ok(None),
+            "a cancelled job never runs"
+        );
     }
 }

@@ -3,10 +3,31 @@
 use rhai::Dynamic;
 use serde_json::Value;
 
-/// A script value as JSON, or why it has none (a function pointer, a timestamp, ...).
+/// A script value as JSON, or why it has none (a function pointer, a timestamp, a float that is
+/// not a number: JSON has no NaN or infinity, and turning one silently into `null` would lose
+/// it).
 pub(crate) fn to_json(value: &Dynamic) -> Result<Value, String> {
+    if let Some(x) = non_finite(value) {
+        return Err(format!(
+            "the float {x} has no JSON form (JSON has no NaN or infinity)"
+        ));
+    }
     rhai::serde::from_dynamic::<Value>(value)
         .map_err(|e| format!("a {} value has no JSON form ({e})", value.type_name()))
+}
+
+/// The first float in `value` that is NaN or infinite.
+fn non_finite(value: &Dynamic) -> Option<rhai::FLOAT> {
+    if let Ok(x) = value.as_float() {
+        return (!x.is_finite()).then_some(x);
+    }
+    if let Some(items) = value.read_lock::<rhai::Array>() {
+        return items.iter().find_map(non_finite);
+    }
+    if let Some(map) = value.read_lock::<rhai::Map>() {
+        return map.values().find_map(non_finite);
+    }
+    None
 }
 
 /// A JSON value as a script value.
@@ -27,6 +48,19 @@ mod tests {
         let d = to_dynamic(&v);
         assert!(d.clone().cast::<rhai::Map>()["a"].is_int());
         assert_eq!(to_json(&d).unwrap(), v);
+    }
+
+    #[test]
+    fn floats_without_a_json_form_are_refused() {
+        for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let nested = Dynamic::from_array(vec![Dynamic::from(1_i64), Dynamic::from(x)]);
+            let e = to_json(&nested).unwrap_err();
+            assert!(e.contains("no JSON form"), "{e}");
+        }
+        assert_eq!(
+            to_json(&Dynamic::from(1.5_f64)).unwrap(),
+            serde_json::json!(1.5)
+        );
     }
 
     #[test]

@@ -57,21 +57,19 @@ impl ScriptHost {
             let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
             async move {
                 let started = tokio::time::Instant::now();
-                // A call whose future was dropped (its timeout) does not run a body still queued.
+                // A call whose future was dropped (its timeout) stops its body: before it starts,
+                // or at its next operation or `sleep` slice.
                 let cancel = CancelOnDrop::new();
-                let flag = Arc::clone(&cancel.0);
                 let runner = Arc::clone(&host);
-                let result = ScriptPool::shared()
-                    .run(move || {
-                        if flag.load(Ordering::SeqCst) {
-                            return Err(ToolError::new(ErrorKind::Cancelled, "not needed"));
-                        }
-                        runner.run(&ast, &args, effect)
-                    })
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(ToolError::internal(format!("the script tool stopped: {e}")))
-                    });
+                let job = move || runner.run(&ast, &args, effect);
+                let result = match ScriptPool::shared().run(Arc::clone(&cancel.0), job).await {
+                    Ok(Some(result)) => result,
+                    Ok(None) => Err(ToolError::new(
+                        ErrorKind::Cancelled,
+                        "the call was abandoned",
+                    )),
+                    Err(e) => Err(ToolError::internal(format!("the script tool stopped: {e}"))),
+                };
                 drop(cancel);
                 if latency > Duration::ZERO {
                     tokio::time::sleep_until(started + latency).await;

@@ -190,6 +190,8 @@ fn initialise_error(e: &ClientInitializeError) -> String {
 
 /// The effect of a server's tool: the manifest's override, else its annotations when they are
 /// trusted (read-only, else idempotent, else open-world, else a write), else a write.
+/// Annotations that contradict each other count as the more dangerous one: a tool that says it
+/// is read-only and destructive is not a read.
 fn effect_of(tool: &rmcp::model::Tool, spec: &McpServerSpec) -> Effect {
     if let Some(&effect) = spec.effects.get(tool.name.as_ref()) {
         return effect;
@@ -200,7 +202,7 @@ fn effect_of(tool: &rmcp::model::Tool, spec: &McpServerSpec) -> Effect {
     let hint = |get: fn(&ToolAnnotations) -> Option<bool>| {
         tool.annotations.as_ref().and_then(get) == Some(true)
     };
-    if hint(|a| a.read_only_hint) {
+    if hint(|a| a.read_only_hint) && !hint(|a| a.destructive_hint) {
         Effect::Read
     } else if hint(|a| a.idempotent_hint) {
         Effect::Idempotent
@@ -213,11 +215,19 @@ fn effect_of(tool: &rmcp::model::Tool, spec: &McpServerSpec) -> Effect {
 
 /// The toolscript names of a server's tools, in the order given: `prefix` and the tool's name,
 /// made valid by [`valid_name`]. Names that would collide (as names or as script aliases, where
-/// `-` reads `_`) are told apart with `_2`, `_3`, ... in the order of the tools' own names, so
-/// the mapping does not depend on the order the server lists them in.
+/// `-` reads `_`) are told apart with `_2`, `_3`, ... : names that needed no change first, then
+/// in the order of the tools' own names, so that a tool never loses its own name to another's
+/// mapped one (`get user` never takes `get_user` from `get_user`) and the mapping does not
+/// depend on the order the server lists them in.
 fn tool_names(prefix: &str, originals: &[&str]) -> Vec<String> {
     let mut order: Vec<usize> = (0..originals.len()).collect();
-    order.sort_by(|&a, &b| originals[a].cmp(originals[b]).then(a.cmp(&b)));
+    let mapped = |i: usize| {
+        let own = format!("{prefix}{}", originals[i]);
+        valid_name(&own) != own
+    };
+    // A name without `-` is its own script alias, and keeps it before a `-` name's alias.
+    let key = |i: usize| (mapped(i), originals[i].contains('-'), originals[i]);
+    order.sort_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
     let mut taken: HashSet<String> = HashSet::new();
     let mut names = vec![String::new(); originals.len()];
     for i in order {
@@ -478,7 +488,19 @@ mod tests {
             names, names_reversed,
             "the mapping does not depend on order"
         );
-        assert_eq!(names[2], "get_user", "`get user` sorts first");
+        assert_eq!(names[0], "get_user", "a tool keeps its own name");
+        assert_eq!(
+            names[1], "get-user_2",
+            "`get-user`'s alias would be `get_user`"
+        );
+        assert_eq!(
+            names[2], "get_user_3",
+            "`get user` maps to a name of its own"
+        );
+        assert_eq!(
+            names[4], "print_",
+            "a valid name is kept before a mapped one"
+        );
         let aliases: HashSet<String> = names.iter().map(|n| n.replace('-', "_")).collect();
         assert_eq!(aliases.len(), originals.len(), "{names:?}");
         for name in &names {

@@ -286,10 +286,22 @@ fn outcome_schema() -> Value {
                         "tool": {"type": "string"},
                         "effect": {"enum": ["write", "idempotent", "external"]},
                         "args": {"description": "The validated arguments."},
-                        "ok": {"type": "boolean"}
+                        "ok": {
+                            "type": ["boolean", "null"],
+                            "description": "null when the outcome is unknown (ambiguous_outcome): it may have taken effect."
+                        }
                     },
                     "required": ["tool", "effect", "args", "ok"]
                 }
+            },
+            "receipts": {
+                "type": "object",
+                "description": "The run's receipt chain: its last hash and its length.",
+                "properties": {
+                    "head": {"type": ["string", "null"]},
+                    "count": {"type": "integer"}
+                },
+                "required": ["head", "count"]
             },
             "stats": {
                 "type": "object",
@@ -312,7 +324,7 @@ fn outcome_schema() -> Value {
                 ]
             }
         },
-        "required": ["ok", "logs", "effects", "stats"],
+        "required": ["ok", "logs", "effects", "receipts", "stats"],
         "oneOf": [
             {"properties": {"ok": {"const": true}}, "required": ["value"]},
             {"properties": {"ok": {"const": false}}, "required": ["error"]}

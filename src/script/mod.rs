@@ -11,7 +11,6 @@ pub(crate) use check::{check, known_functions};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use rhai::{Dynamic, Engine, Scope, AST};
 use serde_json::Value;
@@ -170,19 +169,19 @@ pub(crate) struct Execution {
 }
 
 /// Runs a compiled script to its end on the current thread (a thread of its own, never an async
-/// worker: every tool call blocks it).
+/// worker: every tool call blocks it), under `watch` (the run's deadline and cancellation).
 pub(crate) fn execute(
     ast: &AST,
     ctx: Arc<RunContext>,
     ledger: Arc<RunLedger>,
     handle: tokio::runtime::Handle,
     limits: &Limits,
+    watch: Watch,
 ) -> Execution {
     let operations = Arc::new(AtomicU64::new(0));
     let watch = Watch {
-        deadline: Some(Instant::now() + limits.max_duration),
         operations: Some(Arc::clone(&operations)),
-        ..Watch::default()
+        ..watch
     };
     let mut engine = engine::new_engine(limits, watch);
     let logs = Arc::new(Mutex::new(Logs::default()));
@@ -206,8 +205,16 @@ pub(crate) fn execute(
         counts: Mutex::default(),
     });
     let exec = Arc::clone(&executor);
-    let call: ToolCall =
-        Arc::new(move |at, name, args| engine::outcome_to_rhai(&exec.call(name, args), at));
+    let call: ToolCall = Arc::new(move |at, name, args| {
+        // A run whose receipts can no longer be written stops before its next call, and the
+        // script cannot catch that.
+        if let Some(why) = exec.ctx.receipts_failure() {
+            let message = crate::dispatch::receipts_failed(&why).message;
+            let token = Dynamic::from(format!("{}{message}", engine::STOPPED));
+            return Err(Box::new(rhai::EvalAltResult::ErrorTerminated(token, at)));
+        }
+        engine::outcome_to_rhai(&exec.call(name, args), at)
+    });
     engine::register_tool_functions(&mut engine, &executor.ctx.registry, call);
 
     let _span = tracing::debug_span!("script").entered();

@@ -67,6 +67,8 @@ pub(crate) struct Scout {
     ledger: Arc<RunLedger>,
     ast: Arc<AST>,
     limits: Limits,
+    /// The run's deadline: every pass meets the same one.
+    deadline: Instant,
     handle: Handle,
     /// Speculative dispatches, awaited when the run ends (cancelled, they end at once and
     /// still write their receipts).
@@ -87,6 +89,7 @@ impl Scout {
         ledger: Arc<RunLedger>,
         ast: Arc<AST>,
         limits: Limits,
+        deadline: Instant,
         handle: Handle,
     ) -> Arc<Scout> {
         Arc::new(Scout {
@@ -94,6 +97,7 @@ impl Scout {
             ledger,
             ast,
             limits,
+            deadline,
             handle,
             dispatches: Mutex::default(),
             deferred: Mutex::default(),
@@ -170,11 +174,17 @@ impl Scout {
         self.operations.load(Ordering::Relaxed)
     }
 
+    /// Stops the running pass and every pass to come, and cancels the speculative calls still
+    /// running; [`Scout::finish`] also waits for them.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.ctx.cancel_speculation();
+    }
+
     /// Ends the scout: the running pass stops, wasted reads are cancelled, and every task is
     /// done when this returns.
     pub(crate) async fn finish(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.ctx.cancel_speculation();
+        self.stop();
         for task in take(&self.deferred) {
             task.abort();
             let _ = task.await;
@@ -199,9 +209,11 @@ impl Scout {
     fn pass(self: &Arc<Self>) -> Report {
         let operations = Arc::new(AtomicU64::new(0));
         let watch = engine::Watch {
-            deadline: Some(Instant::now() + self.limits.max_duration),
+            deadline: Some(self.deadline),
             cancel: Some(Arc::clone(&self.stop)),
             operations: Some(Arc::clone(&operations)),
+            // The scout never waits for what the executor would wait for.
+            skip_sleep: true,
         };
         let mut engine = engine::new_engine(&self.limits, watch);
         let pass = Arc::new(Mutex::new(Pass::default()));

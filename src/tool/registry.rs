@@ -257,6 +257,17 @@ fn check_composite(
                 ),
             ));
         }
+        // A retried composite runs its body again, and with it every nested call: only calls
+        // that are safe to repeat may be in it.
+        if spec.retries > 0 && !child.effect.may_retry() {
+            return Err(Error::registry(
+                &spec.name,
+                format!(
+                    "it has `retries`, but its nested tool `{}` is {}: a retry would make that call again",
+                    child.name, child.effect
+                ),
+            ));
+        }
         if spec.effect == Effect::Read && child.effect != Effect::Read {
             return Err(Error::registry(
                 &spec.name,
@@ -346,8 +357,14 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Compiles a schema once. Its `pattern`s are matched by the `regex` engine, in time linear in
+/// the text, so that validating a call is bounded by its size (a backtracking engine can take
+/// minutes on one hostile pattern); a pattern that needs backtracking (look-around,
+/// back-references) is refused here.
 fn compile_schema(name: &str, which: &str, schema: &Value) -> Result<jsonschema::Validator, Error> {
-    jsonschema::validator_for(schema)
+    jsonschema::options()
+        .with_pattern_options(jsonschema::PatternOptions::regex())
+        .build(schema)
         .map_err(|e| Error::registry(name, format!("the {which} schema does not compile: {e}")))
 }
 
@@ -457,6 +474,22 @@ mod tests {
         assert!(rule(Registry::builder().tool(t).build()).contains("output schema"));
     }
 
+    /// A pattern with catastrophic backtracking is matched in linear time (with a backtracking
+    /// engine, this test would run for hours: `^(a+)+$` over 5,000 `a`s and a `b`).
+    #[test]
+    fn patterns_are_matched_in_linear_time() {
+        let t = Tool::builder("p", Effect::Read)
+            .input_schema(json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}))
+            .handler(|_| async { Ok(Value::Null) });
+        let r = Registry::builder().tool(t).build().unwrap();
+        let input = json!({"s": format!("{}b", "a".repeat(5_000))});
+        assert!(!r.get("p").unwrap().input.is_valid(&input));
+        let lookahead = Tool::builder("q", Effect::Read)
+            .input_schema(json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(?=a)a$"}}}))
+            .handler(|_| async { Ok(Value::Null) });
+        assert!(rule(Registry::builder().tool(lookahead).build()).contains("input schema"));
+    }
+
     #[test]
     fn zero_timeout_is_refused() {
         let t = Tool::builder("t", Effect::Read)
@@ -498,6 +531,16 @@ mod tests {
             (
                 vec![composite("c", Effect::Read, &["c"])],
                 "`c` is itself a composite",
+            ),
+            (
+                vec![
+                    write.clone(),
+                    Tool::builder("c", Effect::Idempotent)
+                        .retries(2)
+                        .nested(["save"])
+                        .composite(|_, _| async { Ok(Value::Null) }),
+                ],
+                "a retry would make that call again",
             ),
         ];
         for (tools, needle) in cases {

@@ -873,6 +873,59 @@ fn run_receipts_writes_a_hash_chain_that_verify_accepts() {
     let out = toolscript(&["verify", &receipts_arg]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains('3'), "verify says how many: {out:?}");
+
+    // `run --json` names the chain's end; `verify --head` finds a file whose end was cut off,
+    // which a plain `verify` cannot.
+    let head = obj["receipts"]["head"]
+        .as_str()
+        .expect("the head hash")
+        .to_string();
+    assert_eq!(obj["receipts"]["count"], json!(3));
+    assert_eq!(lines[2]["hash"], json!(head));
+    let out = toolscript(&["verify", &receipts_arg, "--head", &head]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let cut = dir.path().join("cut.jsonl");
+    write_receipt_lines(&cut, &lines[..2]);
+    let cut_arg = cut.display().to_string();
+    assert_eq!(
+        toolscript(&["verify", &cut_arg]).code,
+        0,
+        "a plain verify cannot tell"
+    );
+    let out = toolscript(&["verify", &cut_arg, "--head", &head]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("receipts are missing"), "{out:?}");
+}
+
+/// A receipts file that fails to take an append stops the run before its next call: the
+/// first refund is made and receipted, the second is never made.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_receipts_file_that_fails_stops_the_run_before_its_next_call() {
+    let dir = TempDir::new().unwrap();
+    let script = write_file(
+        &dir,
+        "two.rhai",
+        "issue_refund(#{order_id: 101, amount_cents: 100, reason: \"late\"});\n\
+         try { issue_refund(#{order_id: 102, amount_cents: 100, reason: \"late again\"}); } catch (e) { }\n\
+         1\n",
+    );
+    let out = toolscript(&["run", "--json", "--receipts", "/dev/full", &script]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let obj = one_json_object(&out);
+    assert_eq!(obj["error"]["kind"], json!("internal"), "{obj:?}");
+    assert!(
+        obj["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("receipts could not be written"),
+        "{obj:?}"
+    );
+    assert_eq!(
+        obj["effects"].as_array().unwrap().len(),
+        1,
+        "the second refund never ran: {obj:?}"
+    );
 }
 
 #[test]

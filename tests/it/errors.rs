@@ -194,8 +194,9 @@ async fn budget_wall_clock_ends_a_long_call() {
     let started = std::time::Instant::now();
     let outcome = runtime.run("slow()").await;
     let e = error_of(&outcome);
-    assert_eq!(e.kind, ErrorKind::BudgetExceeded);
-    assert!(e.message.contains("wall-clock"), "{}", e.message);
+    // The run has one deadline, whatever sets it, and meeting it is `limit_exceeded`.
+    assert_eq!(e.kind, ErrorKind::LimitExceeded);
+    assert!(e.message.contains("deadline of"), "{}", e.message);
     // Not a timing assertion on speed: only that the 5 s latency was cut short at all.
     assert!(started.elapsed() < Duration::from_secs(5));
 }

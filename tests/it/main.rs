@@ -9,6 +9,7 @@ mod composites;
 mod dispatch_path;
 mod equivalence;
 mod errors;
+mod hardening;
 mod layering;
 mod limits;
 mod manifests;

@@ -97,6 +97,8 @@ const tools = [
   { name: 'ts_secret', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'get-user', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'get_user', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'get user', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'wipe', inputSchema: object, annotations: { readOnlyHint: true, destructiveHint: true } },
   { name: '2fa code', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'text', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'many', inputSchema: object, annotations: { readOnlyHint: true } },
@@ -363,14 +365,16 @@ async fn a_scripted_server_maps_names_results_and_errors() {
     }
     let dir = tempfile::tempdir().unwrap();
     let registry = build(&scripted(dir.path(), "")).await.unwrap();
-    // Sixteen tools over four pages.
-    assert_eq!(registry.len(), 16, "{registry:?}");
+    // Eighteen tools over four pages.
+    assert_eq!(registry.len(), 18, "{registry:?}");
+    // A tool keeps its own name; one whose name (or alias) another holds gets a suffix.
     for (name, original) in [
         ("print_", "print"),
         ("mcp_ts_secret", "ts_secret"),
         ("mcp_2fa_code", "2fa code"),
-        ("get-user", "get-user"),
-        ("get_user_2", "get_user"),
+        ("get_user", "get_user"),
+        ("get-user_2", "get-user"),
+        ("get_user_3", "get user"),
     ] {
         assert_eq!(
             spec(&registry, name).origin.as_deref(),
@@ -383,6 +387,8 @@ async fn a_scripted_server_maps_names_results_and_errors() {
         ("idem", Effect::Idempotent),
         ("world", Effect::External),
         ("exit", Effect::Write),
+        // Read-only and destructive contradict each other: the more dangerous one counts.
+        ("wipe", Effect::Write),
     ] {
         assert_eq!(spec(&registry, tool).effect, effect, "{tool}");
     }
@@ -419,7 +425,7 @@ async fn a_scripted_server_maps_names_results_and_errors() {
         json!({"tool": "print", "args": {"x": 1}}),
         "calls use the server's own name"
     );
-    assert_eq!(value["alias"]["tool"], "get_user");
+    assert_eq!(value["alias"]["tool"], "get-user");
     assert_eq!(value["kinds"][0], json!(["failed", "the widget is jammed"]));
     assert_eq!(value["kinds"][1][0], "not_found");
     let message = value["kinds"][1][1].as_str().unwrap();

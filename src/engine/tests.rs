@@ -1,0 +1,69 @@
+use super::*;
+use std::time::Duration;
+
+fn engine(deadline: Option<Duration>, skip_sleep: bool) -> Engine {
+    let watch = Watch {
+        deadline: deadline.map(|d| Instant::now() + d),
+        skip_sleep,
+        ..Watch::default()
+    };
+    new_engine(&Limits::default(), watch)
+}
+
+fn terminated_by(result: Result<Dynamic, Box<rhai::EvalAltResult>>) -> Option<String> {
+    match *result.err()? {
+        rhai::EvalAltResult::ErrorTerminated(token, _) => token.into_string().ok(),
+        _ => None,
+    }
+}
+
+/// `sleep` is one operation to Rhai; here it meets the deadline like any other work.
+#[test]
+fn a_sleep_ends_at_the_deadline() {
+    let started = Instant::now();
+    let e = engine(Some(Duration::from_millis(100)), false);
+    let result = e.eval::<Dynamic>("sleep(100000); 1");
+    assert_eq!(terminated_by(result).as_deref(), Some(DEADLINE));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Huge, negative and NaN lengths neither panic (`Duration::from_secs_f64` would) nor hang.
+#[test]
+fn odd_sleep_lengths_are_harmless() {
+    let e = engine(Some(Duration::from_millis(50)), false);
+    for script in ["sleep(-1); 1", "sleep(0.0 / 0.0); 1", "sleep(0); 1"] {
+        assert_eq!(e.eval::<rhai::INT>(script).unwrap(), 1, "{script}");
+    }
+    let result = e.eval::<Dynamic>("sleep(1e300); 1");
+    assert_eq!(terminated_by(result).as_deref(), Some(DEADLINE));
+}
+
+#[test]
+fn a_cancelled_engine_stops_sleeping() {
+    let flag = Arc::new(AtomicBool::new(false));
+    let watch = Watch {
+        cancel: Some(Arc::clone(&flag)),
+        ..Watch::default()
+    };
+    let e = new_engine(&Limits::default(), watch);
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        flag.store(true, Ordering::SeqCst);
+    });
+    let result = e.eval::<Dynamic>("sleep(60); 1");
+    setter.join().unwrap();
+    assert_eq!(terminated_by(result).as_deref(), Some(CANCELLED));
+}
+
+/// The scout's engines skip sleeping altogether.
+#[test]
+fn the_scout_never_sleeps() {
+    let started = Instant::now();
+    let e = engine(None, true);
+    assert_eq!(e.eval::<rhai::INT>("sleep(1000); 2").unwrap(), 2);
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
