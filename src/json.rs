@@ -24,7 +24,7 @@ fn write_canonical(value: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
+                write_string(key, out);
                 out.push(':');
                 write_canonical(item, out);
             }
@@ -40,14 +40,37 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        Value::String(text) => write_string(text, out),
+        scalar => {
+            use std::fmt::Write;
+            // `Value`'s `Display` is its JSON; written in place, without a string of its own.
+            let _ = write!(out, "{scalar}");
+        }
+    }
+}
+
+/// A JSON string: as it is between quotes when nothing in it needs escaping (the usual case
+/// for keys and identifiers), else escaped by serde_json.
+fn write_string(text: &str, out: &mut String) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&Value::String(text.to_string()).to_string());
     }
 }
 
 /// SHA-256 of `text`, as lowercase hex.
 pub(crate) fn sha256_hex(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(text.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// A duration in seconds as a person writes it: `60`, `0.5`.
@@ -77,6 +100,20 @@ mod tests {
     #[test]
     fn strings_are_escaped() {
         assert_eq!(canonical(&json!({"k\"": "a\nb"})), r#"{"k\"":"a\nb"}"#);
+        // The fast path for strings without escapes writes what serde_json writes.
+        for text in [
+            "plain",
+            "ünïcödé ✓",
+            "del\u{7f}",
+            "tab\t",
+            "nul\0",
+            "back\\slash",
+            "",
+            "q\"",
+        ] {
+            let value = Value::String(text.to_string());
+            assert_eq!(canonical(&value), value.to_string(), "{text:?}");
+        }
     }
 
     #[test]

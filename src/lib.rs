@@ -66,7 +66,7 @@ mod speculate;
 mod tool;
 
 pub use dispatch::{BreakerConfig, Budget, EffectRecord, Progress};
-pub use engine::Limits;
+pub use engine::{set_memory_probe, Limits};
 pub use error::{Error, ErrorKind, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};

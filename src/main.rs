@@ -113,7 +113,14 @@ enum FormatArg {
     Rhai,
 }
 
+/// Counts every allocation of the process, so that a run's memory budget (`Limits::max_memory_mb`)
+/// can end a script that grows too large before the process runs out of memory. No limit is set
+/// on the allocator itself: a refused allocation would abort the process.
+#[global_allocator]
+static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
 fn main() -> ExitCode {
+    toolscript::set_memory_probe(|| ALLOCATOR.allocated());
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result = async_runtime().and_then(|rt| {
@@ -474,4 +481,21 @@ async fn bench(
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_terminal;
+
+    #[test]
+    fn terminal_escapes_from_scripts_are_shown_not_obeyed() {
+        let text = "red \u{1b}[31mtext\r\n\tnext\u{7}";
+        let shown = for_terminal(text, true);
+        assert_eq!(shown, "red \\u{1b}[31mtext\\r\n\tnext\\u{7}");
+        assert_eq!(
+            for_terminal(text, false),
+            text,
+            "a pipe gets the text as it is"
+        );
+    }
 }

@@ -134,6 +134,13 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
                 let error = ToolError::internal(why).with_recoverable(false);
                 return at(RunError::from_tool(error, None, None));
             }
+            if token == super::MEMORY {
+                let message = format!(
+                    "the process holds more than the run's memory budget of {} MiB",
+                    limits.max_memory_mb
+                );
+                return at(RunError::new(ErrorKind::LimitExceeded, message));
+            }
             if token == DEADLINE {
                 let e = crate::dispatch::deadline_passed(limits.max_duration);
                 at(RunError::from_tool(e, None, None))

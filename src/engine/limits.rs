@@ -35,6 +35,10 @@ pub struct Limits {
     pub max_functions: usize,
     /// Variables in scope at any instant.
     pub max_variables: usize,
+    /// Mebibytes the process may hold while the script runs, checked where the process counts
+    /// its allocations (see [`set_memory_probe`](crate::set_memory_probe); the command line
+    /// does): past it the run ends with `limit_exceeded`.
+    pub max_memory_mb: u64,
 }
 
 impl Default for Limits {
@@ -51,6 +55,7 @@ impl Default for Limits {
             max_script_bytes: 256 << 10,
             max_functions: 1_000,
             max_variables: 5_000,
+            max_memory_mb: 2_048,
         }
     }
 }

@@ -9,10 +9,12 @@
 mod errors;
 mod functions;
 mod limits;
+mod memory;
 mod threads;
 mod value;
 
 pub use limits::Limits;
+pub use memory::set_memory_probe;
 
 pub(crate) use errors::{
     from_parse, from_rhai, line_column, outcome_to_rhai, thrown_error, to_rhai, Thrown,
@@ -37,6 +39,8 @@ use rhai::{Dynamic, Engine, NativeCallContext, Shared};
 pub(crate) const DEADLINE: &str = "deadline";
 /// The value an engine terminates with when it is cancelled.
 pub(crate) const CANCELLED: &str = "cancelled";
+/// The value an engine terminates with when the process holds more than the memory budget.
+pub(crate) const MEMORY: &str = "memory";
 /// What begins the value an engine terminates with when the run must stop for a reason of the
 /// runtime's (the rest of the value): the script cannot catch it.
 pub(crate) const STOPPED: &str = "stopped: ";
@@ -121,6 +125,9 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
     engine.set_max_map_size(limits.max_map_size);
     engine.set_max_functions(limits.max_functions);
     engine.set_max_variables(limits.max_variables);
+    memory::register_checked_builtins(&mut engine);
+    let max_memory =
+        usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
     let flag = cancel.clone();
@@ -148,6 +155,9 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(Dynamic::from(DEADLINE));
+        }
+        if memory::allocated().is_some_and(|bytes| bytes > max_memory) {
+            return Some(Dynamic::from(MEMORY));
         }
         None
     });

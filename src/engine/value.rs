@@ -7,6 +7,12 @@ use serde_json::Value;
 /// not a number: JSON has no NaN or infinity, and turning one silently into `null` would lose
 /// it).
 pub(crate) fn to_json(value: &Dynamic) -> Result<Value, String> {
+    if super::memory::json_size(value, super::memory::MAX_JSON_BYTES).is_none() {
+        return Err(format!(
+            "its JSON would take more than {} MiB",
+            super::memory::MAX_JSON_BYTES >> 20
+        ));
+    }
     if let Some(x) = non_finite(value) {
         return Err(format!(
             "the float {x} has no JSON form (JSON has no NaN or infinity)"
@@ -61,6 +67,16 @@ mod tests {
             to_json(&Dynamic::from(1.5_f64)).unwrap(),
             serde_json::json!(1.5)
         );
+    }
+
+    /// One large string held many times is shared in the script, but not in JSON: such a
+    /// value is refused before its JSON is built.
+    #[test]
+    fn a_value_whose_json_is_huge_is_refused() {
+        let s = Dynamic::from("x".repeat(1 << 20));
+        let many = Dynamic::from_array(vec![s; 300]);
+        let e = to_json(&many).unwrap_err();
+        assert!(e.contains("MiB"), "{e}");
     }
 
     #[test]

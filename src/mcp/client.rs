@@ -138,24 +138,26 @@ async fn start(spec: &McpServerSpec) -> Result<(Client, Vec<rmcp::model::Tool>),
     let reader = stderr.map(|stderr| tokio::spawn(tail.clone().drain(stderr, spec.name.clone())));
 
     let limit = STARTUP_TIMEOUT.max(spec.timeout);
+    let initialised = std::sync::atomic::AtomicBool::new(false);
     let started = tokio::time::timeout(limit, async {
         let service = client_config()
             .serve(transport)
             .await
             .map_err(|e| initialise_error(&e))?;
-        let tools = service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("it did not list its tools: {e}"))?;
+        initialised.store(true, std::sync::atomic::Ordering::SeqCst);
+        let tools = list_tools(service.peer()).await?;
         Ok::<_, String>((service, tools))
     })
     .await;
     let message = match started {
         Ok(Ok(started)) => return Ok(started),
         Ok(Err(message)) => message,
+        Err(_) if initialised.load(std::sync::atomic::Ordering::SeqCst) => format!(
+            "it answered `initialize` but did not finish listing its tools (`tools/list`) within {} s",
+            limit.as_secs()
+        ),
         Err(_) => format!(
-            "it did not answer `initialize` and `tools/list` within {} s: is `{program}` an MCP server speaking JSON-RPC on its stdout?",
+            "it did not answer `initialize` within {} s: is `{program}` an MCP server speaking JSON-RPC on its stdout?",
             limit.as_secs()
         ),
     };
@@ -164,6 +166,47 @@ async fn start(spec: &McpServerSpec) -> Result<(Client, Vec<rmcp::model::Tool>),
         let _ = tokio::time::timeout(STDERR_GRACE, reader).await;
     }
     Err(format!("{message}{}", tail.quote()))
+}
+
+/// At most this many pages of `tools/list`, and this many tools in all: a server that pages
+/// forever (the same cursor again and again, say) is an error, not a process that grows until
+/// memory runs out.
+const MAX_PAGES: usize = 100;
+const MAX_TOOLS: usize = 10_000;
+
+/// Every page of the server's tools, within [`MAX_PAGES`] and [`MAX_TOOLS`]; a cursor that
+/// comes twice ends the listing with an error at once.
+async fn list_tools(peer: &rmcp::Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = HashSet::new();
+    for _ in 0..MAX_PAGES {
+        let params = cursor
+            .clone()
+            .map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = peer
+            .list_tools(params)
+            .await
+            .map_err(|e| format!("it did not list its tools: {e}"))?;
+        tools.extend(page.tools);
+        if tools.len() > MAX_TOOLS {
+            return Err(format!("it listed more than {MAX_TOOLS} tools"));
+        }
+        match page.next_cursor {
+            None => return Ok(tools),
+            Some(next) => {
+                if !seen.insert(next.clone()) {
+                    return Err(format!(
+                        "its `tools/list` pages go round: the cursor `{next}` came twice"
+                    ));
+                }
+                cursor = Some(next);
+            }
+        }
+    }
+    Err(format!(
+        "its `tools/list` did not end within {MAX_PAGES} pages"
+    ))
 }
 
 /// What toolscript says about itself in `initialize`: its name and version, no capabilities

@@ -107,3 +107,30 @@ async fn a_failed_receipt_append_stops_the_run_before_its_next_call() {
         assert_eq!(outcome.effects.len(), 1);
     }
 }
+
+/// Closures over distinct half-megabyte strings: no size limit sees them, but the memory budget
+/// does, and the run ends with `limit_exceeded` instead of the process aborting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_memory_budget_ends_cleanly() {
+    toolscript::set_memory_probe(|| crate::ALLOCATOR.allocated());
+    let mut limits = Limits::default();
+    // The budget is the whole process's: what it holds now, and 256 MiB more.
+    limits.max_memory_mb = (crate::ALLOCATOR.allocated() >> 20) as u64 + 256;
+    let runtime = runtime_with(&Probe::default(), limits.clone());
+    let script = "let keep = [];\nlet s = \"x\";\nfor i in 0..19 { s += s; }\nfor i in 0..100000 { let t = s + i; keep.push(|| t.len()); }\nkeep.len()";
+    let outcome = run_in(&runtime, script, Mode::Sequential).await;
+    let e = error_of(&outcome);
+    assert_eq!(e.kind, ErrorKind::LimitExceeded, "{e:?}");
+    assert!(e.message.contains("memory budget"), "{}", e.message);
+    assert_eq!(e.line, Some(4));
+    // `replace` is checked before it allocates: a 1 MiB result, not a 17 GB one.
+    let outcome = run_in(
+        &runtime,
+        "let t = \"a\";\nfor i in 0..16 { t += t; }\nlet s = \"bbbbbbbbbbbbbbbb\";\nfor i in 0..12 { s += s; }\nt.replace(\"a\", s); t.len()",
+        Mode::Sequential,
+    )
+    .await;
+    let e = error_of(&outcome);
+    assert_eq!(e.kind, ErrorKind::LimitExceeded, "{e:?}");
+    assert!(e.message.contains("after `replace`"), "{}", e.message);
+}

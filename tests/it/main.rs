@@ -2,6 +2,11 @@
 
 mod support;
 
+/// Counts the test binary's allocations, as the command line counts its own, so that the
+/// memory budget can be tested (see `hardening::a_run_past_its_memory_budget_ends_cleanly`).
+#[global_allocator]
+static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
 // The command line is a default feature; its tests run the binary.
 #[cfg(feature = "cli")]
 mod cli;

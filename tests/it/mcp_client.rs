@@ -74,7 +74,7 @@ fn mcp_error(result: Result<Registry, Error>) -> (String, String) {
 
 /// A scripted MCP server: newline-delimited JSON-RPC on stdio, tools listed five to a page.
 /// `MODE=crash` writes to stderr and exits at once; `MODE=garbage` prints a line that is not
-/// JSON-RPC and exits. On end of input it writes `closed` to the file `MARKER`, if set.
+/// JSON-RPC and exits; `MODE=cursor_loop` answers every `tools/list` with the same cursor. On end of input it writes `closed` to the file `MARKER`, if set.
 const SCRIPTED_SERVER: &str = r#"
 const fs = require('fs');
 const readline = require('readline');
@@ -121,6 +121,9 @@ readline.createInterface({ input: process.stdin })
     if (method === 'initialize') {
       return send({ id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} },
         serverInfo: { name: 'scripted', version: '1.0.0' } } });
+    }
+    if (method === 'tools/list' && process.env.MODE === 'cursor_loop') {
+      return send({ id, result: { tools: tools.slice(0, 1), nextCursor: 'again' } });
     }
     if (method === 'tools/list') {
       const start = params && params.cursor ? Number(params.cursor) : 0;
@@ -561,6 +564,12 @@ async fn start_up_failures_say_what_the_server_did() {
         message.contains("before answering `initialize`"),
         "{message}"
     );
+    // A server whose pages go round is an error at once, not a listing without end; and the
+    // error is about the listing, not `initialize`.
+    let (_, message) =
+        mcp_error(build(&scripted(dir.path(), "env = { MODE = \"cursor_loop\" }")).await);
+    assert!(message.contains("came twice"), "{message}");
+    assert!(!message.contains("initialize"), "{message}");
 }
 
 /// A server that never answers: start-up gives up at its timeout (time is paused, so the test
