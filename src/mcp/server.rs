@@ -64,8 +64,10 @@ pub async fn serve_stdio(runtime: Runtime) -> Result<(), Error> {
     // `stdio_pipes` reads stdin through the IO reactor when it is a pipe (as MCP clients start
     // servers), so a pending read does not hold the process at exit the way `tokio::io::stdin`
     // does.
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let (transport, filter) = guarded(stdin, stdout);
     let running = server
-        .serve(rmcp::transport::stdio_pipes())
+        .serve(transport)
         .await
         .map_err(|e| mcp_error(format!("the session did not start: {e}")))?;
     let reason = running
@@ -73,7 +75,150 @@ pub async fn serve_stdio(runtime: Runtime) -> Result<(), Error> {
         .await
         .map_err(|e| mcp_error(format!("the session ended abnormally: {e}")))?;
     tracing::debug!(?reason, "the MCP session ended");
+    let _ = filter.await;
     Ok(())
+}
+
+/// The largest JSON-RPC message accepted, in bytes: a longer line is answered with an error
+/// and dropped, never buffered whole.
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// Stands between the client and the protocol: every line the client sends is checked to be a
+/// JSON-RPC message before it reaches rmcp, and what is not gets the error JSON-RPC asks for
+/// (`-32700` for text that is not JSON, `-32600` for JSON that is not a request, `-32602` for
+/// `params` that are neither an object nor an array) instead of silence. rmcp's frames and
+/// these errors reach stdout one whole line at a time.
+fn guarded<R, W>(
+    input: R,
+    output: W,
+) -> (
+    (tokio::io::DuplexStream, tokio::io::DuplexStream),
+    tokio::task::JoinHandle<()>,
+)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 16);
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
+    let (errors_tx, mut errors_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let reader = tokio::spawn(async move {
+        let mut to_rmcp = to_rmcp;
+        let mut lines = BufReader::new(input);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let read = (&mut lines)
+                .take(MAX_MESSAGE as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .await;
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if line.len() > MAX_MESSAGE && !line.ends_with(b"\n") {
+                let _ = errors_tx.send(rpc_error(
+                    &Value::Null,
+                    -32600,
+                    &format!("a message may be at most {MAX_MESSAGE} bytes"),
+                ));
+                // Skip the rest of the line.
+                let mut rest = Vec::new();
+                if lines.read_until(b'\n', &mut rest).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            match check_message(&line) {
+                Ok(true) => {
+                    if to_rmcp.write_all(&line).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    let _ = errors_tx.send(error);
+                }
+            }
+        }
+        // The client closed its end: so does rmcp's input, which ends the session.
+        let _ = to_rmcp.shutdown().await;
+    });
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        let mut frames = BufReader::new(from_rmcp).lines();
+        let mut errors_open = true;
+        loop {
+            let line = tokio::select! {
+                frame = frames.next_line() => match frame {
+                    Ok(Some(frame)) => frame,
+                    _ => break,
+                },
+                error = errors_rx.recv(), if errors_open => match error {
+                    Some(error) => error,
+                    None => { errors_open = false; continue; }
+                },
+            };
+            let written = output.write_all(line.as_bytes()).await;
+            if written.is_err() || output.write_all(b"\n").await.is_err() {
+                break;
+            }
+            let _ = output.flush().await;
+        }
+        reader.abort();
+    });
+    ((rmcp_in, rmcp_out), writer)
+}
+
+/// Whether a line is a JSON-RPC message to pass on (`Ok(true)`), one to drop silently (a blank
+/// line), or the error response it gets.
+fn check_message(line: &[u8]) -> Result<bool, String> {
+    let text = String::from_utf8_lossy(line);
+    if text.trim().is_empty() {
+        return Ok(false);
+    }
+    let message: Value = serde_json::from_str(&text)
+        .map_err(|e| rpc_error(&Value::Null, -32700, &format!("parse error: {e}")))?;
+    let Some(object) = message.as_object() else {
+        return Err(rpc_error(
+            &Value::Null,
+            -32600,
+            "a message must be one JSON-RPC object (batches are not supported)",
+        ));
+    };
+    let id = object.get("id").cloned().unwrap_or(Value::Null);
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(rpc_error(&id, -32600, "`jsonrpc` must be \"2.0\""));
+    }
+    let is_request = object.contains_key("method");
+    let is_response = object.contains_key("result") || object.contains_key("error");
+    if !is_request && !is_response {
+        return Err(rpc_error(
+            &id,
+            -32600,
+            "a message needs a `method` (a request) or a `result` or `error` (a response)",
+        ));
+    }
+    if let Some(params) = object.get("params") {
+        if !params.is_object() && !params.is_array() {
+            if object.contains_key("id") {
+                return Err(rpc_error(
+                    &id,
+                    -32602,
+                    "`params` must be an object or an array",
+                ));
+            }
+            // A notification gets no response, even an error.
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn rpc_error(id: &Value, code: i64, message: &str) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        .to_string()
 }
 
 fn mcp_error(message: String) -> Error {

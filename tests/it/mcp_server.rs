@@ -451,3 +451,71 @@ async fn rust_client_session() {
 
     client.cancel().await.expect("the session closes");
 }
+
+/// What a hostile or broken client sends gets the error JSON-RPC asks for, and the session
+/// goes on: text that is not JSON (-32700), JSON that is not a request (-32600), `params` of
+/// the wrong type (-32602, with the request's id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_get_json_rpc_errors_and_the_session_goes_on() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .arg("serve")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("toolscript serve starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let reply = exchange(&mut stdin, &mut stdout, "this is not json").await;
+    assert_eq!(reply["error"]["code"], json!(-32700), "{reply}");
+    assert_eq!(reply["id"], Value::Null);
+    let reply = exchange(&mut stdin, &mut stdout, "[1, 2]").await;
+    assert_eq!(reply["error"]["code"], json!(-32600), "{reply}");
+    let reply = exchange(
+        &mut stdin,
+        &mut stdout,
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":"str"}"#,
+    )
+    .await;
+    assert_eq!(reply["error"]["code"], json!(-32602), "{reply}");
+    assert_eq!(reply["id"], json!(5));
+    // The session is still there: a proper handshake is answered.
+    let reply = exchange(&mut stdin, &mut stdout, r#"{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#).await;
+    assert_eq!(reply["id"], json!(6), "{reply}");
+    assert_eq!(
+        reply["result"]["serverInfo"]["name"],
+        json!("toolscript"),
+        "{reply}"
+    );
+    drop(stdin);
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        status.success(),
+        "serve ends when its input does: {status:?}"
+    );
+}
+
+/// Sends one line to a child's stdin and reads one JSON line back.
+async fn exchange(
+    stdin: &mut tokio::process::ChildStdin,
+    stdout: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    line: &str,
+) -> Value {
+    use tokio::io::AsyncWriteExt;
+    stdin
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(DEADLINE, stdout.next_line())
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .expect("a line");
+    serde_json::from_str::<Value>(&reply).expect("the answer is JSON")
+}
