@@ -195,10 +195,15 @@ fn init_tracing(verbose: u8) {
         _ => "toolscript=trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        // The MCP SDK traces whole messages at its lowest levels: tools' results and
+        // arguments, secrets among them. Its own diagnostics stop at `debug`.
+        .add_directive("rmcp=debug".parse().expect("a valid directive"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal; never escape codes in a client's log.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

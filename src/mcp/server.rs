@@ -319,10 +319,17 @@ impl ServerHandler for Server {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let result = match request.name.as_ref() {
-            RUN_SCRIPT => self.run_script(request.arguments).await?,
+            // A client that cancels its request (`notifications/cancelled`) ends its run: the
+            // run's future is dropped, which stops its script and its speculation.
+            RUN_SCRIPT => tokio::select! {
+                result = self.run_script(request.arguments) => result?,
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::internal_error("the request was cancelled", None));
+                }
+            },
             DESCRIBE_TOOLS => self.describe_tools(request.arguments)?,
             other => {
                 // The MCP specification answers an unknown tool with invalid params.

@@ -17,6 +17,8 @@ mod errors;
 mod hardening;
 mod layering;
 mod limits;
+#[cfg(feature = "cli")]
+mod load;
 mod manifests;
 mod mcp_client;
 #[cfg(feature = "cli")]
