@@ -14,6 +14,7 @@ mod composites;
 mod dispatch_path;
 mod equivalence;
 mod errors;
+mod fuzz;
 mod hardening;
 mod layering;
 mod limits;
