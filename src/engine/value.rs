@@ -36,11 +36,46 @@ fn non_finite(value: &Dynamic) -> Option<rhai::FLOAT> {
     None
 }
 
-/// A JSON value as a script value.
+/// A JSON value as a script value. An integer beyond the script's 64-bit range (a `u64` above
+/// `i64::MAX`) becomes the string of its digits — exact, where a float would silently lose
+/// digits.
 pub(crate) fn to_dynamic(value: &Value) -> Dynamic {
+    let exact;
+    let value = if has_huge_integer(value) {
+        exact = huge_integers_as_strings(value);
+        &exact
+    } else {
+        value
+    };
     // Serialising a `serde_json::Value` into a `Dynamic` cannot fail: every JSON value has a
     // script form.
     rhai::serde::to_dynamic(value).unwrap_or(Dynamic::UNIT)
+}
+
+fn is_huge(n: &serde_json::Number) -> bool {
+    n.as_i64().is_none() && n.as_u64().is_some()
+}
+
+fn has_huge_integer(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => is_huge(n),
+        Value::Array(items) => items.iter().any(has_huge_integer),
+        Value::Object(map) => map.values().any(has_huge_integer),
+        _ => false,
+    }
+}
+
+fn huge_integers_as_strings(value: &Value) -> Value {
+    match value {
+        Value::Number(n) if is_huge(n) => Value::String(n.to_string()),
+        Value::Array(items) => Value::Array(items.iter().map(huge_integers_as_strings).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), huge_integers_as_strings(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +112,24 @@ mod tests {
         let many = Dynamic::from_array(vec![s; 300]);
         let e = to_json(&many).unwrap_err();
         assert!(e.contains("MiB"), "{e}");
+    }
+
+    #[test]
+    fn integers_beyond_the_script_range_stay_exact() {
+        let v =
+            json!({"id": 18446744073709551615_u64, "small": 7, "list": [9223372036854775808_u64]});
+        let d = to_dynamic(&v);
+        let map = d.cast::<rhai::Map>();
+        assert_eq!(
+            map["id"].clone().into_string().unwrap(),
+            "18446744073709551615"
+        );
+        assert!(map["small"].is_int());
+        let list = map["list"].clone().into_array().unwrap();
+        assert_eq!(
+            list[0].clone().into_string().unwrap(),
+            "9223372036854775808"
+        );
     }
 
     #[test]

@@ -35,15 +35,87 @@ fn runner(cases: u32) -> TestRunner {
 /// Pieces of scripts: keywords, operators, literals (odd ones too), the fixture's tools, the
 /// built-ins that allocate or sleep.
 const SCRIPT_PIECES: &[&str] = &[
-    "let ", "x", "y", " = ", "1", "-1", "0.0 / 0.0", "1e300", "9223372036854775807", "\"s\"",
-    "`t ${x}`", "#{", "}", "[", "]", "(", ")", "{", ";", ",", ".", ":", " + ", " * ", " - ",
-    " / ", " % ", " == ", " && ", " || ", " ?? ", "!", "if ", " else ", "while ", "for ",
-    " in ", "0..3", "loop ", "break", "continue", "return ", "throw ", "try ", " catch (e) ",
-    "fn f(a) ", "f(", "|a| a", ".map(", ".filter(", ".len()", ".push(", "sleep(", "print(",
-    "get_user(#{id: 1})", "get_user(#{id: x})", "lookup(#{id: 2})", "create_order(#{user: 1})",
-    "notify(#{})", "poll()", "flaky(#{i: 1})", "boom()", "bad_output()", "tool(\"get_user\", ",
-    "e.kind", "x.id", "x[0]", "switch x { 1 => 2, _ => 3 }", "type_of(x)", ".replace(\"a\", ",
-    "\"aaaa\"", "s += s", "()", "true", "false", "\n", "//", "/*", "*/", "'c'", "\\",
+    "let ",
+    "x",
+    "y",
+    " = ",
+    "1",
+    "-1",
+    "0.0 / 0.0",
+    "1e300",
+    "9223372036854775807",
+    "\"s\"",
+    "`t ${x}`",
+    "#{",
+    "}",
+    "[",
+    "]",
+    "(",
+    ")",
+    "{",
+    ";",
+    ",",
+    ".",
+    ":",
+    " + ",
+    " * ",
+    " - ",
+    " / ",
+    " % ",
+    " == ",
+    " && ",
+    " || ",
+    " ?? ",
+    "!",
+    "if ",
+    " else ",
+    "while ",
+    "for ",
+    " in ",
+    "0..3",
+    "loop ",
+    "break",
+    "continue",
+    "return ",
+    "throw ",
+    "try ",
+    " catch (e) ",
+    "fn f(a) ",
+    "f(",
+    "|a| a",
+    ".map(",
+    ".filter(",
+    ".len()",
+    ".push(",
+    "sleep(",
+    "print(",
+    "get_user(#{id: 1})",
+    "get_user(#{id: x})",
+    "lookup(#{id: 2})",
+    "create_order(#{user: 1})",
+    "notify(#{})",
+    "poll()",
+    "flaky(#{i: 1})",
+    "boom()",
+    "bad_output()",
+    "tool(\"get_user\", ",
+    "e.kind",
+    "x.id",
+    "x[0]",
+    "switch x { 1 => 2, _ => 3 }",
+    "type_of(x)",
+    ".replace(\"a\", ",
+    "\"aaaa\"",
+    "s += s",
+    "()",
+    "true",
+    "false",
+    "\n",
+    "//",
+    "/*",
+    "*/",
+    "'c'",
+    "\\",
 ];
 
 fn script_strategy() -> impl Strategy<Value = String> {
@@ -58,15 +130,41 @@ fn script_strategy() -> impl Strategy<Value = String> {
 
 /// Pieces of manifests.
 const MANIFEST_PIECES: &[&str] = &[
-    "[[tool]]\n", "[[mcp]]\n", "name = \"a\"\n", "name = \"get-user\"\n", "name = \"ts_x\"\n",
-    "name = \"\"\n", "effect = \"read\"\n", "effect = \"write\"\n", "effect = \"reed\"\n",
-    "script = '''1'''\n", "script = \"let = ;\"\n", "script = '''throw #{kind: 1}'''\n",
-    "nested = [\"a\"]\n", "nested = [\"missing\"]\n", "retries = 2\n", "retries = -1\n",
-    "timeout_ms = 0\n", "timeout_ms = 18446744073709551615\n", "latency_ms = 1\n",
-    "input = { type = \"string\" }\n", "input = { type = \"object\", properties = { id = { type = \"integer\" } } }\n",
-    "output = { pattern = \"(a+)+$\" }\n", "output = { \"$ref\" = \"http://x\" }\n",
-    "command = []\n", "command = [\"definitely-not-a-program\"]\n", "colour = 1\n", "= \n",
-    "[", "]", "\"", "'''", "\n", "# comment\n", "speculate = false\n", "allow_repeat = true\n",
+    "[[tool]]\n",
+    "[[mcp]]\n",
+    "name = \"a\"\n",
+    "name = \"get-user\"\n",
+    "name = \"ts_x\"\n",
+    "name = \"\"\n",
+    "effect = \"read\"\n",
+    "effect = \"write\"\n",
+    "effect = \"reed\"\n",
+    "script = '''1'''\n",
+    "script = \"let = ;\"\n",
+    "script = '''throw #{kind: 1}'''\n",
+    "nested = [\"a\"]\n",
+    "nested = [\"missing\"]\n",
+    "retries = 2\n",
+    "retries = -1\n",
+    "timeout_ms = 0\n",
+    "timeout_ms = 18446744073709551615\n",
+    "latency_ms = 1\n",
+    "input = { type = \"string\" }\n",
+    "input = { type = \"object\", properties = { id = { type = \"integer\" } } }\n",
+    "output = { pattern = \"(a+)+$\" }\n",
+    "output = { \"$ref\" = \"http://x\" }\n",
+    "command = []\n",
+    "command = [\"definitely-not-a-program\"]\n",
+    "colour = 1\n",
+    "= \n",
+    "[",
+    "]",
+    "\"",
+    "'''",
+    "\n",
+    "# comment\n",
+    "speculate = false\n",
+    "allow_repeat = true\n",
 ];
 
 fn manifest_strategy() -> impl Strategy<Value = String> {
@@ -88,7 +186,12 @@ const REGRESSIONS: &[&str] = &[
 
 #[test]
 fn the_parser_and_check_never_panic() {
-    let runtime = Runtime::new(Registry::builder().tools(fixture_tools(&Probe::default())).build().unwrap());
+    let runtime = Runtime::new(
+        Registry::builder()
+            .tools(fixture_tools(&Probe::default()))
+            .build()
+            .unwrap(),
+    );
     let result = runner(cases(2_000)).run(&script_strategy(), |source| {
         // Either compiles or says where it does not; `check` never fails on a compiled script.
         match runtime.check(&source) {
@@ -125,9 +228,14 @@ fn fuzz_runtime() -> Runtime {
     let mut limits = Limits::default();
     limits.max_operations = 50_000;
     limits.max_duration = Duration::from_secs(5);
-    Runtime::builder(Registry::builder().tools(fixture_tools(&Probe::default())).build().unwrap())
-        .limits(limits)
-        .build()
+    Runtime::builder(
+        Registry::builder()
+            .tools(fixture_tools(&Probe::default()))
+            .build()
+            .unwrap(),
+    )
+    .limits(limits)
+    .build()
 }
 
 /// Whole runs in both modes: no panic, and the same observable result unless the deadline
@@ -151,7 +259,11 @@ fn runs_never_panic_and_agree_in_both_modes() {
                 .is_err_and(|e| e.message.contains("deadline"))
         };
         if !deadline(&sequential) && !deadline(&speculative) {
-            assert_eq!(observable(&sequential), observable(&speculative), "{source}");
+            assert_eq!(
+                observable(&sequential),
+                observable(&speculative),
+                "{source}"
+            );
         }
     };
     for source in REGRESSIONS {
