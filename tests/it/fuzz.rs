@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use toolscript::bench::observable;
 use toolscript::{ErrorKind, Limits, Manifests, Mode, Registry, Runtime};
 
@@ -22,14 +22,23 @@ fn cases(default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config {
+/// Runs `check` on `cases` inputs of `strategy`; a failure (or a panic) fails the test with the
+/// input that caused it.
+fn fuzz<S: Strategy>(
+    cases: u32,
+    strategy: S,
+    check: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) {
+    let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
         // Shrinking a crash of a long run takes long; the input is printed whole anyway.
         max_shrink_iters: 200,
         ..Config::default()
-    })
+    });
+    if let Err(e) = runner.run(&strategy, check) {
+        panic!("{e}");
+    }
 }
 
 /// Pieces of scripts: keywords, operators, literals (odd ones too), the fixture's tools, the
@@ -192,25 +201,21 @@ fn the_parser_and_check_never_panic() {
             .build()
             .unwrap(),
     );
-    let result = runner(cases(2_000)).run(&script_strategy(), |source| {
+    fuzz(cases(2_000), script_strategy(), |source| {
         // Either compiles or says where it does not; `check` never fails on a compiled script.
-        match runtime.check(&source) {
-            Ok(_) => {}
-            Err(e) => prop_assert!(
+        if let Err(e) = runtime.check(&source) {
+            prop_assert!(
                 matches!(e.kind, ErrorKind::InvalidScript | ErrorKind::LimitExceeded),
                 "{e:?}"
-            ),
+            );
         }
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 #[test]
 fn manifests_never_panic() {
-    let result = runner(cases(2_000)).run(&manifest_strategy(), |text| {
+    fuzz(cases(2_000), manifest_strategy(), |text| {
         let mut manifests = Manifests::new();
         if manifests.load_str(Path::new("fuzz.toml"), &text).is_ok() {
             // Declared MCP servers are not started here: building says so, it does not panic.
@@ -218,9 +223,6 @@ fn manifests_never_panic() {
         }
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 /// Small limits, so that a runaway script ends quickly.
@@ -269,11 +271,8 @@ fn runs_never_panic_and_agree_in_both_modes() {
     for source in REGRESSIONS {
         check(source);
     }
-    let result = runner(cases(300)).run(&script_strategy(), |source| {
+    fuzz(cases(300), script_strategy(), |source| {
         check(&source);
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
