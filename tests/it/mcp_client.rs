@@ -107,6 +107,7 @@ const tools = [
   { name: 'slow', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'cancelled', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'exit', inputSchema: object },
+  { name: 'secret', inputSchema: object, annotations: { readOnlyHint: true } },
 ];
 const cancelled = [];
 const send = (message) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...message }) + '\n');
@@ -141,6 +142,7 @@ readline.createInterface({ input: process.stdin })
         case 'slow': return;
         case 'cancelled': return send({ id, result: text(JSON.stringify(cancelled)) });
         case 'exit': process.exit(0);
+        case 'secret': return send({ id, result: text('SECRET-VALUE-4711') });
         default: return send({ id, result: text(JSON.stringify({ tool: params.name, args })) });
       }
     }
@@ -368,8 +370,8 @@ async fn a_scripted_server_maps_names_results_and_errors() {
     }
     let dir = tempfile::tempdir().unwrap();
     let registry = build(&scripted(dir.path(), "")).await.unwrap();
-    // Eighteen tools over four pages.
-    assert_eq!(registry.len(), 18, "{registry:?}");
+    // Nineteen tools over four pages.
+    assert_eq!(registry.len(), 19, "{registry:?}");
     // A tool keeps its own name; one whose name (or alias) another holds gets a suffix.
     for (name, original) in [
         ("print_", "print"),
@@ -610,5 +612,39 @@ async fn speculation_over_mcp_tools_matches_sequential() {
     assert!(
         first.as_str().is_some_and(|t| t.contains("0.201")),
         "{first}"
+    );
+}
+
+/// The MCP SDK traces whole messages at its lowest levels; `RUST_LOG=trace` must still not put
+/// a tool's result on stderr.
+#[cfg(feature = "cli")]
+#[test]
+fn trace_logging_never_prints_tool_results() {
+    if !node_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("m.toml");
+    std::fs::write(&manifest, scripted(dir.path(), "")).unwrap();
+    let script = dir.path().join("s.rhai");
+    std::fs::write(&script, "let s = secret(); s.len()").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(["run", "--tools"])
+        .arg(&manifest)
+        .arg(&script)
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "17");
+    assert!(
+        stderr.contains("TRACE") || stderr.contains("DEBUG"),
+        "tracing is on: {stderr}"
+    );
+    assert!(
+        !stderr.contains("SECRET-VALUE"),
+        "a result reached the log:\n{stderr}"
     );
 }
