@@ -22,7 +22,6 @@ use rmcp::model::{
     ErrorCode, Implementation, ProtocolVersion, ToolAnnotations,
 };
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -48,8 +47,77 @@ type Client = RunningService<RoleClient, ClientConfig>;
 struct Connection {
     /// The server's name, for errors.
     server: String,
-    /// Dropping it cancels the client's task, which shuts the server down.
+    /// Dropping it cancels the client's task, which closes the server's stdin.
     service: Client,
+    /// The server's process: given a moment to exit on its own once its stdin is closed, then
+    /// killed.
+    child: Mutex<Option<tokio::process::Child>>,
+    /// Bumped at every line the server wrote that is not JSON-RPC: a call waiting when one
+    /// comes has lost its answer.
+    faults: tokio::sync::watch::Receiver<(u64, String)>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let child = self.child.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(mut child), Ok(handle)) = (child, tokio::runtime::Handle::try_current()) {
+            handle.spawn(async move {
+                if tokio::time::timeout(EXIT_GRACE, child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = child.kill().await;
+                }
+            });
+        }
+    }
+}
+
+/// How long a server whose stdin was closed may take to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest line a server may write; a longer one is a protocol fault.
+const MAX_LINE: usize = 64 << 20;
+
+/// Reads the server's stdout line by line and passes on only JSON-RPC messages; any other line
+/// is a protocol fault, counted in `faults` (with what it looked like) so that the calls then
+/// waiting fail at once instead of at their timeout.
+async fn validate(
+    stdout: tokio::process::ChildStdout,
+    mut to_client: tokio::io::DuplexStream,
+    faults: tokio::sync::watch::Sender<(u64, String)>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut lines = BufReader::new(stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut lines)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        if matches!(read, Ok(0) | Err(_)) {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let message: Option<Value> = serde_json::from_str(text.trim()).ok();
+        let is_rpc = message
+            .as_ref()
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.get("jsonrpc").and_then(Value::as_str) == Some("2.0"));
+        if is_rpc && line.ends_with(b"\n") {
+            if to_client.write_all(&line).await.is_err() {
+                break;
+            }
+        } else if !text.trim().is_empty() {
+            let seen: String = text.trim().chars().take(80).collect();
+            faults.send_modify(|(n, last)| {
+                *n += 1;
+                *last = seen;
+            });
+        }
+    }
+    let _ = to_client.shutdown().await;
 }
 
 /// Starts the server, initialises it, lists its tools (all pages) and returns them as tools.
@@ -64,7 +132,7 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
         server: spec.name.clone(),
         message,
     };
-    let (service, listed) = start(spec).await.map_err(fail)?;
+    let (service, child, faults, listed) = start(spec).await.map_err(fail)?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     if let Some(unknown) = spec
         .effects
@@ -83,6 +151,8 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
     let connection = Arc::new(Connection {
         server: spec.name.clone(),
         service,
+        child: Mutex::new(Some(child)),
+        faults,
     });
     let tools = listed
         .iter()
@@ -104,36 +174,57 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
             tool_spec.origin = Some(format!("mcp:{}/{}", spec.name, tool.name));
             let connection = Arc::clone(&connection);
             let original: Arc<str> = Arc::from(tool.name.as_ref());
+            let effect = tool_spec.effect;
             Tool::from_spec(tool_spec, move |args, _ctx| {
                 let (connection, original) = (Arc::clone(&connection), Arc::clone(&original));
-                async move { connection.call(&original, args).await }
+                async move { connection.call(&original, effect, args).await }
             })
         })
         .collect();
     Ok(tools)
 }
 
+/// A started server: the client, its process, its protocol faults, its tools.
+type Started = (
+    Client,
+    tokio::process::Child,
+    tokio::sync::watch::Receiver<(u64, String)>,
+    Vec<rmcp::model::Tool>,
+);
+
 /// Spawns the server and runs the handshake and the listing under the start-up timeout.
-async fn start(spec: &McpServerSpec) -> Result<(Client, Vec<rmcp::model::Tool>), String> {
+async fn start(spec: &McpServerSpec) -> Result<Started, String> {
     let Some((program, args)) = spec.command.split_first() else {
         return Err("the command is empty: give the program and its arguments".to_string());
     };
     let mut command = tokio::process::Command::new(program);
-    command.args(args).envs(&spec.env).kill_on_drop(true);
+    command
+        .args(args)
+        .envs(&spec.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
-    let (transport, stderr) = TokioChildProcess::builder(command)
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            let place = spec
-                .cwd
-                .as_ref()
-                .map(|dir| format!(" in `{}`", dir.display()))
-                .unwrap_or_default();
-            format!("cannot start `{program}`{place}: {e}")
-        })?;
+    let mut child = command.spawn().map_err(|e| {
+        let place = spec
+            .cwd
+            .as_ref()
+            .map(|dir| format!(" in `{}`", dir.display()))
+            .unwrap_or_default();
+        format!("cannot start `{program}`{place}: {e}")
+    })?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("its stdin and stdout could not be opened".to_string());
+    };
+    let stderr = child.stderr.take();
+    // The client reads what the validator passes on: JSON-RPC messages only.
+    let (to_client, client_reads) = tokio::io::duplex(1 << 16);
+    let (faults_tx, faults) = tokio::sync::watch::channel((0u64, String::new()));
+    tokio::spawn(validate(stdout, to_client, faults_tx));
+    let transport = (client_reads, stdin);
     let tail = StderrTail::default();
     let reader = stderr.map(|stderr| tokio::spawn(tail.clone().drain(stderr, spec.name.clone())));
 
@@ -150,7 +241,7 @@ async fn start(spec: &McpServerSpec) -> Result<(Client, Vec<rmcp::model::Tool>),
     })
     .await;
     let message = match started {
-        Ok(Ok(started)) => return Ok(started),
+        Ok(Ok((service, tools))) => return Ok((service, child, faults, tools)),
         Ok(Err(message)) => message,
         Err(_) if initialised.load(std::sync::atomic::Ordering::SeqCst) => format!(
             "it answered `initialize` but did not finish listing its tools (`tools/list`) within {} s",
@@ -323,7 +414,7 @@ impl Connection {
     /// Calls the server's tool `tool`. Dropping the future (the call's timeout, or a
     /// speculative call nobody needs) sends `notifications/cancelled` for the request: rmcp's
     /// `Peer::call_tool` arms a guard that does so while the response is awaited.
-    async fn call(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
+    async fn call(&self, tool: &str, effect: Effect, args: Value) -> Result<Value, ToolError> {
         let mut params = CallToolRequestParams::new(tool.to_string());
         match args {
             Value::Object(map) => params = params.with_arguments(map),
@@ -334,9 +425,28 @@ impl Connection {
                 )))
             }
         }
-        match self.service.peer().call_tool(params).await {
-            Ok(result) => result_value(result),
-            Err(e) => Err(self.call_error(tool, e)),
+        let mut faults = self.faults.clone();
+        faults.mark_unchanged();
+        tokio::select! {
+            answer = self.service.peer().call_tool(params) => match answer {
+                Ok(result) => result_value(result),
+                Err(e) => Err(self.call_error(tool, e)),
+            },
+            // A line that is not JSON-RPC came while the call waited: its answer may have been
+            // that line. The call fails now rather than at its timeout; a non-read call may or
+            // may not have taken effect.
+            Ok(()) = faults.changed() => {
+                let seen = faults.borrow().1.clone();
+                let why = format!(
+                    "the MCP server `{}` wrote a line that is not JSON-RPC (`{seen}`) while `{tool}` was running: its answer is lost",
+                    self.server
+                );
+                Err(if effect == Effect::Read {
+                    ToolError::internal(why)
+                } else {
+                    ToolError::new(ErrorKind::AmbiguousOutcome, why).with_recoverable(false)
+                })
+            }
         }
     }
 

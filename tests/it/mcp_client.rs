@@ -108,6 +108,8 @@ const tools = [
   { name: 'cancelled', inputSchema: object, annotations: { readOnlyHint: true } },
   { name: 'exit', inputSchema: object },
   { name: 'secret', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'garble', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'garble_write', inputSchema: object },
 ];
 const cancelled = [];
 const send = (message) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...message }) + '\n');
@@ -143,6 +145,7 @@ readline.createInterface({ input: process.stdin })
         case 'cancelled': return send({ id, result: text(JSON.stringify(cancelled)) });
         case 'exit': process.exit(0);
         case 'secret': return send({ id, result: text('SECRET-VALUE-4711') });
+        case 'garble': case 'garble_write': return process.stdout.write('oops, not a frame\n');
         default: return send({ id, result: text(JSON.stringify({ tool: params.name, args })) });
       }
     }
@@ -370,8 +373,8 @@ async fn a_scripted_server_maps_names_results_and_errors() {
     }
     let dir = tempfile::tempdir().unwrap();
     let registry = build(&scripted(dir.path(), "")).await.unwrap();
-    // Nineteen tools over four pages.
-    assert_eq!(registry.len(), 19, "{registry:?}");
+    // Twenty-one tools over five pages.
+    assert_eq!(registry.len(), 21, "{registry:?}");
     // A tool keeps its own name; one whose name (or alias) another holds gets a suffix.
     for (name, original) in [
         ("print_", "print"),
@@ -646,5 +649,45 @@ fn trace_logging_never_prints_tool_results() {
     assert!(
         !stderr.contains("SECRET-VALUE"),
         "a result reached the log:\n{stderr}"
+    );
+}
+
+/// A server that answers a call with a line that is not JSON-RPC: the call fails at once with
+/// what the server wrote (not at its timeout, not as a "retry later" timeout), as `internal`
+/// for a read and `ambiguous_outcome` for a write; the connection serves the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_fault_fails_the_waiting_call_at_once() {
+    if !node_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(
+        build(&scripted(dir.path(), "timeout_ms = 60000"))
+            .await
+            .unwrap(),
+    );
+    let outcome = runtime
+        .run(
+            r#"
+            let kinds = [];
+            for t in ["garble", "garble_write"] {
+                try { tool(t, #{}); } catch (e) { kinds.push([e.kind, e.message]); }
+            }
+            kinds.push(text(#{ text: "still here" }));
+            kinds
+            "#,
+        )
+        .await;
+    let value = value_of(&outcome);
+    assert_eq!(value[0][0], "internal", "{value}");
+    assert!(
+        value[0][1].as_str().unwrap().contains("oops, not a frame"),
+        "{value}"
+    );
+    assert_eq!(value[1][0], "ambiguous_outcome", "{value}");
+    assert_eq!(value[2], "still here");
+    assert_eq!(
+        outcome.effects[0].ok, None,
+        "the write's outcome is unknown"
     );
 }
