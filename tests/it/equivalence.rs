@@ -139,6 +139,10 @@ async fn the_test_corpus_gives_the_same_result() {
 /// read started in the wrong epoch shows), failing reads, a write that can conflict, an
 /// external call, and a read and a write composite. Latencies of 0 to 2 ms let the scout and the executor race.
 fn random_catalog() -> Runtime {
+    Runtime::new(Registry::builder().tools(random_tools()).build().unwrap())
+}
+
+fn random_tools() -> Vec<Tool> {
     let puts = Arc::new(Mutex::new(0_i64));
     let latency = |id: i64| Duration::from_micros((id.unsigned_abs() % 3) * 700);
     let (p1, p2, p3) = (Arc::clone(&puts), Arc::clone(&puts), Arc::clone(&puts));
@@ -203,16 +207,16 @@ fn random_catalog() -> Runtime {
             let record = ctx.call("get", json!({"id": args["k"]})).await?;
             ctx.call("put", json!({"k": record["next"]})).await
         });
-    Runtime::new(
-        Registry::builder()
-            .tools([get, list, put, notify, pair, put_checked])
-            .build()
-            .unwrap(),
-    )
+    vec![get, list, put, notify, pair, put_checked]
 }
 
 /// A random script: statements over reads, writes, conditions, loops and try/catch.
 fn script_strategy() -> impl Strategy<Value = String> {
+    scripts_with(false)
+}
+
+/// Random scripts; with `edges`, also calls of the edge catalog's tools (see [`edge_catalog`]).
+fn scripts_with(edges: bool) -> impl Strategy<Value = String> {
     let id = prop_oneof![
         (0_i64..20).prop_map(|k| k.to_string()),
         (0_usize..4, 0_i64..5).prop_map(|(v, k)| format!("(x{v}.next + {k}) % 20")),
@@ -235,6 +239,24 @@ fn script_strategy() -> impl Strategy<Value = String> {
             "try {{ acc.push(put_checked(#{{k: {e}}})); }} catch (e) {{ acc.push(e.kind); }}"
         )),
     ];
+    let edge_id = prop_oneof![4 => id.clone(), 1 => Just("-1".to_string())];
+    let edge = prop_oneof![
+        edge_id.clone().prop_map(|e| format!(
+            "try {{ acc.push(shaky(#{{id: {e}}})); }} catch (e) {{ acc.push(e.kind); }}"
+        )),
+        edge_id.clone().prop_map(|e| format!(
+            "try {{ acc.push(slowish(#{{id: {e}}}).id); }} catch (e) {{ acc.push(e.kind); }}"
+        )),
+        edge_id.clone().prop_map(|e| format!(
+            "try {{ acc.push(careful(#{{id: {e}}})); }} catch (e) {{ acc.push(e.kind); }}"
+        )),
+        edge_id.prop_map(|e| format!("acc.push(shaky(#{{id: {e}}}));")),
+    ];
+    let leaf = if edges {
+        prop_oneof![2 => leaf, 1 => edge].boxed()
+    } else {
+        leaf.boxed()
+    };
     let block = leaf.prop_recursive(3, 24, 4, move |inner| {
         let body = prop::collection::vec(inner, 1..4).prop_map(|s| s.join("\n"));
         prop_oneof![
@@ -259,6 +281,85 @@ fn script_strategy() -> impl Strategy<Value = String> {
     });
     (lets, prop::collection::vec(block, 1..6))
         .prop_map(|(lets, body)| format!("let acc = [];\n{lets}\n{}\nacc", body.join("\n")))
+}
+
+/// The random catalog, at the edges: a read that fails in ways its breaker counts (and one
+/// its schema refuses), a read with a tight timeout, a read composite that catches its nested
+/// failures, breakers that open after 3 failures, and a budget of 30 calls that many scripts
+/// reach — so that claims meet breakers near their threshold and budgets near their end.
+fn edge_catalog() -> Runtime {
+    let shaky = Tool::builder("shaky", Effect::Read)
+        .input_schema(json!({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0}}, "required": ["id"]}))
+        .handler(|args| async move {
+            let id = args["id"].as_i64().unwrap_or_default();
+            tokio::time::sleep(Duration::from_micros((id as u64 % 3) * 700)).await;
+            match id % 4 {
+                0 => Err(ToolError::unavailable(format!("{id} is down"))),
+                1 => Err(ToolError::internal(format!("{id} broke"))),
+                _ => Ok(json!(id * 2)),
+            }
+        });
+    let slowish = Tool::builder("slowish", Effect::Read)
+        .timeout(Duration::from_millis(20))
+        .input_schema(json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}))
+        .handler(|args| async move {
+            let id = args["id"].as_i64().unwrap_or_default();
+            // Odd ids take far longer than the timeout; even ones answer at once.
+            if id % 2 != 0 {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            Ok(json!({"id": id}))
+        });
+    let careful = Tool::builder("careful", Effect::Read)
+        .nested(["shaky", "get"])
+        .composite(|args, ctx| async move {
+            let first = ctx.call("shaky", json!({"id": args["id"]})).await;
+            let second = ctx.call("get", json!({"id": args["id"]})).await;
+            Ok(json!([
+                first.map_err(|e| e.kind.to_string()).err(),
+                second.map(|v| v["v"].clone()).ok()
+            ]))
+        });
+    let tools: Vec<Tool> = random_tools()
+        .into_iter()
+        .chain([shaky, slowish, careful])
+        .collect();
+    let mut breaker = toolscript::BreakerConfig::default();
+    breaker.failure_threshold = 3;
+    let mut budget = toolscript::Budget::default();
+    budget.max_tool_calls = 30;
+    Runtime::builder(Registry::builder().tools(tools).build().unwrap())
+        .breaker(breaker)
+        .budget(budget)
+        .build()
+}
+
+/// At the edges of breakers, budgets and timeouts, with composites whose children fail or are
+/// refused: speculation still changes nothing.
+#[test]
+fn random_scripts_at_the_edges_give_the_same_result() {
+    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&scripts_with(true), |script| {
+        let (a, b, _) = rt.block_on(both(&edge_catalog, &script));
+        prop_assert_eq!(a, b, "{}", script);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }
 
 #[test]
