@@ -74,7 +74,7 @@ pub use runtime::{Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script,
 pub use script::Problem;
 pub use tool::{
     Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
-    ToolSpec, DEFAULT_TIMEOUT,
+    ToolSpec, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 
 /// Receipts: one per dispatch, chained by hash, written as JSON Lines and verified.

@@ -365,25 +365,41 @@ async fn steps(
     flight.stage = Stage::Admitted;
     // 7. Validate the input.
     schema::check_input(tool, &call.args)?;
-    // 8. Run the body under its timeout, catching panics, retrying where the policy allows.
-    ctx.repeat.record(spec, &call.args_key);
-    if spec.effect != Effect::Read {
-        flight.effect_index = Some(ctx.log_effect(spec, &call.args));
-    }
-    flight.stage = Stage::Running;
+    // 8. Wait for a slot of the tool (or of the resource it shares: an MCP server, the script
+    // threads) within the run's deadline but outside the call's timeout, which measures the
+    // tool's own work; then run the body under its timeout, catching panics, retrying where
+    // the policy allows.
+    let work = async {
+        let slot = tokio::time::timeout(
+            ctx.budget.remaining(Instant::now()),
+            Arc::clone(&tool.slots).acquire_owned(),
+        );
+        // The semaphore is never closed: only the deadline ends the wait.
+        let Ok(Ok(slot)) = slot.await else {
+            return Err(ctx.budget.past_deadline());
+        };
+        // Held until the call ends, or until its body gives it back.
+        let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+        ctx.repeat.record(spec, &call.args_key);
+        if spec.effect != Effect::Read {
+            flight.effect_index = Some(ctx.log_effect(spec, &call.args));
+        }
+        flight.stage = Stage::Running;
+        run_body(ctx, tool, call, flight, &slot).await
+    };
     let result = match speculation {
         // A speculative call ends early when the run no longer needs it.
         Some(_) => {
             let mut cancel = ctx.cancel.subscribe();
             tokio::select! {
-                result = run_body(ctx, tool, call, flight) => result,
+                result = work => result,
                 _ = cancel.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
                     ErrorKind::Cancelled,
                     "the run ended before this speculative read was needed",
                 )),
             }
         }
-        None => run_body(ctx, tool, call, flight).await,
+        None => work.await,
     };
     // 9. Validate the output.
     result.and_then(|value| schema::check_output(tool, &value).map(|()| value))
@@ -396,6 +412,7 @@ async fn run_body(
     tool: &RegisteredTool,
     call: &Call,
     flight: &mut InProgress,
+    slot: &Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
     let nested = spec
@@ -406,7 +423,13 @@ async fn run_body(
         flight.attempts += 1;
         let remaining = ctx.budget.remaining(Instant::now());
         let limit = spec.timeout.min(remaining);
-        let context = ToolContext::new(&spec.name, flight.call_id, flight.attempts, nested.clone());
+        let context = ToolContext::new(
+            &spec.name,
+            flight.call_id,
+            flight.attempts,
+            nested.clone(),
+            Arc::clone(slot),
+        );
         let body = AssertUnwindSafe(async { (tool.body)(call.args.clone(), context).await })
             .catch_unwind();
         let result = match tokio::time::timeout(limit, body).await {

@@ -73,14 +73,18 @@ pub(crate) struct ScriptPool {
 }
 
 impl ScriptPool {
+    /// The number of threads of the pool: one per core.
+    pub(crate) fn threads() -> usize {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    }
+
     /// The process's pool, started on first use.
     pub(crate) fn shared() -> &'static ScriptPool {
         static POOL: OnceLock<ScriptPool> = OnceLock::new();
         POOL.get_or_init(|| {
             let (tx, rx) = mpsc::channel::<Job>();
             let rx = Arc::new(Mutex::new(rx));
-            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-            for i in 0..threads {
+            for i in 0..ScriptPool::threads() {
                 let rx = Arc::clone(&rx);
                 // A pool that cannot start a thread runs with the ones it has; one that has none
                 // answers every job with `None` (the receiver is dropped with the last thread).

@@ -56,6 +56,7 @@ struct McpEntry {
     #[serde(default)]
     effects: std::collections::BTreeMap<String, Effect>,
     trust_annotations: Option<bool>,
+    max_concurrency: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +170,15 @@ impl Manifests {
             }
             spec.effects = entry.effects;
             spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
+            if let Some(calls) = entry.max_concurrency {
+                if calls == 0 {
+                    return Err(error(
+                        Some(span),
+                        "`max_concurrency` must be at least 1".to_string(),
+                    ));
+                }
+                spec.max_concurrency = calls;
+            }
             // A server runs in its manifest's folder, so relative paths in its command work
             // from wherever toolscript is started.
             spec.cwd = file

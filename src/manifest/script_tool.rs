@@ -17,12 +17,17 @@ use crate::engine::{self, Limits, ScriptPool, Thrown, ToolCall, Watch};
 use crate::error::{ErrorKind, ToolError};
 use crate::tool::{Effect, Tool, ToolContext, ToolSpec};
 
-/// What script tools loaded together share: an engine, their limits and the `state` map.
+/// What script tools loaded together share: an engine, their limits, the `state` map, and the
+/// slots of the script threads.
 pub(super) struct ScriptHost {
     /// Compiles bodies and runs the bodies that are not composites.
     pub(super) engine: Engine,
     limits: Limits,
     state: RwLock<Map>,
+    /// One slot per thread of the pool the bodies run on: a call waits for one before its
+    /// timeout starts, so that a queue of bodies never turns into timeouts, and gives it back
+    /// once its body is done (its simulated latency takes no thread).
+    slots: crate::tool::Slots,
 }
 
 impl ScriptHost {
@@ -34,6 +39,7 @@ impl ScriptHost {
             engine,
             limits,
             state: RwLock::default(),
+            slots: Arc::new(tokio::sync::Semaphore::new(ScriptPool::threads())),
         }
     }
 
@@ -47,13 +53,16 @@ impl ScriptHost {
                 async move {
                     let started = tokio::time::Instant::now();
                     let result = host.composite(ast, args, ctx).await;
-                    tokio::time::sleep_until(started + latency).await;
+                    if latency > Duration::ZERO {
+                        tokio::time::sleep_until(started + latency).await;
+                    }
                     result
                 }
             });
         }
         let effect = spec.effect;
-        Tool::from_spec(spec, move |args, _ctx| {
+        let slots = Arc::clone(&self.slots);
+        let tool = Tool::from_spec(spec, move |args, ctx: ToolContext| {
             let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
             async move {
                 let started = tokio::time::Instant::now();
@@ -71,12 +80,14 @@ impl ScriptHost {
                     Err(e) => Err(ToolError::internal(format!("the script tool stopped: {e}"))),
                 };
                 drop(cancel);
+                ctx.release_slot();
                 if latency > Duration::ZERO {
                     tokio::time::sleep_until(started + latency).await;
                 }
                 result
             }
-        })
+        });
+        tool.sharing(&slots)
     }
 
     /// Runs a script tool's body. Read tools run side by side and see `state` as it is; other

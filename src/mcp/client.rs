@@ -154,6 +154,10 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
         child: Mutex::new(Some(child)),
         faults,
     });
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        spec.max_concurrency
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+    ));
     let tools = listed
         .iter()
         .zip(names)
@@ -179,6 +183,7 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
                 let (connection, original) = (Arc::clone(&connection), Arc::clone(&original));
                 async move { connection.call(&original, effect, args).await }
             })
+            .sharing(&slots)
         })
         .collect();
     Ok(tools)

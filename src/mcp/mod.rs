@@ -33,6 +33,10 @@ pub struct McpServerSpec {
     pub effects: BTreeMap<String, Effect>,
     /// Whether annotations decide effects; when `false`, every tool not in `effects` is a write.
     pub trust_annotations: bool,
+    /// Calls to the server's tools that may run at once, all tools together; more wait for a
+    /// slot outside their timeout, so that speculation queues behind a server rather than
+    /// overloading it into failing.
+    pub max_concurrency: usize,
 }
 
 impl McpServerSpec {
@@ -56,6 +60,7 @@ impl McpServerSpec {
             timeout: crate::tool::DEFAULT_TIMEOUT,
             effects: BTreeMap::new(),
             trust_annotations: true,
+            max_concurrency: 16,
         }
     }
 }

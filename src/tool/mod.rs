@@ -25,6 +25,12 @@ use crate::error::{ErrorKind, ToolError};
 /// The default timeout of a tool call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The default number of calls of one tool that may run at once.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 32;
+
+/// Slots shared by the tools of one resource: at most so many of their calls run at once.
+pub(crate) type Slots = Arc<tokio::sync::Semaphore>;
+
 /// What calling a tool does to the world. It has no default: every tool declares one, and it
 /// decides speculation, retries and what a repeated call means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -88,6 +94,10 @@ pub struct ToolSpec {
     pub speculate: bool,
     /// For a composite: the tools its body may call. Empty for an ordinary tool.
     pub nested: Vec<String>,
+    /// Calls of this tool that may run at once; more wait for a slot before their timeout
+    /// starts (a call's timeout measures the tool's own work, never a queue). Tools that share
+    /// a resource (an MCP server, the threads of script tools) also share one set of slots.
+    pub max_concurrency: usize,
     /// Where the tool comes from when it is not defined here: `mcp:SERVER/TOOL` for a tool of
     /// an MCP server (its name there, before any mapping to a toolscript name).
     pub origin: Option<String>,
@@ -108,6 +118,7 @@ impl ToolSpec {
             retries: 0,
             speculate: true,
             nested: Vec::new(),
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
             origin: None,
         }
     }
@@ -130,6 +141,9 @@ pub struct ToolContext {
     pub attempt: u32,
     /// How a composite's body calls its nested tools.
     nested: Option<Arc<dyn NestedCaller>>,
+    /// The slot this call holds (see [`ToolSpec::max_concurrency`]), for a body that is done
+    /// with the shared resource before its call ends.
+    slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 }
 
 /// How a composite's body reaches its nested tools: the dispatch path provides it, so that a
@@ -158,13 +172,21 @@ impl ToolContext {
         call_id: u64,
         attempt: u32,
         nested: Option<Arc<dyn NestedCaller>>,
+        slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
     ) -> ToolContext {
         ToolContext {
             tool: tool.to_string(),
             call_id,
             attempt,
             nested,
+            slot,
         }
+    }
+
+    /// Gives back this call's slot before the call ends: the rest of the call (a script tool's
+    /// simulated latency, say) does not use the resource the slots stand for.
+    pub(crate) fn release_slot(&self) {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// The run's registry, for a composite's body (`None` for other tools).
@@ -207,6 +229,9 @@ pub(crate) type Body = Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Syn
 pub struct Tool {
     pub(crate) spec: ToolSpec,
     pub(crate) body: Body,
+    /// Slots shared with other tools of the same resource; `None`: the tool's own
+    /// `max_concurrency` slots, made when the registry is built.
+    pub(crate) slots: Option<Slots>,
 }
 
 impl fmt::Debug for Tool {
@@ -233,12 +258,20 @@ impl Tool {
         Tool {
             spec,
             body: Arc::new(move |args, ctx| body(args, ctx).boxed()),
+            slots: None,
         }
     }
 
     /// The tool's spec.
     pub fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    /// Shares `slots` with the other tools of one resource (its `max_concurrency` is then the
+    /// group's).
+    pub(crate) fn sharing(mut self, slots: &Slots) -> Tool {
+        self.slots = Some(Arc::clone(slots));
+        self
     }
 }
 
@@ -283,6 +316,13 @@ impl ToolBuilder {
     /// Marks a polling tool: every call is dispatched afresh.
     pub fn allow_repeat(mut self, allow: bool) -> Self {
         self.spec.allow_repeat = allow;
+        self
+    }
+
+    /// Sets how many calls of this tool may run at once (default 32); more wait for a slot,
+    /// outside their timeout.
+    pub fn max_concurrency(mut self, calls: usize) -> Self {
+        self.spec.max_concurrency = calls;
         self
     }
 

@@ -63,6 +63,8 @@ pub(crate) struct RegisteredTool {
     /// The Rhai function name, when the tool's own name is not a Rhai identifier (`get-user`
     /// is also `get_user`).
     pub(crate) alias: Option<String>,
+    /// The slots a call takes before its timeout starts.
+    pub(crate) slots: super::Slots,
 }
 
 impl RegisteredTool {
@@ -295,6 +297,12 @@ fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
             ),
         ));
     }
+    if spec.max_concurrency == 0 {
+        return Err(Error::registry(
+            name,
+            "`max_concurrency` must be at least 1",
+        ));
+    }
     if spec.timeout == Duration::ZERO {
         return Err(Error::registry(
             name,
@@ -323,12 +331,19 @@ fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
             ));
         }
     }
+    let slots = tool.slots.unwrap_or_else(|| {
+        std::sync::Arc::new(tokio::sync::Semaphore::new(
+            spec.max_concurrency
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        ))
+    });
     Ok(RegisteredTool {
         spec,
         body: tool.body,
         input,
         output,
         alias,
+        slots,
     })
 }
 

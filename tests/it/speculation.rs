@@ -255,3 +255,35 @@ async fn a_composite_near_the_budget_end_sees_what_a_sequential_run_sees() {
         json!([[true, null], [true, "budget_exceeded"]])
     );
 }
+
+/// A CPU-heavy script tool with a tight timeout, called 32 times at once: the calls wait for a
+/// script thread outside their timeout, so none times out under speculation (as none does
+/// sequentially), and the breaker never opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queueing_for_a_slot_never_turns_into_timeouts() {
+    let manifest = r#"
+[[tool]]
+name = "crunch"
+effect = "read"
+timeout_ms = 400
+input = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] }
+script = '''
+let s = 0;
+for i in 0..args.n { s += i; }
+s
+'''
+"#;
+    let make = || {
+        let mut manifests = toolscript::Manifests::new();
+        manifests
+            .load_str(std::path::Path::new("crunch.toml"), manifest)
+            .unwrap();
+        Runtime::new(manifests.into_registry().unwrap())
+    };
+    let script = "let out = [];\nfor i in 0..32 {\n  try { out.push(crunch(#{n: 300000 + i}) > 0); } catch (e) { out.push(e.kind); }\n}\nout";
+    let sequential = run_in(&make(), script, Mode::Sequential).await;
+    let speculative = run_in(&make(), script, Mode::Speculative).await;
+    assert_eq!(value_of(&sequential), &json!(vec![true; 32]));
+    assert_eq!(observable(&sequential), observable(&speculative));
+    assert!(speculative.stats.speculative_claimed > 0);
+}
