@@ -27,6 +27,7 @@ fn main() {
         .expect("valid tools");
     let mut budget = toolscript::Budget::default();
     budget.max_tool_calls = n + 1;
+    budget.max_speculative_calls = n + 1;
     let runtime = Runtime::builder(registry).budget(budget).build();
     let (call, mode) = match what.as_str() {
         "read" => ("echo(#{i: i}).i", Mode::Sequential),

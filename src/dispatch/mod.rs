@@ -210,6 +210,13 @@ impl InProgress {
             Stage::Admitted => Some(Health::Unknown),
             Stage::Running => Some(Health::of(result)),
         };
+        // A nested call refused by a limit only speculation has: the composite's outcome is
+        // not the one a sequential run would see. (A nested call dropped by its composite is
+        // not: the sequential composite drops it the same way.)
+        let refused = matches!(result, Err(e) if e.kind.is_speculation_refusal());
+        if let (Some(speculation), Some(_), true) = (&self.speculation, self.parent, refused) {
+            speculation.shaped.store(true, Ordering::SeqCst);
+        }
         self.settle(result, health);
     }
 
@@ -229,12 +236,6 @@ impl InProgress {
                 Some(i) => lock(&speculation.nested)[i].1 = health,
                 None if self.parent.is_none() => *lock(&speculation.health) = health,
                 None => {}
-            }
-            // A nested call refused by a limit only speculation has: the composite's outcome
-            // is not the one a sequential run would see.
-            let refused = matches!(result, Err(e) if e.kind.is_speculation_refusal());
-            if self.parent.is_some() && refused {
-                speculation.shaped.store(true, Ordering::SeqCst);
             }
         }
         // 11. Write the receipt.

@@ -109,13 +109,17 @@ pub(crate) struct Draft {
 pub(crate) struct ReceiptLog {
     run_id: String,
     chain: Mutex<Chain>,
+    /// Set once the sink failed: read at every call, without the chain's lock.
+    broken: AtomicBool,
 }
 
 #[derive(Debug, Default)]
 struct Chain {
     receipts: Vec<Receipt>,
-    /// Speculative receipts not yet final.
-    pending: Vec<Draft>,
+    /// Speculative receipts not yet final, by their claim flag (a speculative call and the
+    /// calls nested in it share one), each with its place in the order of arrival.
+    pending: std::collections::HashMap<usize, Vec<(u64, Draft)>>,
+    arrivals: u64,
     sink: Option<Sink>,
     /// Why the sink failed, once it has: the run makes no further call.
     failed: Option<String>,
@@ -154,6 +158,7 @@ impl ReceiptLog {
                 sink,
                 ..Chain::default()
             }),
+            broken: AtomicBool::new(false),
         }
     }
 
@@ -167,8 +172,11 @@ impl ReceiptLog {
             .claimed
             .as_ref()
             .is_some_and(|claimed| !claimed.load(Ordering::SeqCst));
-        if unsettled {
-            chain.pending.push(draft);
+        if let (true, Some(claimed)) = (unsettled, &draft.claimed) {
+            let key = Arc::as_ptr(claimed) as usize;
+            let arrival = chain.arrivals;
+            chain.arrivals += 1;
+            chain.pending.entry(key).or_default().push((arrival, draft));
         } else {
             self.seal(&mut chain, draft);
         }
@@ -178,25 +186,29 @@ impl ReceiptLog {
     /// final.
     pub(crate) fn release(&self, claimed: &Arc<AtomicBool>) {
         let mut chain = self.lock();
-        let pending = std::mem::take(&mut chain.pending);
-        let (now, later): (Vec<Draft>, Vec<Draft>) = pending
-            .into_iter()
-            .partition(|d| d.claimed.as_ref().is_some_and(|c| Arc::ptr_eq(c, claimed)));
-        chain.pending = later;
-        for draft in now {
+        let released = chain.pending.remove(&(Arc::as_ptr(claimed) as usize));
+        for (_, draft) in released.unwrap_or_default() {
             self.seal(&mut chain, draft);
         }
     }
 
     /// Why appending to the receipts file failed, if it did.
     pub(crate) fn failure(&self) -> Option<String> {
+        if !self.broken.load(Ordering::SeqCst) {
+            return None;
+        }
         self.lock().failed.clone()
     }
 
     /// The run's receipts, every pending one sealed.
     pub(crate) fn take(&self) -> Vec<Receipt> {
         let mut chain = self.lock();
-        for draft in std::mem::take(&mut chain.pending) {
+        let mut pending: Vec<(u64, Draft)> = std::mem::take(&mut chain.pending)
+            .into_values()
+            .flatten()
+            .collect();
+        pending.sort_by_key(|(arrival, _)| *arrival);
+        for (_, draft) in pending {
             self.seal(&mut chain, draft);
         }
         std::mem::take(&mut chain.receipts)
@@ -235,6 +247,7 @@ impl ReceiptLog {
             if let Err(e) = sink.file.write_all(line.as_bytes()) {
                 chain.failed = Some(format!("{}: {e}", sink.path.display()));
                 chain.sink = None;
+                self.broken.store(true, Ordering::SeqCst);
             }
         }
         chain.receipts.push(receipt);
