@@ -275,7 +275,7 @@ impl Scout {
         if spec.effect != Effect::Read {
             return self.pass_non_read(&mut state, &spec.name, &args);
         }
-        if spec.allow_repeat || !spec.speculate {
+        if !tool.speculable {
             return Ok(Placeholder::unknown());
         }
         let epoch = state.writes as u64;

@@ -65,6 +65,10 @@ pub(crate) struct RegisteredTool {
     pub(crate) alias: Option<String>,
     /// The slots a call takes before its timeout starts.
     pub(crate) slots: super::Slots,
+    /// Whether the scout may start it: a read that allows neither repeats nor opts out, and,
+    /// for a composite, whose every nested tool is speculable too (a composite would otherwise
+    /// make, ahead of the script, the calls its nested tools forbid making ahead).
+    pub(crate) speculable: bool,
 }
 
 impl RegisteredTool {
@@ -219,6 +223,17 @@ impl RegistryBuilder {
             let nested = check_composite(&tools, &index, &tools[i])?;
             tools[i].spec.nested = nested;
         }
+        let own =
+            |spec: &ToolSpec| spec.effect == Effect::Read && spec.speculate && !spec.allow_repeat;
+        for i in 0..tools.len() {
+            // Nested tools are never composites, so one level decides.
+            let nested_ok = tools[i]
+                .spec
+                .nested
+                .iter()
+                .all(|name| index.get(name).is_some_and(|&j| own(&tools[j].spec)));
+            tools[i].speculable = own(&tools[i].spec) && nested_ok;
+        }
         Ok(Registry {
             tools: tools.into_iter().map(Arc::new).collect(),
             index,
@@ -344,6 +359,7 @@ fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
         output,
         alias,
         slots,
+        speculable: false,
     })
 }
 

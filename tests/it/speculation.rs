@@ -69,6 +69,27 @@ async fn opted_out_and_polling_reads_are_never_speculated() {
     );
 }
 
+/// A read composite that nests a read which opts out of speculation is not speculated either:
+/// the opted-out read runs exactly as often as the script asks, never ahead of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composite_over_an_opted_out_read_is_never_speculated() {
+    let (private, private_calls) =
+        counted(Tool::builder("costly", Effect::Read).speculate(false), 30);
+    let wrapper = Tool::builder("wrapper", Effect::Read)
+        .nested(["costly"])
+        .composite(|args, ctx| async move { ctx.call("costly", args).await });
+    let runtime = runtime_with(vec![private, wrapper]);
+    let script = "let out = [];\nfor id in 1..=10 { out.push(wrapper(#{id: id}).echo.id); }\nout";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!((1..=10).collect::<Vec<_>>()));
+    assert_eq!(
+        private_calls.load(Ordering::SeqCst),
+        10,
+        "once per call, never ahead"
+    );
+    assert!(outcome.receipts.iter().all(|r| !r.speculative));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_after_a_write_start_only_once_it_completed() {
     let (write, _) = counted(Tool::builder("save", Effect::Write), 60);
