@@ -10,7 +10,8 @@
 //! 5. charge the budget;
 //! 6. breaker admits;
 //! 7. validate input;
-//! 8. run the body under its timeout, catching panics, retrying;
+//! 8. wait for a slot of the tool (outside its timeout), then run the body under its timeout,
+//!    catching panics, retrying;
 //! 9. validate output;
 //! 10. record the outcome in the breaker;
 //! 11. write the receipt.
@@ -176,7 +177,8 @@ struct InProgress {
 enum Stage {
     /// Refused before the breaker admitted it: the breaker learns nothing and is not touched.
     Refused,
-    /// Admitted, then refused before its body (invalid input): an admission with nothing learned.
+    /// Admitted, then stopped before its body (invalid input, or the deadline while it waited
+    /// for a slot): an admission with nothing learned.
     Admitted,
     /// Its body was entered: a non-read call may have taken effect from here on.
     Running,
