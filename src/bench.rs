@@ -38,6 +38,31 @@ pub struct BenchReport {
     pub same_result: bool,
     /// The first difference found, if any.
     pub difference: Option<String>,
+    /// The best possible wall time the script declares (`// best: 40 ms` on one of its first
+    /// lines): its rounds of reads under the epoch rule and the default caps.
+    pub best_ms: Option<f64>,
+    /// `speculative_ms / best_ms`, when the script declares its best.
+    pub to_best: Option<f64>,
+    /// The error of the first run that failed, if any did: a benchmark of a failing script
+    /// measures nothing.
+    pub failure: Option<String>,
+}
+
+/// The best possible time a script declares in its first lines: `// best: 40 ms`.
+pub fn declared_best_ms(source: &str) -> Option<f64> {
+    source.lines().take(5).find_map(|line| {
+        let rest = line
+            .trim()
+            .strip_prefix("//")?
+            .trim()
+            .strip_prefix("best:")?;
+        let number: String = rest
+            .trim()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        number.parse().ok()
+    })
 }
 
 /// The observable result of a run (DESIGN.md section 4), for comparing two runs.
@@ -105,6 +130,12 @@ pub async fn bench_script(
         |outcomes: &[RunOutcome]| median_f(outcomes.iter().map(|o| o.stats.wall_ms).collect());
     let median_of = |f: &dyn Fn(&RunOutcome) -> u64| median_u(speculative.iter().map(f).collect());
     let (sequential_ms, speculative_ms) = (median_ms(&sequential), median_ms(&speculative));
+    let best_ms = declared_best_ms(source);
+    let failure = sequential
+        .iter()
+        .chain(&speculative)
+        .find_map(|o| o.result.as_ref().err())
+        .map(|e| e.to_string());
     Ok(BenchReport {
         script: name.to_string(),
         runs,
@@ -124,6 +155,9 @@ pub async fn bench_script(
         scout_operations: median_of(&|o| o.stats.scout_operations),
         same_result: difference.is_none(),
         difference,
+        best_ms,
+        to_best: best_ms.map(|best| speculative_ms / best),
+        failure,
     })
 }
 
@@ -162,5 +196,15 @@ mod tests {
         assert_eq!(median_f(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median_f(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median_u(vec![5, 1, 9]), 5);
+    }
+
+    #[test]
+    fn scripts_declare_their_best_time() {
+        assert_eq!(
+            declared_best_ms("// best: 40 ms — two rounds\nx"),
+            Some(40.0)
+        );
+        assert_eq!(declared_best_ms("let a = 1;\n//best: 2.5ms\n"), Some(2.5));
+        assert_eq!(declared_best_ms("// the best there is\n1"), None);
     }
 }

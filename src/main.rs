@@ -449,23 +449,31 @@ async fn bench(
         );
     } else {
         println!(
-            "{:<28} {:>12} {:>12} {:>8} {:>6} {:>8} {:>6} {:>6}  same result",
+            "{:<28} {:>12} {:>12} {:>8} {:>10} {:>8} {:>6} {:>8} {:>6} {:>6}  same result",
             "script",
             "sequential",
             "speculative",
             "speedup",
+            "best",
+            "vs best",
             "calls",
             "launched",
             "wasted",
             "passes"
         );
         for r in &reports {
+            let (best, to_best) = match (r.best_ms, r.to_best) {
+                (Some(best), Some(ratio)) => (format!("{best:.0} ms"), format!("{ratio:.2}x")),
+                _ => ("-".to_string(), "-".to_string()),
+            };
             println!(
-                "{:<28} {:>9.1} ms {:>9.1} ms {:>7.1}x {:>6} {:>8} {:>6} {:>6}  {}",
+                "{:<28} {:>9.1} ms {:>9.1} ms {:>7.1}x {:>10} {:>8} {:>6} {:>8} {:>6} {:>6}  {}",
                 r.script,
                 r.sequential_ms,
                 r.speculative_ms,
                 r.speedup,
+                best,
+                to_best,
                 r.tool_calls,
                 r.launched,
                 r.wasted,
@@ -481,11 +489,21 @@ async fn bench(
             );
         }
     }
-    Ok(if reports.iter().all(|r| r.same_result) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    for r in &reports {
+        if let Some(failure) = &r.failure {
+            eprintln!(
+                "{}: a run failed, so its times measure nothing: {failure}",
+                r.script
+            );
+        }
+    }
+    Ok(
+        if reports.iter().all(|r| r.same_result && r.failure.is_none()) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 #[cfg(test)]

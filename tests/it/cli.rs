@@ -1222,3 +1222,21 @@ fn tools_formats_follow_a_custom_manifest() {
         out.stdout
     );
 }
+
+/// `bench` of a script that fails says so and exits 1: its times measure nothing.
+#[test]
+fn bench_of_a_failing_script_exits_1() {
+    let dir = TempDir::new().unwrap();
+    let script = write_file(
+        &dir,
+        "fails.rhai",
+        "// best: 20 ms\nget_customer(#{id: 999})\n",
+    );
+    let out = toolscript(&["bench", "--runs", "1", &script]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("a run failed"), "{out:?}");
+    assert!(
+        out.stdout.contains("20 ms"),
+        "the declared best is shown: {out:?}"
+    );
+}

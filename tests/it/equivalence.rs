@@ -86,6 +86,23 @@ async fn the_sample_scripts_give_the_same_result() {
         checked += 1;
     }
     assert!(checked >= 8, "only {checked} bench scripts found");
+    // The model-style corpus: the same result in both modes. (Whether it is speculated is
+    // what `toolscript bench` measures against each script's declared best; several shapes
+    // are not yet.)
+    let mut model = 0;
+    for entry in std::fs::read_dir(format!("{dir}/bench/model")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("fanout_1000") {
+            continue;
+        }
+        let script = std::fs::read_to_string(&path).unwrap();
+        let (a, b, _) = both(&|| bench_catalog(1), &script).await;
+        assert_eq!(a, b, "{name}");
+        assert!(a["result"].get("value").is_some(), "{name} runs: {a}");
+        model += 1;
+    }
+    assert!(model >= 25, "only {model} model scripts found");
 }
 
 /// Scripts the other tests use, on the fixture catalog.
