@@ -182,8 +182,12 @@ pub(crate) enum Launch {
     /// Start it: dispatch with this speculation, then set the cell and call
     /// [`RunLedger::landed`].
     Start(Arc<Cell>, Arc<Speculation>),
-    /// Not now: its epoch is past, the run is over, or a cap is reached.
+    /// Not now, nor later in this epoch: its epoch is past, the run is over, or the
+    /// speculative budget is spent.
     Refused,
+    /// Not now: as many speculative reads are in flight as the caps allow. A later pass may
+    /// start it once some have landed.
+    Busy,
 }
 
 /// The ledger of one run.
@@ -191,8 +195,8 @@ pub(crate) struct RunLedger {
     ctx: Arc<RunContext>,
     limits: SpeculationLimits,
     book: Mutex<Book>,
-    /// Bumped whenever the executor completes a non-read call or misses: what a waiting scout
-    /// watches.
+    /// Bumped whenever the executor completes a non-read call or misses, or a speculative read
+    /// lands: what a waiting scout watches.
     progress: watch::Sender<u64>,
 }
 
@@ -290,12 +294,15 @@ impl RunLedger {
         let per_tool = book.in_flight_per_tool.get(&key.tool).copied().unwrap_or(0);
         // A read for an epoch the executor has left can never be claimed, and one for an epoch
         // it has not reached would start before a non-read call that precedes it.
-        if book.closed
-            || key.epoch != book.epoch()
-            || book.in_flight >= self.limits.max_in_flight
+        if book.closed || key.epoch != book.epoch() {
+            return Launch::Refused;
+        }
+        if book.in_flight >= self.limits.max_in_flight
             || per_tool >= self.limits.max_in_flight_per_tool
-            || !self.ctx.reserve_speculative()
         {
+            return Launch::Busy;
+        }
+        if !self.ctx.reserve_speculative() {
             return Launch::Refused;
         }
         let (cell, speculation) = (Cell::new(), Arc::new(Speculation::default()));
@@ -319,6 +326,9 @@ impl RunLedger {
         if let Some(n) = book.in_flight_per_tool.get_mut(tool) {
             *n = n.saturating_sub(1);
         }
+        drop(book);
+        // A scout that met a cap waits for a read to land.
+        self.bump();
     }
 
     /// Whether the run is over.
@@ -472,8 +482,8 @@ mod tests {
             ..key(1, "a")
         };
         assert!(
-            matches!(ledger.launch(&other), Launch::Refused),
-            "per-tool cap"
+            matches!(ledger.launch(&other), Launch::Busy),
+            "per-tool cap: not now, later"
         );
         ledger.landed("a");
         assert!(matches!(ledger.launch(&other), Launch::Start(..)));
@@ -481,6 +491,7 @@ mod tests {
             args: "{\"x\":2}".into(),
             ..key(1, "b")
         };
+        ledger.landed("b");
         assert!(
             matches!(ledger.launch(&third), Launch::Refused),
             "the budget's speculative cap"

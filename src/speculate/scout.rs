@@ -40,6 +40,8 @@ struct Report {
     pending: Vec<Arc<Cell>>,
     /// Reads started or deferred.
     started: u64,
+    /// Reads the caps on reads in flight turned away: a later pass may start them.
+    busy: bool,
 }
 
 /// Per-pass state the tool functions update.
@@ -52,6 +54,8 @@ struct Pass {
     deferred: u64,
     /// The pass stopped at its cap on the depth of deferred calls.
     capped: bool,
+    /// A read was turned away by the caps on reads in flight.
+    busy: bool,
 }
 
 /// How deep a chain of deferred calls (each waiting for the one before) the first pass may
@@ -130,6 +134,14 @@ impl Scout {
             tracing::debug!(pass = passes, end = ?report.end, started = report.started,
                 pending = report.pending.len(), "scout pass");
             quiet = if report.started < 2 { quiet + 1 } else { 0 };
+            // Reads the in-flight caps turned away (a fan-out larger than they allow): the next
+            // pass starts them as soon as one in flight lands, whatever else the pass found.
+            if report.busy && !matches!(report.end, End::Write(_)) {
+                if progress.changed().await.is_err() || self.ledger.is_closed() {
+                    return passes;
+                }
+                continue;
+            }
             match report.end {
                 End::Finished if report.pending.is_empty() => break,
                 End::Write(k) => {
@@ -241,6 +253,7 @@ impl Scout {
             end,
             pending: notes.pending,
             started: pass.started,
+            busy: pass.busy,
         }
     }
 
@@ -349,6 +362,10 @@ impl Scout {
         match self.ledger.launch(&key) {
             Launch::Existing(cell) => Some(cell),
             Launch::Refused => None,
+            Launch::Busy => {
+                state.busy = true;
+                None
+            }
             Launch::Start(cell, speculation) => {
                 state.started += 1;
                 let (ctx, ledger, out) = (
