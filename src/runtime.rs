@@ -60,6 +60,8 @@ pub struct Runtime {
     speculation: SpeculationLimits,
     /// Compiles scripts and answers `check`; runs get engines of their own.
     compiler: Engine,
+    /// The function names of the tools that are not reads, for the scout's rewrite.
+    effectful: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -110,7 +112,14 @@ impl RuntimeBuilder {
 
     /// Builds the runtime.
     pub fn build(self) -> Runtime {
+        let effectful = self
+            .registry
+            .iter()
+            .filter(|t| t.spec.effect != crate::tool::Effect::Read)
+            .flat_map(|t| [t.spec.name.clone(), t.function_name().to_string()])
+            .collect();
         Runtime {
+            effectful,
             speculation: self.speculation,
             compiler: engine::new_engine(&self.limits, engine::Watch::default()),
             registry: Arc::new(self.registry),
@@ -300,7 +309,7 @@ impl Runtime {
             .compiler
             .compile(source)
             .map_err(|e| engine::from_parse(&e))?;
-        let scout_ast = Arc::new(speculate::rewrite(&ast));
+        let scout_ast = Arc::new(speculate::rewrite_with(&ast, &self.effectful));
         Ok(Script {
             ast: Arc::new(ast),
             scout_ast,

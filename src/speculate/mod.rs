@@ -6,5 +6,5 @@ mod placeholder;
 mod rewrite;
 mod scout;
 
-pub(crate) use rewrite::rewrite;
+pub(crate) use rewrite::rewrite_with;
 pub(crate) use scout::Scout;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rhai::{Array, Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCallContext, INT};
 use serde_json::Value;
 
-use super::rewrite::{COND, INDEX, VALUE};
+use super::rewrite::{COND, INDEX, UNLIKELY, VALUE};
 use crate::engine::to_dynamic;
 use crate::ledger::Cell;
 
@@ -314,6 +314,18 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
             Err(()) => Ok(true),
         }
     });
+    // The guard of a branch that leaves: guessed not taken.
+    engine.register_fn(
+        UNLIKELY,
+        |value: Dynamic| -> Result<bool, Box<EvalAltResult>> {
+            match known(&value) {
+                Ok(v) => v
+                    .as_bool()
+                    .map_err(|t| format!("a condition must be a boolean, not {t}").into()),
+                Err(()) => Ok(false),
+            }
+        },
+    );
     engine.register_fn(VALUE, |value: Dynamic| known(&value).unwrap_or(value));
     engine.register_fn(INDEX, |container: &mut Dynamic, key: Dynamic| -> Dynamic {
         match known(&key) {

@@ -48,6 +48,10 @@ use rhai::{
 /// The function the rewritten script calls on a branch or loop condition, a `&&` or `||` operand
 /// or a switch case guard: `(x) -> bool`.
 pub(crate) const COND: &str = "__ts_cond";
+/// As [`COND`], for the condition of an `if` whose branch leaves (it throws, returns or breaks)
+/// while the other does not: an unknown is guessed false, so that a pass goes on past a guard
+/// the run will most likely not take, instead of stopping where the branch leaves.
+pub(crate) const UNLIKELY: &str = "__ts_unlikely";
 /// The function the rewritten script calls on a `??` operand (all but the last), a switch subject,
 /// the argument of `type_of` and an index key that stays inside a chain: `(x) -> Dynamic`.
 pub(crate) const VALUE: &str = "__ts_value";
@@ -68,7 +72,28 @@ pub(crate) const INDEX: &str = "__ts_index";
 ///
 /// The wrapper calls are built from templates compiled once per process by a raw engine, since a call's hashes depend only on its name and arity (and on Rhai's
 /// process-wide hashing seed), not on the engine that will run it.
+#[cfg(test)]
 pub(crate) fn rewrite(ast: &AST) -> AST {
+    rewrite_with(ast, &std::collections::HashSet::new())
+}
+
+/// As [`rewrite`], knowing which functions are non-read tools: a branch that calls one is, like
+/// one that throws, returns or breaks, a branch where a pass would stop, and its guard is
+/// guessed not taken.
+pub(crate) fn rewrite_with(ast: &AST, effectful: &std::collections::HashSet<String>) -> AST {
+    EFFECTFUL.with(|e| *e.borrow_mut() = effectful.clone());
+    let rewritten = rewrite_main(ast);
+    EFFECTFUL.with(|e| e.borrow_mut().clear());
+    rewritten
+}
+
+thread_local! {
+    /// The non-read tools' function names, for the rewrite running on this thread.
+    static EFFECTFUL: std::cell::RefCell<std::collections::HashSet<String>> =
+        std::cell::RefCell::new(std::collections::HashSet::new());
+}
+
+fn rewrite_main(ast: &AST) -> AST {
     let rewriter = Rewriter::get();
     let statements: Vec<Stmt> = ast
         .statements()
@@ -91,6 +116,8 @@ pub(crate) fn rewrite(ast: &AST) -> AST {
 struct Rewriter {
     /// A call to [`COND`] with one argument.
     cond: FnCallExpr,
+    /// A call to [`UNLIKELY`] with one argument.
+    unlikely: FnCallExpr,
     /// A call to [`VALUE`] with one argument.
     value: FnCallExpr,
     /// A call to [`INDEX`] with two arguments.
@@ -107,6 +134,7 @@ impl Rewriter {
             let engine = Engine::new_raw();
             Self {
                 cond: template(&engine, &format!("{COND}(x)")),
+                unlikely: template(&engine, &format!("{UNLIKELY}(x)")),
                 value: template(&engine, &format!("{VALUE}(x)")),
                 index: template(&engine, &format!("{INDEX}(x, k)")),
             }
@@ -119,6 +147,9 @@ impl Rewriter {
             Stmt::If(flow, ..) => {
                 self.expr(&mut flow.expr);
                 self.wrap_cond(&mut flow.expr);
+                if leaves(&flow.body) && !leaves(&flow.branch) {
+                    self.make_unlikely(&mut flow.expr);
+                }
                 self.block(&mut flow.body);
                 self.block(&mut flow.branch);
             }
@@ -331,6 +362,25 @@ impl Rewriter {
         }
     }
 
+    /// Turns the [`COND`] calls that decide a condition (its own, and its `&&`/`||` operands')
+    /// into [`UNLIKELY`] calls, leaving the calls inside operands as they are.
+    fn make_unlikely(&self, expr: &mut Expr) {
+        match expr {
+            Expr::FnCall(call, _) if call.name.as_str() == COND => {
+                let args = std::mem::take(&mut call.args);
+                let mut unlikely = self.unlikely.clone();
+                unlikely.args = args;
+                **call = unlikely;
+            }
+            Expr::And(operands, ..) | Expr::Or(operands, ..) => {
+                operands
+                    .iter_mut()
+                    .for_each(|operand| self.make_unlikely(operand));
+            }
+            _ => {}
+        }
+    }
+
     /// Wraps a value in [`VALUE`], unless it is a literal constant.
     fn wrap_value(&self, expr: &mut Expr) {
         if !expr.is_constant() {
@@ -351,6 +401,32 @@ impl Rewriter {
         call.args.extend(args);
         Expr::FnCall(Box::new(call), pos)
     }
+}
+
+/// Whether a block leaves where it stands, for the scout: one of its statements throws,
+/// returns or breaks out of a loop (a `continue` does not count), or it calls a non-read tool
+/// anywhere (where a pass stops until the executor has made the call).
+fn leaves(block: &StmtBlock) -> bool {
+    let exits = block.iter().any(|stmt| match stmt {
+        Stmt::Return(..) => true,
+        Stmt::BreakLoop(_, flags, _) => flags.contains(ASTFlags::BREAK),
+        _ => false,
+    });
+    exits
+        || EFFECTFUL.with(|effectful| {
+            let effectful = effectful.borrow();
+            !effectful.is_empty()
+                && block.iter().any(|stmt| {
+                    let mut found = false;
+                    stmt.walk(&mut Vec::new(), &mut |path: &[rhai::ASTNode]| {
+                        if let Some(rhai::ASTNode::Expr(Expr::FnCall(call, _))) = path.last() {
+                            found |= effectful.contains(call.name.as_str());
+                        }
+                        !found
+                    });
+                    found
+                })
+        })
 }
 
 /// The call in a one-call template script.
@@ -411,7 +487,7 @@ mod tests {
         Dynamic, Engine, EvalAltResult, NativeCallContext, OptimizationLevel, Position, Scope, AST,
     };
 
-    use super::{rewrite, COND, INDEX, VALUE};
+    use super::{rewrite, COND, INDEX, UNLIKELY, VALUE};
 
     /// Scripts covering every rule, each returning a value that shows what it did. `log(x)`
     /// records `x` and returns it, to show which operands ran and in which order.
@@ -633,10 +709,12 @@ mod tests {
     /// A test engine with the wrappers registered as their plain meaning, and a `log` function.
     fn plain_engine(log: Arc<Mutex<Vec<String>>>) -> Engine {
         let mut engine = Engine::new();
-        engine.register_fn(COND, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
-            x.as_bool()
-                .map_err(|typ| format!("condition is {typ}, not bool").into())
-        });
+        for name in [COND, UNLIKELY] {
+            engine.register_fn(name, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
+                x.as_bool()
+                    .map_err(|typ| format!("condition is {typ}, not bool").into())
+            });
+        }
         engine.register_fn(VALUE, |x: Dynamic| x);
         // Indexing by Rhai itself, so that arrays, maps, strings, bit fields and errors behave
         // exactly as in the original script.
@@ -722,14 +800,18 @@ mod tests {
         let counters: [Arc<AtomicUsize>; 3] = Default::default();
         let mut engine = Engine::new();
         let [cond, value, index] = counters.clone();
-        engine.register_fn(
-            COND,
-            move |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
-                cond.fetch_add(1, Ordering::Relaxed);
-                x.as_bool()
-                    .map_err(|typ| format!("not a bool: {typ}").into())
-            },
-        );
+        // An unlikely condition is a condition: counted as one.
+        for name in [COND, UNLIKELY] {
+            let cond = Arc::clone(&cond);
+            engine.register_fn(
+                name,
+                move |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
+                    cond.fetch_add(1, Ordering::Relaxed);
+                    x.as_bool()
+                        .map_err(|typ| format!("not a bool: {typ}").into())
+                },
+            );
+        }
         engine.register_fn(VALUE, move |x: Dynamic| {
             value.fetch_add(1, Ordering::Relaxed);
             x
@@ -798,13 +880,66 @@ mod tests {
         }
     }
 
+    /// The names of the functions a rewritten script calls.
+    fn called(script: &str) -> Vec<String> {
+        let ast = Engine::new_raw().compile(script).unwrap();
+        let mut names = Vec::new();
+        rewrite(&ast).walk(&mut |path: &[rhai::ASTNode]| {
+            if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
+                names.push(call.name.to_string());
+            }
+            true
+        });
+        names
+    }
+
+    /// A guard whose branch leaves (throws, returns, breaks) is guessed not taken; a branch
+    /// that goes on, or an `if` both of whose branches leave, keeps the usual guess.
+    #[test]
+    fn guards_that_leave_are_guessed_not_taken() {
+        let unlikely = |script: &str| called(script).iter().filter(|n| *n == UNLIKELY).count();
+        assert_eq!(unlikely("let x = 1; if x == () { throw 1; } x"), 1);
+        assert_eq!(
+            unlikely("let a = 1; let b = 2; loop { if a > 1 && b > 1 { break; } a += 1; }"),
+            2
+        );
+        assert_eq!(
+            unlikely("fn f(x) { x } let x = 1; if f(x) > 0 { return 1; } 2"),
+            1
+        );
+        assert_eq!(unlikely("let x = 1; if x > 0 { x += 1; }"), 0);
+        assert_eq!(
+            unlikely("let x = 1; if x > 0 { throw 1; } else { throw 2; }"),
+            0
+        );
+        assert_eq!(
+            unlikely("let i = 0; while i < 3 { i += 1; if i == 2 { continue; } }"),
+            0
+        );
+        // A branch that makes a write, once the rewrite knows which tools write.
+        let ast = Engine::new_raw()
+            .compile("fn save(x) { x } let x = 1; if x > 0 { let y = [save(x)]; }")
+            .unwrap();
+        let effectful = std::collections::HashSet::from(["save".to_string()]);
+        let mut names = Vec::new();
+        super::rewrite_with(&ast, &effectful).walk(&mut |path: &[rhai::ASTNode]| {
+            if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
+                names.push(call.name.to_string());
+            }
+            true
+        });
+        assert!(names.iter().any(|n| n == UNLIKELY), "{names:?}");
+    }
+
     #[test]
     fn wrappers_keep_the_position_of_what_they_wrap() {
         let mut engine = Engine::new();
-        engine.register_fn(COND, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
-            x.as_bool()
-                .map_err(|typ| format!("not a bool: {typ}").into())
-        });
+        for name in [COND, UNLIKELY] {
+            engine.register_fn(name, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
+                x.as_bool()
+                    .map_err(|typ| format!("not a bool: {typ}").into())
+            });
+        }
         let ast = engine.compile("let x = 1;\nif x { 1 }").unwrap();
         let original = engine.eval_ast::<Dynamic>(&ast).unwrap_err();
         let rewritten = engine.eval_ast::<Dynamic>(&rewrite(&ast)).unwrap_err();
