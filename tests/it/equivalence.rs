@@ -351,36 +351,13 @@ fn edge_catalog() -> Runtime {
         .build()
 }
 
-/// At the edges of breakers, budgets and timeouts, with composites whose children fail or are
-/// refused: speculation still changes nothing.
-#[test]
-fn random_scripts_at_the_edges_give_the_same_result() {
-    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let result = runner.run(&scripts_with(true), |script| {
-        let (a, b, _) = rt.block_on(both(&edge_catalog, &script));
-        prop_assert_eq!(a, b, "{}", script);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
-}
-
-#[test]
-fn random_scripts_give_the_same_result() {
+/// Runs `TOOLSCRIPT_PROPTEST_CASES` (default 200) random scripts of `strategy` in both modes,
+/// each mode on a fresh runtime of `catalog`; fails at the first difference. Returns the number
+/// of cases and of those in which speculation took part.
+fn same_in_both_modes(
+    strategy: impl Strategy<Value = String>,
+    catalog: &dyn Fn() -> Runtime,
+) -> (u32, u64) {
     let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -396,8 +373,8 @@ fn random_scripts_give_the_same_result() {
         ..Config::default()
     });
     let speculated = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&script_strategy(), |script| {
-        let (a, b, claimed) = rt.block_on(both(&random_catalog, &script));
+    let result = runner.run(&strategy, |script| {
+        let (a, b, claimed) = rt.block_on(both(catalog, &script));
         prop_assert_eq!(a, b, "{}", script);
         if claimed > 0 {
             speculated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -407,10 +384,22 @@ fn random_scripts_give_the_same_result() {
     if let Err(e) = result {
         panic!("{e}");
     }
+    (cases, speculated.into_inner())
+}
+
+/// At the edges of breakers, budgets and timeouts, with composites whose children fail or are
+/// refused: speculation still changes nothing.
+#[test]
+fn random_scripts_at_the_edges_give_the_same_result() {
+    same_in_both_modes(scripts_with(true), &edge_catalog);
+}
+
+#[test]
+fn random_scripts_give_the_same_result() {
+    let (cases, speculated) = same_in_both_modes(script_strategy(), &random_catalog);
     // Most random scripts make independent reads the scout can start early (173 of 200 on a
     // quiet machine); a quarter is a floor that load cannot push it under, but a scout that
     // does nothing cannot reach.
-    let speculated = speculated.into_inner();
     assert!(
         speculated >= u64::from(cases) / 4,
         "only {speculated} of {cases} random scripts were speculated"
