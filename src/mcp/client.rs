@@ -105,7 +105,11 @@ async fn validate(
             .as_ref()
             .and_then(Value::as_object)
             .is_some_and(|m| m.get("jsonrpc").and_then(Value::as_str) == Some("2.0"));
-        if is_rpc && line.ends_with(b"\n") {
+        if is_rpc {
+            if !line.ends_with(b"\n") {
+                // The last line of a server that exits without a final newline.
+                line.push(b'\n');
+            }
             if to_client.write_all(&line).await.is_err() {
                 break;
             }
