@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::dispatch::{Claim, RunContext, Speculation};
 use crate::error::ToolError;
+use crate::sync::lock;
 
 /// A read call as the run's meaning sees it: identical reads in one epoch are one call.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -215,7 +216,7 @@ impl RunLedger {
     }
 
     fn lock(&self) -> MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.book)
     }
 
     fn bump(&self) {

@@ -31,7 +31,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `error`, `json` | error kinds and errors; canonical JSON and SHA-256 |
+//! | `error`, `json`, `sync` | error kinds and errors; canonical JSON and SHA-256; locks that survive a panic |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
 //! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
@@ -63,6 +63,7 @@ pub mod mcp;
 mod runtime;
 mod script;
 mod speculate;
+mod sync;
 mod tool;
 
 pub use dispatch::{BreakerConfig, Budget, EffectRecord, Progress};

@@ -16,6 +16,7 @@ use crate::error::{ErrorKind, RunError};
 use crate::ledger::{RunLedger, SpeculationLimits};
 use crate::script::{self, Problem};
 use crate::speculate::{self, Scout};
+use crate::sync::lock;
 use crate::tool::{self, Format, Registry};
 
 /// How a run dispatches its reads.
@@ -351,10 +352,7 @@ impl Runtime {
         let mut limits = self.limits.clone();
         limits.max_duration = limits.max_duration.min(self.budget.wall_clock);
         let deadline = started + limits.max_duration;
-        let sink = options
-            .receipts
-            .as_ref()
-            .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let sink = options.receipts.as_ref().and_then(|s| lock(s).take());
         let ctx = Arc::new(RunContext::new(
             Arc::clone(&self.registry),
             Arc::clone(&self.breakers),

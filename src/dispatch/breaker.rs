@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::sync::lock;
 
 /// When a tool's breaker opens and how long it stays open.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,7 +169,7 @@ impl Breakers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Circuit>> {
-        self.states.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.states)
     }
 
     fn admit_in(

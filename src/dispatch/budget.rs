@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::sync::lock;
 
 /// Limits on what one run may spend on tool calls. The calls a sequential run would make count
 /// against `max_tool_calls` (a speculative outcome is charged when the executor claims it);
@@ -118,7 +119,7 @@ impl BudgetMeter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Spent> {
-        self.spent.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.spent)
     }
 
     fn check_deadline(&self, now: Instant) -> Result<(), ToolError> {

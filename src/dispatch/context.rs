@@ -14,8 +14,9 @@ use super::breaker::{Breakers, Replay};
 use super::budget::BudgetMeter;
 use super::receipt::{ReceiptLog, Sink};
 use super::repeat::RepeatGuard;
-use super::{lock, Budget, Receipt, Speculation};
+use super::{Budget, Receipt, Speculation};
 use crate::error::ToolError;
+use crate::sync::lock;
 use crate::tool::{Effect, Registry, ToolSpec};
 
 /// A non-read call that reached its tool's body, in the order the bodies started. A composite's
@@ -194,23 +195,22 @@ impl RunContext {
                 Claim::Redo
             };
         }
+        // The room was checked above, and only the executor charges calls while it claims,
+        // so the charges below cannot fail.
         let health = *lock(&speculation.health);
         match self.breakers.replay(tool, health, &nested, now) {
             Err(Replay::Diverged) => Claim::Redo,
             Err(Replay::Refused(e)) => {
-                // As the sequential call: charged, then refused by its breaker. The room was
-                // checked above, so the charge cannot fail.
+                // As the sequential call: charged, then refused by its breaker.
                 let _ = self.budget.charge_claim(1, now);
                 Claim::Refused(e)
             }
-            Ok(()) => match self.budget.charge_claim(calls, now) {
-                Ok(()) => {
-                    speculation.claimed.store(true, Ordering::SeqCst);
-                    self.receipts.release(&speculation.claimed);
-                    Claim::Taken
-                }
-                Err(e) => Claim::Refused(e),
-            },
+            Ok(()) => {
+                let _ = self.budget.charge_claim(calls, now);
+                speculation.claimed.store(true, Ordering::SeqCst);
+                self.receipts.release(&speculation.claimed);
+                Claim::Taken
+            }
         }
     }
 

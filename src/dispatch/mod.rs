@@ -52,6 +52,7 @@ use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
 use crate::json::{canonical, sha256_hex};
+use crate::sync::lock;
 use crate::tool::{Effect, RegisteredTool, ToolContext};
 use breaker::{Admission, Health};
 use retry::RetryPolicy;
@@ -481,12 +482,6 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     } else {
         "(no message)"
     }
-}
-
-/// Locks a mutex, recovering it if a panic poisoned it (the data is still consistent: every
-/// critical section here is a plain update).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::json::{canonical, sha256_hex};
+use crate::sync::lock;
 use crate::tool::Effect;
 
 /// The receipt format version.
@@ -163,7 +164,7 @@ impl ReceiptLog {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Chain> {
-        self.chain.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.chain)
     }
 
     pub(crate) fn append(&self, draft: Draft) {

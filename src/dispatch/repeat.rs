@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::sync::lock;
 use crate::tool::{Effect, ToolSpec};
 
 /// The non-read calls one run has made, by tool and canonical arguments.
@@ -19,7 +20,7 @@ impl RepeatGuard {
         if !guarded(spec) {
             return Ok(());
         }
-        let made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        let made = lock(&self.made);
         if made.contains(&(spec.name.clone(), args_key.to_string())) {
             return Err(ToolError::new(
                 ErrorKind::RepeatedCall,
@@ -36,7 +37,7 @@ impl RepeatGuard {
     /// (invalid input, an open breaker) are not recorded, so a corrected retry is allowed.
     pub(crate) fn record(&self, spec: &ToolSpec, args_key: &str) {
         if guarded(spec) {
-            let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+            let mut made = lock(&self.made);
             made.insert((spec.name.clone(), args_key.to_string()));
         }
     }

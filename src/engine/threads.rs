@@ -3,6 +3,7 @@
 //! the default 2 MiB stack): the executor and every scout pass get a thread of their own, and
 //! script tools' bodies run on a small pool of threads of the same stack size.
 
+use crate::sync::lock;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,7 +90,7 @@ impl ScriptPool {
                 // A pool that cannot start a thread runs with the ones it has; one that has none
                 // answers every job with `None` (the receiver is dropped with the last thread).
                 let _ = spawn_script_thread(&format!("toolscript-tool-{i}"), move || loop {
-                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let job = lock(&rx).recv();
                     match job {
                         Ok(job) => job(),
                         Err(_) => return,
@@ -123,11 +124,7 @@ impl ScriptPool {
             JOB_CANCEL.with(|c| *c.borrow_mut() = None);
             let _ = tx.send(result);
         });
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(job);
+        let sent = lock(&self.jobs).send(job);
         if sent.is_err() {
             return Err("no script thread could be started".to_string());
         }

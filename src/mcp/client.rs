@@ -29,6 +29,7 @@ use tokio::process::ChildStderr;
 
 use super::McpServerSpec;
 use crate::error::{Error, ErrorKind, ToolError};
+use crate::sync::lock;
 use crate::tool::{check_name, Effect, Tool, ToolSpec, MAX_NAME_LEN};
 
 /// The least time start-up may take before it is abandoned; a server's own `timeout` extends it.
@@ -59,7 +60,7 @@ struct Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        let child = self.child.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let child = lock(&self.child).take();
         if let (Some(mut child), Ok(handle)) = (child, tokio::runtime::Handle::try_current()) {
             handle.spawn(async move {
                 if tokio::time::timeout(EXIT_GRACE, child.wait())
@@ -590,7 +591,7 @@ impl StderrTail {
     fn push(&self, server: &str, line: &[u8]) {
         let line = String::from_utf8_lossy(line).trim_end().to_string();
         tracing::debug!(target: "toolscript::mcp", server, "stderr: {line}");
-        let mut tail = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tail = lock(&self.0);
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();
         }
@@ -599,7 +600,7 @@ impl StderrTail {
 
     /// The tail for an error message, or nothing when the server wrote nothing.
     fn quote(&self) -> String {
-        let tail = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let tail = lock(&self.0);
         if tail.iter().all(|l| l.is_empty()) {
             return String::new();
         }

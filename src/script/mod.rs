@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 use rhai::{Dynamic, Engine, Scope, AST};
 use serde_json::Value;
 
-use crate::dispatch::{dispatch, lock, Call, RunContext};
+use crate::dispatch::{dispatch, Call, RunContext};
 use crate::engine::{self, block_on, Limits, ToolCall, Watch};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Read, ReadKey, RunLedger, WriteRecord};
+use crate::sync::lock;
 use crate::tool::Effect;
 
 /// What the executor counted during a run.
@@ -187,17 +188,9 @@ pub(crate) fn execute(
     let logs = Arc::new(Mutex::new(Logs::default()));
     let max_log = limits.max_log_bytes;
     let sink = Arc::clone(&logs);
-    engine.on_print(move |s| {
-        sink.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(s, max_log)
-    });
+    engine.on_print(move |s| lock(&sink).push(s, max_log));
     let sink = Arc::clone(&logs);
-    engine.on_debug(move |s, _, _| {
-        sink.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(s, max_log)
-    });
+    engine.on_debug(move |s, _, _| lock(&sink).push(s, max_log));
     let executor = Arc::new(Executor {
         ctx,
         ledger,
@@ -237,7 +230,7 @@ pub(crate) fn execute(
     drop(engine);
     let mut counts = lock(&executor.counts).clone();
     counts.operations = operations.load(Ordering::Relaxed);
-    let logs = std::mem::take(&mut logs.lock().unwrap_or_else(|p| p.into_inner()).lines);
+    let logs = std::mem::take(&mut lock(&logs).lines);
     Execution {
         result,
         logs,

@@ -21,6 +21,7 @@ use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
 use crate::json::canonical;
 use crate::ledger::{Cell, Launch, ReadKey, RunLedger};
+use crate::sync::lock;
 use crate::tool::Effect;
 
 /// Why a pass ended.
@@ -212,7 +213,7 @@ impl Scout {
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
         let handle = self.handle.spawn(task);
-        let mut tasks = into.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tasks = lock(into);
         tasks.retain(|t| !t.is_finished());
         tasks.push(handle);
     }
@@ -233,14 +234,14 @@ impl Scout {
         placeholder::begin_notes();
         let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &self.ast);
         let notes = placeholder::take_notes();
-        if pass.lock().unwrap_or_else(|p| p.into_inner()).capped {
+        if lock(&pass).capped {
             let cap = self.depth_cap.load(Ordering::Relaxed);
             let max = self.ledger.limits().max_deferred_per_pass;
             self.depth_cap.store((cap * 2).min(max), Ordering::Relaxed);
         }
         self.operations
             .fetch_add(operations.load(Ordering::Relaxed), Ordering::Relaxed);
-        let mut pass = std::mem::take(&mut *pass.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut pass = std::mem::take(&mut *lock(&pass));
         let end = match (result, pass.stop.take()) {
             (_, Some(stop)) => stop,
             (Ok(_), None) => End::Finished,
@@ -280,7 +281,7 @@ impl Scout {
         name: &str,
         args: Dynamic,
     ) -> Result<Dynamic, Box<EvalAltResult>> {
-        let mut state = pass.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock(pass);
         let Some(tool) = self.ctx.registry.get(name) else {
             return Err(stop(&mut state, End::Stopped));
         };
@@ -419,7 +420,7 @@ impl Scout {
 }
 
 fn take(tasks: &Mutex<Vec<JoinHandle<()>>>) -> Vec<JoinHandle<()>> {
-    std::mem::take(&mut *tasks.lock().unwrap_or_else(|p| p.into_inner()))
+    std::mem::take(&mut *lock(tasks))
 }
 
 /// Ends the pass where it is; `try`/`catch` cannot catch it.

@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::sync::lock;
 
 /// The default timeout of a tool call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -186,7 +187,7 @@ impl ToolContext {
     /// Gives back this call's slot before the call ends: the rest of the call (a script tool's
     /// simulated latency, say) does not use the resource the slots stand for.
     pub(crate) fn release_slot(&self) {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.slot).take();
     }
 
     /// The run's registry, for a composite's body (`None` for other tools).
