@@ -377,7 +377,7 @@ impl Runtime {
         });
         let (tx, rx) = tokio::sync::oneshot::channel();
         // Dropping this run's future (a client gave up) cancels the script and the scout.
-        let cancel = CancelOnDrop::new(
+        let cancel = StopOnDrop::new(
             Arc::clone(&ledger),
             scout.as_ref().map(|s| Arc::clone(&s.0)),
         );
@@ -453,15 +453,15 @@ impl Runtime {
 }
 
 /// Ends a run's script and scout when the run's future is dropped before it finished.
-struct CancelOnDrop {
+struct StopOnDrop {
     flag: Arc<std::sync::atomic::AtomicBool>,
     ledger: Arc<RunLedger>,
     scout: Option<Arc<Scout>>,
 }
 
-impl CancelOnDrop {
-    fn new(ledger: Arc<RunLedger>, scout: Option<Arc<Scout>>) -> CancelOnDrop {
-        CancelOnDrop {
+impl StopOnDrop {
+    fn new(ledger: Arc<RunLedger>, scout: Option<Arc<Scout>>) -> StopOnDrop {
+        StopOnDrop {
             flag: Arc::default(),
             ledger,
             scout,
@@ -469,7 +469,7 @@ impl CancelOnDrop {
     }
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.flag.store(true, Ordering::SeqCst);
         self.ledger.close();
