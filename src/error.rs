@@ -77,6 +77,11 @@ error_kinds! {
     LimitExceeded => "limit_exceeded",
     /// The script failed on its own: a type error, an undefined variable, an uncaught `throw`.
     ScriptError => "script_error",
+    /// A person rejected the call (a tool that needs approval); the message gives the reason.
+    Rejected => "rejected",
+    /// The run is paused at a call that waits for a person's decision: an approval, or the
+    /// settling of a call whose outcome was lost. Not an error of the script: `resume` goes on.
+    Paused => "paused",
 }
 
 impl ErrorKind {
@@ -149,6 +154,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "check the identifier; look it up with a search tool first",
             ErrorKind::InvalidScript => "fix the syntax error at the reported line and column",
             ErrorKind::LimitExceeded => "do less work in one script: fewer loops, smaller values",
+            ErrorKind::Rejected => "do not make this call; go on without it or ask a person why",
             _ => return None,
         })
     }
@@ -358,6 +364,23 @@ pub enum Error {
         /// The server, as named in its manifest.
         server: String,
         /// What went wrong.
+        message: String,
+    },
+    /// The store of runs cannot be opened, read or written.
+    #[error("store {}: {message}", path.display())]
+    Store {
+        /// The store's file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A run cannot be resumed: unknown, still running, ended, or asked for a decision it
+    /// does not wait for.
+    #[error("run {run_id}: {message}")]
+    Resume {
+        /// The run.
+        run_id: String,
+        /// Why not.
         message: String,
     },
     /// Reading or writing a file failed.

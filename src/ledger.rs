@@ -153,6 +153,20 @@ impl Book {
         self.writes.len() as u64
     }
 
+    /// An executor entry for `key` holding the journal's outcome of it.
+    fn replayed_entry(&mut self, key: &ReadKey, outcome: &Outcome) -> Arc<Cell> {
+        let cell = Cell::new();
+        cell.set((**outcome).clone());
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                cell: Arc::clone(&cell),
+                speculation: None,
+            },
+        );
+        cell
+    }
+
     /// A fresh executor entry for `key`, replacing any: the executor dispatches into its cell.
     fn executor_entry(&mut self, key: &ReadKey) -> Arc<Cell> {
         let cell = Cell::new();
@@ -170,6 +184,8 @@ impl Book {
 pub(crate) enum Read {
     /// An identical read earlier in this epoch answers it.
     Repeat(Outcome),
+    /// The run's journal answers it: an earlier process of the run made it.
+    Replayed(Outcome),
     /// The scout's speculative outcome, claimed: charged and recorded as the executor's call.
     Claimed(Outcome),
     /// Nothing usable: the executor dispatches the read itself and sets this cell.
@@ -236,6 +252,10 @@ impl RunLedger {
         let mut book = self.lock();
         let speculated = match book.entries.get(key) {
             None => {
+                if let Some(outcome) = self.journaled(key) {
+                    book.replayed_entry(key, &outcome);
+                    return Read::Replayed(outcome);
+                }
                 let cell = book.executor_entry(key);
                 drop(book);
                 self.bump();
@@ -275,6 +295,26 @@ impl RunLedger {
         }
     }
 
+    /// The journal's outcome of the read `key`, when the run is durable and has one.
+    fn journaled(&self, key: &ReadKey) -> Option<Outcome> {
+        let journal = self.ctx.journal.as_ref()?;
+        journal.read(key.epoch, &key.tool, &key.args, 0)
+    }
+
+    /// The executor used the outcome of a read (the `n`th of `key` in its epoch, 0 but for
+    /// polling tools): a durable run journals it.
+    pub(crate) fn used(&self, key: &ReadKey, n: u64, outcome: &Result<Value, ToolError>) {
+        if let Some(journal) = &self.ctx.journal {
+            journal.record_read(crate::store::ReadRow {
+                epoch: key.epoch,
+                tool: key.tool.clone(),
+                args: key.args.clone(),
+                n,
+                outcome: Arc::new(outcome.clone()),
+            });
+        }
+    }
+
     /// The executor completed a non-read call: the epoch advances.
     pub(crate) fn record_write(&self, record: WriteRecord) {
         self.lock().writes.push(record);
@@ -291,6 +331,11 @@ impl RunLedger {
         let mut book = self.lock();
         if let Some(entry) = book.entries.get(key) {
             return Launch::Existing(Arc::clone(&entry.cell));
+        }
+        // A read the journal answers is answered for the scout too: speculation goes on
+        // across a resume without calling the tool again.
+        if let Some(outcome) = self.journaled(key) {
+            return Launch::Existing(book.replayed_entry(key, &outcome));
         }
         let per_tool = book.in_flight_per_tool.get(&key.tool).copied().unwrap_or(0);
         // A read for an epoch the executor has left can never be claimed, and one for an epoch

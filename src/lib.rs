@@ -32,6 +32,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `error`, `json`, `sync` | error kinds and errors; canonical JSON and SHA-256; locks that survive a panic |
+//! | `store` | the embedded store of durable runs (SQLite): runs, their journals |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
 //! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
@@ -63,6 +64,7 @@ pub mod mcp;
 mod runtime;
 mod script;
 mod speculate;
+mod store;
 mod sync;
 mod tool;
 
@@ -71,10 +73,13 @@ pub use engine::{set_memory_probe, Limits};
 pub use error::{Error, ErrorKind, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
-pub use runtime::{Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats};
-pub use script::Problem;
+pub use runtime::{
+    Decision, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats,
+};
+pub use script::{Awaiting, Pending, Problem};
+pub use store::{RunRecord, RunStatus, Store, STORE_ENV};
 pub use tool::{
-    Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
+    Approval, Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
     ToolSpec, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 

@@ -14,8 +14,9 @@ use crate::dispatch::{
 use crate::engine::{self, Limits};
 use crate::error::{ErrorKind, RunError};
 use crate::ledger::{RunLedger, SpeculationLimits};
-use crate::script::{self, Problem};
+use crate::script::{self, Awaiting, Pending, Problem};
 use crate::speculate::{self, Scout};
+use crate::store::{Journal, RunRecord, RunStatus, Store, TakeRefused};
 use crate::sync::lock;
 use crate::tool::{self, Format, Registry};
 
@@ -63,6 +64,10 @@ pub struct Runtime {
     compiler: Engine,
     /// The function names of the tools that are not reads, for the scout's rewrite.
     effectful: std::collections::HashSet<String>,
+    /// Where runs are journaled, when they are durable.
+    store: Option<Arc<Store>>,
+    /// SHA-256 of the catalog as `tools --format json` prints it: a resume needs the same.
+    catalog_sha256: String,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -84,9 +89,17 @@ pub struct RuntimeBuilder {
     budget: Budget,
     breaker: BreakerConfig,
     speculation: SpeculationLimits,
+    store: Option<Arc<Store>>,
 }
 
 impl RuntimeBuilder {
+    /// Journals every run in `store` (unless its options say [`RunOptions::no_store`]), so
+    /// that it can pause for approvals and be resumed after a crash.
+    pub fn store(mut self, store: Arc<Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// Sets the script limits of every run.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -119,8 +132,11 @@ impl RuntimeBuilder {
             .filter(|t| t.spec.effect != crate::tool::Effect::Read)
             .flat_map(|t| [t.spec.name.clone(), t.function_name().to_string()])
             .collect();
+        let catalog = tool::describe(&self.registry, Format::Json);
         Runtime {
             effectful,
+            store: self.store,
+            catalog_sha256: crate::json::sha256_hex(&catalog),
             speculation: self.speculation,
             compiler: engine::new_engine(&self.limits, engine::Watch::default()),
             registry: Arc::new(self.registry),
@@ -138,6 +154,8 @@ pub struct Script {
     /// The same script rewritten for the scout, whose branch conditions and the like go
     /// through functions it controls.
     scout_ast: Arc<AST>,
+    /// The text it was compiled from: a durable run keeps it, and a resume runs it again.
+    source: Arc<str>,
 }
 
 /// Options of one run.
@@ -150,6 +168,10 @@ pub struct RunOptions {
     pub progress: Option<Arc<Progress>>,
     /// The file receipts are appended to as calls finish (see [`RunOptions::receipts`]).
     receipts: Option<Arc<std::sync::Mutex<Option<crate::dispatch::Sink>>>>,
+    /// Not journaled even though the runtime has a store.
+    no_store: bool,
+    /// The script's name in the store's list of runs.
+    script_name: Option<String>,
 }
 
 impl RunOptions {
@@ -165,6 +187,33 @@ impl RunOptions {
     pub fn progress(mut self, progress: Arc<Progress>) -> RunOptions {
         self.progress = Some(progress);
         self
+    }
+
+    /// Does not journal this run, though the runtime has a store: a throwaway run, which
+    /// cannot pause for an approval (it stops there) or be resumed.
+    pub fn no_store(mut self) -> RunOptions {
+        self.no_store = true;
+        self
+    }
+
+    /// Names the script in the store's list of runs (its file name, say).
+    pub fn script_name(mut self, name: impl Into<String>) -> RunOptions {
+        self.script_name = Some(name.into());
+        self
+    }
+
+    /// Appends the receipts of a resumed run to the receipts file at `path`, continuing its
+    /// chain: after the file's last receipt, linked to its hash (a torn last line, left by a
+    /// crash, is cut off first). A missing or empty file starts a new chain.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`](crate::Error::Io) when the file cannot be opened or read;
+    /// [`Error::Receipt`](crate::Error::Receipt) when its last receipt cannot be read.
+    pub fn append_receipts(mut self, path: &std::path::Path) -> Result<RunOptions, crate::Error> {
+        let sink = crate::dispatch::Sink::append(path)?;
+        self.receipts = Some(Arc::new(std::sync::Mutex::new(Some(sink))));
+        Ok(self)
     }
 
     /// Appends the run's receipts to a new file at `path` (created, or truncated) as each
@@ -204,6 +253,8 @@ pub struct Stats {
     pub deduplicated: u64,
     /// Non-read calls the script made.
     pub effectful_calls: u64,
+    /// Calls answered by the run's journal (made by an earlier process of the run).
+    pub replayed: u64,
     /// Passes of the scout over the script.
     pub scout_passes: u64,
     /// Interpreter operations of the executor; not in the JSON output.
@@ -230,12 +281,52 @@ pub struct RunOutcome {
     pub stats: Stats,
     /// One receipt per dispatch, chained by hash.
     pub receipts: Vec<Receipt>,
+    /// The call a paused run waits at.
+    pub pending: Option<Pending>,
+}
+
+/// A person's decision on the call a paused run waits at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Make the call that waits for approval.
+    Approve,
+    /// Do not make it: the call throws a catchable `rejected` error at its call site.
+    Reject {
+        /// Why, for the script (and the model) to read.
+        reason: Option<String>,
+    },
+    /// The call whose outcome was lost took effect: take it as made, with a null result.
+    Done,
+    /// The call whose outcome was lost did not take effect: make it again (with the same
+    /// idempotency key).
+    Retry,
+}
+
+impl Decision {
+    fn answers(&self) -> Awaiting {
+        match self {
+            Decision::Approve | Decision::Reject { .. } => Awaiting::Approval,
+            Decision::Done | Decision::Retry => Awaiting::Resolve,
+        }
+    }
 }
 
 impl RunOutcome {
+    /// Where the run is: `completed`, `failed`, or `paused` at [`RunOutcome::pending`].
+    pub fn status(&self) -> RunStatus {
+        match (&self.pending, &self.result) {
+            (Some(_), _) => RunStatus::Paused,
+            (None, Ok(_)) => RunStatus::Completed,
+            (None, Err(_)) => RunStatus::Failed,
+        }
+    }
+
     /// The JSON object that `toolscript run --json` prints.
     pub fn to_json(&self) -> Value {
         let mut out = json!({
+            "run_id": self.run_id,
+            "status": self.status().as_str(),
             "ok": self.result.is_ok(),
             "logs": self.logs,
             "effects": self.effects,
@@ -245,9 +336,10 @@ impl RunOutcome {
                 "count": self.receipts.len(),
             },
         });
-        match &self.result {
-            Ok(value) => out["value"] = value.clone(),
-            Err(e) => out["error"] = e.to_json(),
+        match (&self.pending, &self.result) {
+            (Some(pending), _) => out["pending"] = json!(pending),
+            (None, Ok(value)) => out["value"] = value.clone(),
+            (None, Err(e)) => out["error"] = e.to_json(),
         }
         out
     }
@@ -260,6 +352,7 @@ impl RunOutcome {
             effects: Vec::new(),
             stats: Stats::default(),
             receipts: Vec::new(),
+            pending: None,
         }
     }
 }
@@ -314,6 +407,7 @@ impl Runtime {
         Ok(Script {
             ast: Arc::new(ast),
             scout_ast,
+            source: Arc::from(source),
         })
     }
 
@@ -341,10 +435,163 @@ impl Runtime {
         }
     }
 
+    /// The store runs are journaled in, if any.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
     /// Runs a compiled script. Must be called within a tokio runtime: tool calls run on it while
-    /// the script runs on a thread of its own.
+    /// the script runs on a thread of its own. With a store (and without
+    /// [`RunOptions::no_store`]) the run is journaled: it can pause for approvals and be
+    /// resumed after a crash.
     pub async fn run_script(&self, script: &Script, options: RunOptions) -> RunOutcome {
         let run_id = new_run_id();
+        let journal = match (&self.store, options.no_store) {
+            (Some(store), false) => {
+                let record = RunRecord {
+                    run_id: run_id.clone(),
+                    script_name: options.script_name.clone().unwrap_or_else(|| "-".into()),
+                    script: script.source.to_string(),
+                    catalog_sha256: self.catalog_sha256.clone(),
+                    mode: options.mode.as_str().to_string(),
+                    status: RunStatus::Running,
+                    owner_pid: None,
+                    started_ms: crate::store::now_ms(),
+                    updated_ms: 0,
+                    pending: None,
+                    outcome: None,
+                };
+                let opened = store
+                    .create_run(&record)
+                    .and_then(|()| Journal::open(Arc::clone(store), &run_id));
+                match opened {
+                    Ok(journal) => Some(Arc::new(journal)),
+                    Err(e) => {
+                        return RunOutcome::before_running(RunError::new(
+                            ErrorKind::Internal,
+                            format!("the run could not be recorded: {e}"),
+                        ))
+                    }
+                }
+            }
+            _ => None,
+        };
+        self.execute(script, options, run_id, journal).await
+    }
+
+    /// Resumes a paused run, or one whose process died: the stored script runs again from the
+    /// start, every call the journal holds answered from it (no tool body runs for them), and
+    /// goes on live from there. `decision` settles the call a paused run waits at. The run
+    /// has a fresh deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Resume`](crate::Error::Resume) when the runtime has no store, the store has no
+    /// such run, the run has ended or still runs in a live process, the decision does not
+    /// answer what the run waits for, or the catalog is not the one the run started with;
+    /// [`Error::Store`](crate::Error::Store) when the store fails.
+    pub async fn resume(
+        &self,
+        run_id: &str,
+        decision: Option<Decision>,
+        options: RunOptions,
+    ) -> Result<RunOutcome, crate::Error> {
+        let refuse = |message: String| crate::Error::Resume {
+            run_id: run_id.to_string(),
+            message,
+        };
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(|| refuse("this runtime has no store of runs".into()))?;
+        let record = store
+            .run(run_id)?
+            .ok_or_else(|| refuse(format!("the store {} has no such run", store.path().display())))?;
+        if record.status.is_final() {
+            return Err(refuse(format!(
+                "the run has already {}; there is nothing to resume",
+                record.status.as_str()
+            )));
+        }
+        if record.catalog_sha256 != self.catalog_sha256 {
+            return Err(refuse(
+                "the catalog is not the one the run started with (its tools, effects or schemas changed): resume it with the same --tools"
+                    .into(),
+            ));
+        }
+        let pending = record.pending.as_ref().filter(|_| record.status == RunStatus::Paused);
+        let awaiting = pending
+            .and_then(|p| p.get("awaiting"))
+            .and_then(|a| serde_json::from_value::<Awaiting>(a.clone()).ok());
+        let describe = |awaiting: Awaiting| match awaiting {
+            Awaiting::Approval => "a decision on its approval: --approve or --reject",
+            Awaiting::Resolve => {
+                "word on whether its last call took effect: --resolve done or --resolve retry"
+            }
+        };
+        match (&decision, awaiting) {
+            (Some(d), Some(a)) if d.answers() != a => {
+                return Err(refuse(format!("the run waits for {}", describe(a))));
+            }
+            (None, Some(a)) => return Err(refuse(format!("the run waits for {}", describe(a)))),
+            (Some(_), None) => {
+                return Err(refuse(
+                    "the run is not paused (its process stopped while it ran): resume it without a decision"
+                        .into(),
+                ))
+            }
+            _ => {}
+        }
+        let record = store.take_run(run_id, |pid| process_alive(pid, run_id)).map_err(|e| match e {
+            TakeRefused::Unknown => refuse("the store has no such run".into()),
+            TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
+            TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
+            TakeRefused::Store(e) => e,
+        })?;
+        let journal = Arc::new(Journal::open(Arc::clone(store), run_id)?);
+        if let (Some(decision), Some(pending)) = (decision, pending) {
+            let seq = pending.get("seq").and_then(Value::as_u64).unwrap_or_default();
+            let tool = pending.get("tool").and_then(Value::as_str).unwrap_or_default();
+            let args = crate::json::canonical(pending.get("args").unwrap_or(&Value::Null));
+            let decided = journal.decide(seq, tool, &args, |entry| match decision {
+                Decision::Approve => entry.state.approved = true,
+                Decision::Reject { reason } => {
+                    let reason = reason.unwrap_or_else(|| "no reason given".into());
+                    let error = crate::error::ToolError::new(
+                        ErrorKind::Rejected,
+                        format!("a person rejected this call: {reason}"),
+                    )
+                    .for_tool(tool);
+                    entry.outcome = Some(Err(error));
+                }
+                Decision::Done => entry.outcome = Some(Ok(Value::Null)),
+                Decision::Retry => {
+                    entry.state.intent = false;
+                    entry.state.retry = true;
+                }
+            });
+            decided.map_err(|why| crate::Error::Store {
+                path: store.path().to_path_buf(),
+                message: why,
+            })?;
+        }
+        let script = self.compile(&record.script).map_err(|e| {
+            refuse(format!("its stored script no longer compiles: {e}"))
+        })?;
+        Ok(self
+            .execute(&script, options, run_id.to_string(), Some(journal))
+            .await)
+    }
+
+    /// Runs `script` as run `run_id`, journaled in `journal` when it is durable.
+    async fn execute(
+        &self,
+        script: &Script,
+        options: RunOptions,
+        run_id: String,
+        journal: Option<Arc<Journal>>,
+    ) -> RunOutcome {
+        let _active = journal.as_ref().map(|_| Active::enter(&run_id));
         let span = tracing::info_span!("run", run_id = %run_id);
         let _entered = span.enter();
         let started = std::time::Instant::now();
@@ -353,15 +600,18 @@ impl Runtime {
         limits.max_duration = limits.max_duration.min(self.budget.wall_clock);
         let deadline = started + limits.max_duration;
         let sink = options.receipts.as_ref().and_then(|s| lock(s).take());
-        let ctx = Arc::new(RunContext::new(
-            Arc::clone(&self.registry),
-            Arc::clone(&self.breakers),
-            self.budget.clone(),
-            limits.max_duration,
-            run_id.clone(),
-            options.progress.unwrap_or_default(),
-            sink,
-        ));
+        let ctx = Arc::new(
+            RunContext::new(
+                Arc::clone(&self.registry),
+                Arc::clone(&self.breakers),
+                self.budget.clone(),
+                limits.max_duration,
+                run_id.clone(),
+                options.progress.unwrap_or_default(),
+                sink,
+            )
+            .with_journal(journal.clone()),
+        );
         let handle = tokio::runtime::Handle::current();
         let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), self.speculation.clone()));
         let scout = (options.mode == Mode::Speculative).then(|| {
@@ -425,6 +675,7 @@ impl Runtime {
             )),
             logs: Vec::new(),
             counts: Default::default(),
+            pending: None,
         });
         let (launched, claimed) = ledger.counts();
         let stats = Stats {
@@ -437,19 +688,103 @@ impl Runtime {
             speculative_wasted: launched - claimed,
             deduplicated: execution.counts.deduplicated,
             effectful_calls: execution.counts.effectful_calls,
+            replayed: execution.counts.replayed,
             scout_passes,
             script_operations: execution.counts.operations,
             scout_operations,
         };
-        RunOutcome {
+        let mut result = execution.result;
+        if let (Some(pending), Err(e)) = (&execution.pending, &mut result) {
+            e.kind = ErrorKind::Paused;
+            e.recoverable = true;
+            e.suggested_next_action = Some(match (&journal, pending.awaiting) {
+                (None, _) => "this run has no store, so it cannot be resumed: run it with a store to pause and resume it".into(),
+                (Some(_), Awaiting::Approval) => format!("toolscript resume {run_id} --approve (or --reject --reason TEXT)"),
+                (Some(_), Awaiting::Resolve) => format!(
+                    "check whether `{}` took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",
+                    pending.tool
+                ),
+            });
+        }
+        let outcome = RunOutcome {
             run_id,
-            result: execution.result,
+            result,
             logs: execution.logs,
             effects: ctx.take_effects(),
             stats,
             receipts: ctx.take_receipts(),
+            pending: execution.pending,
+        };
+        if let (Some(journal), Some(store)) = (&journal, &self.store) {
+            journal.flush();
+            let pending = outcome.pending.as_ref().map(|p| json!(p));
+            if let Err(e) =
+                store.finish_run(&outcome.run_id, outcome.status(), pending.as_ref(), &outcome.to_json())
+            {
+                tracing::error!(run_id = %outcome.run_id, error = %e, "the run's end could not be recorded; resume it to record it");
+            }
         }
+        outcome
     }
+}
+
+/// The durable runs this process is running now: a run in the store owned by this process is
+/// taken for a resume only if it is not among them.
+static ACTIVE: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A durable run this process runs, until dropped.
+struct Active(String);
+
+impl Active {
+    fn enter(run_id: &str) -> Active {
+        lock(&ACTIVE).insert(run_id.to_string());
+        Active(run_id.to_string())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        lock(&ACTIVE).remove(&self.0);
+    }
+}
+
+/// Whether the process `pid`, which owns the running run `run_id`, still runs it.
+fn process_alive(pid: u32, run_id: &str) -> bool {
+    if pid == std::process::id() {
+        return lock(&ACTIVE).contains(run_id);
+    }
+    process_exists(pid)
+}
+
+/// Whether a process `pid` exists and is not a zombie.
+#[cfg(target_os = "linux")]
+fn process_exists(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis: Z (zombie) and X (dead) are
+        // processes that have ended.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Whether a process `pid` exists (`kill -0`).
+#[cfg(all(unix, not(target_os = "linux")))]
+fn process_exists(pid: u32) -> bool {
+    std::process::Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Elsewhere a run's process cannot be looked for: it is taken to be gone.
+#[cfg(not(unix))]
+fn process_exists(_pid: u32) -> bool {
+    false
 }
 
 /// Ends a run's script and scout when the run's future is dropped before it finished.

@@ -16,6 +16,7 @@ use super::receipt::{ReceiptLog, Sink};
 use super::repeat::RepeatGuard;
 use super::{Budget, Receipt, Speculation};
 use crate::error::ToolError;
+use crate::store::Journal;
 use crate::sync::lock;
 use crate::tool::{Effect, Registry, ToolSpec};
 
@@ -97,6 +98,8 @@ pub(crate) struct RunContext {
     open: AtomicU64,
     /// Notified when `open` falls to zero.
     all_closed: tokio::sync::Notify,
+    /// The run's journal, when the run is durable.
+    pub(crate) journal: Option<Arc<Journal>>,
 }
 
 impl RunContext {
@@ -125,7 +128,19 @@ impl RunContext {
             cancel: tokio::sync::watch::channel(false).0,
             open: AtomicU64::new(0),
             all_closed: tokio::sync::Notify::new(),
+            journal: None,
         }
+    }
+
+    /// Makes the run durable: its non-read calls' intents are committed to `journal`.
+    pub(crate) fn with_journal(mut self, journal: Option<Arc<Journal>>) -> RunContext {
+        self.journal = journal;
+        self
+    }
+
+    /// The run's id.
+    pub(crate) fn run_id(&self) -> &str {
+        self.receipts.run_id()
     }
 
     pub(super) fn call_opened(&self) {
@@ -241,6 +256,23 @@ impl RunContext {
             ok: None,
         });
         effects.len() - 1
+    }
+
+    /// Logs a non-read call the journal answered: it took effect in an earlier process of the
+    /// run.
+    pub(crate) fn log_replayed_effect(
+        &self,
+        tool: &str,
+        effect: Effect,
+        args: Value,
+        ok: Option<bool>,
+    ) {
+        lock(&self.effects).push(EffectRecord {
+            tool: tool.to_string(),
+            effect,
+            args,
+            ok,
+        });
     }
 
     pub(super) fn set_effect_outcome(&self, index: usize, ok: Option<bool>) {

@@ -6,12 +6,14 @@
 //! 1. resolve the tool;
 //! 2. check the caller may call it;
 //! 3. repeat guard;
-//! 4. (the approval gate belongs here; it is not built yet);
+//! 4. approval gate: a call of the script to a tool that needs approval, not yet approved,
+//!    pauses the run (`paused`);
 //! 5. charge the budget;
 //! 6. breaker admits;
 //! 7. validate input;
-//! 8. wait for a slot of the tool (outside its timeout), then run the body under its timeout,
-//!    catching panics, retrying;
+//! 8. wait for a slot of the tool (outside its timeout); journal a non-read call's intent
+//!    (committed before its body is reached); then run the body under its timeout, catching
+//!    panics, retrying;
 //! 9. validate output;
 //! 10. record the outcome in the breaker;
 //! 11. write the receipt.
@@ -53,7 +55,7 @@ use tracing::Instrument;
 use crate::error::{ErrorKind, ToolError};
 use crate::json::{canonical, sha256_hex};
 use crate::sync::lock;
-use crate::tool::{Effect, RegisteredTool, ToolContext};
+use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
 use breaker::{Admission, Health};
 use retry::RetryPolicy;
 
@@ -126,6 +128,10 @@ pub(crate) struct Call {
     /// the receipt, computed once.
     pub(crate) args_key: String,
     pub(crate) caller: Caller,
+    /// For a non-read call of the script: its position among the script's non-read calls
+    /// (the journal's key), and the idempotency key its tool sees.
+    pub(crate) seq: Option<u64>,
+    pub(crate) idempotency_key: Option<String>,
 }
 
 impl Call {
@@ -136,7 +142,16 @@ impl Call {
             args_key: canonical(&args),
             args,
             caller,
+            seq: None,
+            idempotency_key: None,
         }
+    }
+
+    /// Makes this the script's non-read call number `seq` of run `run_id`.
+    pub(crate) fn at_seq(mut self, run_id: &str, seq: u64) -> Call {
+        self.seq = Some(seq);
+        self.idempotency_key = Some(format!("{run_id}:{seq}"));
+        self
     }
 
     /// A call made by the script itself.
@@ -349,6 +364,18 @@ async fn steps(
     }
     // 3. Repeat guard.
     ctx.repeat.check(spec, &call.args_key)?;
+    // 4. Approval gate: the script's call waits for a person, unless one approved it.
+    if spec.approval == Approval::Always && matches!(call.caller, Caller::Script) {
+        let approved = call
+            .seq
+            .is_some_and(|seq| ctx.journal.as_ref().is_some_and(|j| j.approved(seq)));
+        if !approved {
+            return Err(ToolError::new(
+                ErrorKind::Paused,
+                format!("`{}` waits for a person's approval", spec.name),
+            ));
+        }
+    }
     // 5. Charge the budget; the guard frees the in-flight slot when the call ends. A
     // speculative call is charged when it is claimed.
     let _in_flight = match speculation {
@@ -384,6 +411,24 @@ async fn steps(
         };
         // Held until the call ends, or until its body gives it back.
         let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+        // The intent of a script's non-read call is committed before its body is reached: a
+        // crash from here on leaves the call ambiguous, never forgotten.
+        if let (Some(journal), Some(seq)) = (&ctx.journal, call.seq) {
+            let (journal, tool, args) = (
+                Arc::clone(journal),
+                spec.name.clone(),
+                call.args_key.clone(),
+            );
+            let committed = tokio::task::spawn_blocking(move || journal.intent(seq, &tool, &args))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            if let Err(why) = committed {
+                return Err(ToolError::internal(format!(
+                    "the run's journal could not be written ({why}); the call was not made"
+                ))
+                .with_recoverable(false));
+            }
+        }
         ctx.repeat.record(spec, &call.args_key);
         if spec.effect != Effect::Read {
             flight.effect_index = Some(ctx.log_effect(spec, &call.args));
@@ -419,9 +464,15 @@ async fn run_body(
     slot: &Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
-    let nested = spec
-        .is_composite()
-        .then(|| nested::NestedCalls::handle(ctx, spec, flight.call_id, call.caller.speculation()));
+    let nested = spec.is_composite().then(|| {
+        nested::NestedCalls::handle(
+            ctx,
+            spec,
+            flight.call_id,
+            call.caller.speculation(),
+            call.idempotency_key.as_deref(),
+        )
+    });
     let policy = RetryPolicy::of(spec);
     loop {
         flight.attempts += 1;
@@ -431,6 +482,7 @@ async fn run_body(
             &spec.name,
             flight.call_id,
             flight.attempts,
+            call.idempotency_key.clone(),
             nested.clone(),
             Arc::clone(slot),
         );

@@ -17,6 +17,10 @@ pub(super) struct NestedCalls {
     parent: u64,
     allowed: Arc<[String]>,
     speculation: Option<Arc<Speculation>>,
+    /// The composite's idempotency key, from which its nested non-read calls get theirs.
+    key: Option<String>,
+    /// Nested non-read calls made so far.
+    effectful: std::sync::atomic::AtomicU64,
 }
 
 impl NestedCalls {
@@ -26,12 +30,15 @@ impl NestedCalls {
         spec: &ToolSpec,
         parent: u64,
         speculation: Option<&Arc<Speculation>>,
+        key: Option<&str>,
     ) -> Arc<dyn NestedCaller> {
         Arc::new(NestedCalls {
             ctx: Arc::clone(ctx),
             parent,
             allowed: Arc::from(spec.nested.clone()),
             speculation: speculation.cloned(),
+            key: key.map(str::to_string),
+            effectful: Default::default(),
         })
     }
 }
@@ -42,7 +49,7 @@ impl NestedCaller for NestedCalls {
     }
 
     fn call(&self, tool: &str, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
-        let call = Call::new(
+        let mut call = Call::new(
             tool,
             args,
             Caller::Composite {
@@ -51,6 +58,19 @@ impl NestedCaller for NestedCalls {
                 speculation: self.speculation.clone(),
             },
         );
+        // A composite's body is deterministic, so its `n`th non-read call is the same call
+        // every time the composite is made: it keeps its key across a retry after a crash.
+        let effectful = self
+            .ctx
+            .registry
+            .get(tool)
+            .is_some_and(|t| t.spec.effect != crate::tool::Effect::Read);
+        if let (Some(key), true) = (&self.key, effectful) {
+            let n = self
+                .effectful
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            call.idempotency_key = Some(format!("{key}.{n}"));
+        }
         let ctx = Arc::clone(&self.ctx);
         async move {
             dispatch(&ctx, call).await.map_err(|e| {

@@ -117,6 +117,9 @@ pub(crate) struct ReceiptLog {
 #[derive(Debug, Default)]
 struct Chain {
     receipts: Vec<Receipt>,
+    /// The chain this run's receipts continue (a resumed run's file): its last hash and the
+    /// next receipt's `seq`.
+    base: Option<(String, u64)>,
     /// Speculative receipts not yet final, by their claim flag (a speculative call and the
     /// calls nested in it share one), each with its place in the order of arrival.
     pending: std::collections::HashMap<usize, Vec<(u64, Draft)>>,
@@ -131,6 +134,8 @@ struct Chain {
 pub(crate) struct Sink {
     path: std::path::PathBuf,
     file: std::fs::File,
+    /// The chain the file already holds: its last hash and the next `seq`.
+    base: Option<(String, u64)>,
 }
 
 impl Sink {
@@ -147,6 +152,51 @@ impl Sink {
         Ok(Sink {
             path: path.to_path_buf(),
             file,
+            base: None,
+        })
+    }
+
+    /// Opens the receipts file at `path` to continue its chain (creating it if missing). A
+    /// last line without its newline — a write a crash cut short — is cut off.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when it cannot be opened, read or cut; [`Error::Receipt`] when its last
+    /// line is not a receipt.
+    pub(crate) fn append(path: &Path) -> Result<Sink, Error> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)
+            .map_err(io)?;
+        let text = std::fs::read(path).map_err(io)?;
+        let whole = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        if whole < text.len() {
+            file.set_len(whole as u64).map_err(io)?;
+        }
+        let text = String::from_utf8_lossy(&text[..whole]);
+        let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+        let base = match text.lines().rev().find(|l| !l.trim().is_empty()) {
+            None => None,
+            Some(line) => {
+                let receipt: Receipt =
+                    serde_json::from_str(line).map_err(|e| Error::Receipt {
+                        file: path.to_path_buf(),
+                        line: lines,
+                        message: format!("the last receipt cannot be read: {e}"),
+                    })?;
+                Some((receipt.hash, receipt.seq + 1))
+            }
+        };
+        Ok(Sink {
+            path: path.to_path_buf(),
+            file,
+            base,
         })
     }
 }
@@ -156,11 +206,16 @@ impl ReceiptLog {
         ReceiptLog {
             run_id,
             chain: Mutex::new(Chain {
+                base: sink.as_ref().and_then(|s| s.base.clone()),
                 sink,
                 ..Chain::default()
             }),
             broken: AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Chain> {
@@ -220,7 +275,7 @@ impl ReceiptLog {
         let mut receipt = Receipt {
             v: RECEIPT_VERSION,
             run_id: self.run_id.clone(),
-            seq: chain.receipts.len() as u64,
+            seq: chain.base.as_ref().map_or(0, |(_, next)| *next) + chain.receipts.len() as u64,
             call_id: draft.call_id,
             parent: draft.parent,
             tool: draft.tool,
@@ -238,7 +293,10 @@ impl ReceiptLog {
             started_ms: round_ms(draft.started_ms),
             duration_ms: round_ms(draft.duration_ms),
             attempt: draft.attempt,
-            prev: chain.receipts.last().map(|r| r.hash.clone()),
+            prev: match chain.receipts.last() {
+                Some(last) => Some(last.hash.clone()),
+                None => chain.base.as_ref().map(|(hash, _)| hash.clone()),
+            },
             hash: String::new(),
         };
         receipt.hash = receipt.compute_hash();

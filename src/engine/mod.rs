@@ -137,6 +137,15 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
         }
         sleep(seconds, deadline, flag.as_deref(), ctx.call_position())
     };
+    // A durable run replays its script on resume and must take the same path: nothing the
+    // script reads may differ between two runs but tool results, which the journal keeps.
+    // The clock is the one such thing Rhai offers.
+    engine.register_fn("timestamp", |ctx: NativeCallContext| -> Result<rhai::INT, Box<rhai::EvalAltResult>> {
+        Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
+            "`timestamp()` is not available: a run must take the same path when it is resumed, so a script does not read the clock (ask a tool for the time)".into(),
+            ctx.call_position(),
+        )))
+    });
     let by_int = bounded.clone();
     engine.register_fn("sleep", bounded);
     engine.register_fn(

@@ -15,7 +15,7 @@ use toml::Spanned;
 
 use crate::error::Error;
 use crate::mcp::McpServerSpec;
-use crate::tool::{Effect, Registry, Tool, ToolSpec};
+use crate::tool::{Approval, Effect, Registry, Tool, ToolSpec};
 use script_tool::ScriptHost;
 
 /// The demo catalog's manifest, compiled into the binary.
@@ -55,6 +55,8 @@ struct McpEntry {
     timeout_ms: Option<u64>,
     #[serde(default)]
     effects: std::collections::BTreeMap<String, Effect>,
+    #[serde(default)]
+    approval: std::collections::BTreeMap<String, Approval>,
     trust_annotations: Option<bool>,
     max_concurrency: Option<usize>,
 }
@@ -79,6 +81,8 @@ struct ToolEntry {
     script: Spanned<String>,
     #[serde(default)]
     nested: Vec<String>,
+    #[serde(default)]
+    approval: Approval,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -169,6 +173,7 @@ impl Manifests {
                 spec.timeout = Duration::from_millis(ms);
             }
             spec.effects = entry.effects;
+            spec.approval = entry.approval;
             spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
             if let Some(calls) = entry.max_concurrency {
                 if calls == 0 {
@@ -314,6 +319,7 @@ impl Manifests {
         spec.allow_repeat = entry.allow_repeat;
         spec.speculate = entry.speculate.unwrap_or(true);
         spec.nested = entry.nested;
+        spec.approval = entry.approval;
         self.host
             .tool(spec, ast, Duration::from_millis(entry.latency_ms))
     }

@@ -1,5 +1,6 @@
 //! Script tools: tools whose body is a Rhai script from a manifest. Their bodies see `args`
-//! (validated input) and `state`, an object map shared by all script tools loaded together.
+//! (validated input), `state`, an object map shared by all script tools loaded together, and
+//! `ctx`: `#{tool, attempt, idempotency_key}` (the key is `()` for a read).
 //!
 //! A body runs on a script-sized thread, never on an async worker or tokio's blocking pool
 //! (whose default stack a deep recursion in a body would overflow): an ordinary body on the
@@ -70,7 +71,8 @@ impl ScriptHost {
                 // or at its next operation or `sleep` slice.
                 let cancel = CancelOnDrop::new();
                 let runner = Arc::clone(&host);
-                let job = move || runner.run(&ast, &args, effect);
+                let call = call_map(&ctx);
+                let job = move || runner.run(&ast, &args, call, effect);
                 let result = match ScriptPool::shared().run(Arc::clone(&cancel.0), job).await {
                     Ok(Some(result)) => result,
                     Ok(None) => Err(ToolError::new(
@@ -93,9 +95,10 @@ impl ScriptHost {
     /// Runs a script tool's body. Read tools run side by side and see `state` as it is; other
     /// tools run alone, so `state` changes are never lost, and a body that fails leaves `state`
     /// as it found it.
-    fn run(&self, ast: &AST, args: &Value, effect: Effect) -> Result<Value, ToolError> {
+    fn run(&self, ast: &AST, args: &Value, call: Map, effect: Effect) -> Result<Value, ToolError> {
         let mut scope = Scope::new();
         scope.push("args", engine::to_dynamic(args));
+        scope.push("ctx", Dynamic::from_map(call));
         if effect == Effect::Read {
             let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
             scope.push("state", Dynamic::from_map(state));
@@ -205,6 +208,7 @@ impl ScriptHost {
         }
         let mut scope = Scope::new();
         scope.push("args", engine::to_dynamic(args));
+        scope.push("ctx", Dynamic::from_map(call_map(ctx)));
         let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
         scope.push("state", Dynamic::from_map(state));
         let value = engine
@@ -233,6 +237,20 @@ impl ScriptHost {
             .unwrap_or_default();
         ToolError::internal(format!("the script tool failed{at}: {}", e.message))
     }
+}
+
+/// What a body sees of its call, as `ctx`.
+fn call_map(ctx: &ToolContext) -> Map {
+    let mut map = Map::new();
+    map.insert("tool".into(), ctx.tool.clone().into());
+    map.insert("attempt".into(), rhai::INT::from(ctx.attempt).into());
+    map.insert(
+        "idempotency_key".into(),
+        ctx.idempotency_key
+            .clone()
+            .map_or(Dynamic::UNIT, Into::into),
+    );
+    map
 }
 
 /// Script tools' prints are diagnostics, never output.

@@ -139,17 +139,18 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
     };
     let (service, child, faults, listed) = start(spec).await.map_err(fail)?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
-    if let Some(unknown) = spec
-        .effects
-        .keys()
-        .find(|name| !originals.contains(&name.as_str()))
-    {
-        let mut known = originals.clone();
-        known.sort_unstable();
-        return Err(fail(format!(
-            "`effects` names the tool `{unknown}`, which the server does not have (its tools: {})",
-            known.join(", ")
-        )));
+    for (table, mut names) in [
+        ("effects", Box::new(spec.effects.keys()) as Box<dyn Iterator<Item = &String>>),
+        ("approval", Box::new(spec.approval.keys())),
+    ] {
+        if let Some(unknown) = names.find(|name| !originals.contains(&name.as_str())) {
+            let mut known = originals.clone();
+            known.sort_unstable();
+            return Err(fail(format!(
+                "`{table}` names the tool `{unknown}`, which the server does not have (its tools: {})",
+                known.join(", ")
+            )));
+        }
     }
     let names = tool_names(spec.prefix.as_deref().unwrap_or(""), &originals);
     tracing::info!(server = %spec.name, tools = listed.len(), "MCP server started");
@@ -180,13 +181,17 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
                 .as_ref()
                 .map(|schema| Value::Object(schema.as_ref().clone()));
             tool_spec.timeout = spec.timeout;
+            if let Some(&approval) = spec.approval.get(tool.name.as_ref()) {
+                tool_spec.approval = approval;
+            }
             tool_spec.origin = Some(format!("mcp:{}/{}", spec.name, tool.name));
             let connection = Arc::clone(&connection);
             let original: Arc<str> = Arc::from(tool.name.as_ref());
             let effect = tool_spec.effect;
-            Tool::from_spec(tool_spec, move |args, _ctx| {
+            Tool::from_spec(tool_spec, move |args, ctx: crate::tool::ToolContext| {
                 let (connection, original) = (Arc::clone(&connection), Arc::clone(&original));
-                async move { connection.call(&original, effect, args).await }
+                let key = ctx.idempotency_key;
+                async move { connection.call(&original, effect, args, key).await }
             })
             .sharing(&slots)
         })
@@ -424,8 +429,22 @@ impl Connection {
     /// Calls the server's tool `tool`. Dropping the future (the call's timeout, or a
     /// speculative call nobody needs) sends `notifications/cancelled` for the request: rmcp's
     /// `Peer::call_tool` arms a guard that does so while the response is awaited.
-    async fn call(&self, tool: &str, effect: Effect, args: Value) -> Result<Value, ToolError> {
+    ///
+    /// A non-read call carries its idempotency key in the request's `_meta`
+    /// (`idempotency_key`), the same in every attempt and across a resume of the run.
+    async fn call(
+        &self,
+        tool: &str,
+        effect: Effect,
+        args: Value,
+        idempotency_key: Option<String>,
+    ) -> Result<Value, ToolError> {
         let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Some(key) = idempotency_key {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.0 .0.insert("idempotency_key".into(), Value::String(key));
+            params.meta = Some(meta);
+        }
         match args {
             Value::Object(map) => params = params.with_arguments(map),
             Value::Null => {}

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::tool::Effect;
+use crate::tool::{Approval, Effect};
 
 pub(crate) use client::connect;
 pub use server::serve_stdio;
@@ -31,6 +31,9 @@ pub struct McpServerSpec {
     pub timeout: Duration,
     /// Effects by the server's tool name, overriding what the server's annotations say.
     pub effects: BTreeMap<String, Effect>,
+    /// Approvals by the server's tool name: `always` makes every call of the tool wait for a
+    /// person (see [`crate::Approval`]).
+    pub approval: BTreeMap<String, Approval>,
     /// Whether annotations decide effects; when `false`, every tool not in `effects` is a write.
     pub trust_annotations: bool,
     /// Calls to the server's tools that may run at once, all tools together; more wait for a
@@ -59,6 +62,7 @@ impl McpServerSpec {
             prefix: None,
             timeout: crate::tool::DEFAULT_TIMEOUT,
             effects: BTreeMap::new(),
+            approval: BTreeMap::new(),
             trust_annotations: true,
             max_concurrency: 16,
         }

@@ -28,6 +28,8 @@ pub(crate) struct Counts {
     pub(crate) tool_calls: u64,
     pub(crate) deduplicated: u64,
     pub(crate) effectful_calls: u64,
+    /// Calls the run's journal answered.
+    pub(crate) replayed: u64,
     /// Interpreter operations.
     pub(crate) operations: u64,
 }
@@ -56,12 +58,48 @@ impl Logs {
     }
 }
 
+/// What a paused run waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Awaiting {
+    /// A person's approval of a call of a tool that needs one.
+    Approval,
+    /// A person's word on a call whose outcome was lost (the process died while it ran):
+    /// `done` (it took effect) or `retry` (make it again).
+    Resolve,
+}
+
+/// The call a paused run waits at.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Pending {
+    /// Its position among the script's non-read calls.
+    pub seq: u64,
+    /// The tool.
+    pub tool: String,
+    /// The tool's effect.
+    pub effect: Effect,
+    /// The call's arguments.
+    pub args: Value,
+    /// What it waits for.
+    pub awaiting: Awaiting,
+}
+
 /// The executor of one run.
 struct Executor {
     ctx: Arc<RunContext>,
     ledger: Arc<RunLedger>,
     handle: tokio::runtime::Handle,
     counts: Mutex<Counts>,
+    /// Occurrences of each polling read so far, by (epoch, tool, arguments): the journal's
+    /// key of the next one.
+    polls: Mutex<std::collections::HashMap<ReadKey, u64>>,
+    /// Why the run must stop at once (a pause, a journal that cannot be written or that the
+    /// script no longer matches): the script cannot catch it.
+    stop: Mutex<Option<String>>,
+    /// The call the run paused at.
+    pending: Mutex<Option<Pending>>,
 }
 
 impl Executor {
@@ -84,22 +122,129 @@ impl Executor {
             tool.spec.allow_repeat,
         );
         match effect {
-            // A polling read is dispatched afresh every time.
-            Effect::Read if polling => self.dispatch(Call::top_level(tool, args)),
+            Effect::Read if polling => self.poll(Call::top_level(tool, args)),
             Effect::Read => self.read(Call::top_level(tool, args)),
-            _ => {
-                let call = Call::top_level(tool, args);
-                let (tool, args_key) = (call.tool.clone(), call.args_key.clone());
-                let result = self.dispatch(call);
-                lock(&self.counts).effectful_calls += 1;
-                self.ledger.record_write(WriteRecord {
-                    tool,
-                    args: args_key,
-                    outcome: Arc::new(result.clone()),
-                });
-                result
+            _ => self.non_read(Call::top_level(tool, args), effect),
+        }
+    }
+
+    /// A non-read call: answered by the journal when an earlier process of the run made it,
+    /// else dispatched (its intent journaled before its body runs, its outcome after). Either
+    /// way the epoch advances.
+    fn non_read(&self, call: Call, effect: Effect) -> Result<Value, ToolError> {
+        let seq = self.ledger.epoch();
+        let call = call.at_seq(self.ctx.run_id(), seq);
+        let journal = self.ctx.journal.clone();
+        let journaled = journal.as_ref().and_then(|j| j.write(seq));
+        if let Some(entry) = &journaled {
+            if entry.tool != call.tool || entry.args != call.args_key {
+                return Err(self.stop_with(format!(
+                    "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {}",
+                    entry.tool, entry.args, call.tool, call.args_key
+                )));
+            }
+            if let Some(outcome) = &entry.outcome {
+                if entry.state.intent {
+                    let ok = match outcome {
+                        Err(e) if e.kind == ErrorKind::AmbiguousOutcome => None,
+                        other => Some(other.is_ok()),
+                    };
+                    self.ctx
+                        .log_replayed_effect(&call.tool, effect, call.args.clone(), ok);
+                }
+                let mut counts = lock(&self.counts);
+                counts.replayed += 1;
+                counts.effectful_calls += 1;
+                drop(counts);
+                return self.written(&call, outcome.clone());
+            }
+            // Made, and its outcome lost with the process: only a person (or an idempotent
+            // tool, made again under the same key) may decide whether to make it again.
+            if entry.state.intent && effect != Effect::Idempotent {
+                return Err(self.pause(&call, effect, Awaiting::Resolve));
             }
         }
+        let result = self.dispatch_as(&call);
+        if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
+            return Err(self.pause(&call, effect, Awaiting::Approval));
+        }
+        lock(&self.counts).effectful_calls += 1;
+        if let Some(journal) = &journal {
+            if let Err(why) = journal.outcome(seq, &call.tool, &call.args_key, &result) {
+                return Err(self.stop_with(format!(
+                    "the outcome of `{}` could not be journaled ({why}): the run stops, and a resume will ask whether it took effect",
+                    call.tool
+                )));
+            }
+        }
+        self.written(&call, result)
+    }
+
+    /// The executor is done with a non-read call: the epoch advances.
+    fn written(&self, call: &Call, result: Result<Value, ToolError>) -> Result<Value, ToolError> {
+        self.ledger.record_write(WriteRecord {
+            tool: call.tool.clone(),
+            args: call.args_key.clone(),
+            outcome: Arc::new(result.clone()),
+        });
+        result
+    }
+
+    /// Pauses the run at `call`: it ends here, uncatchably, with `call` pending.
+    fn pause(&self, call: &Call, effect: Effect, awaiting: Awaiting) -> ToolError {
+        let seq = call.seq.unwrap_or_default();
+        *lock(&self.pending) = Some(Pending {
+            seq,
+            tool: call.tool.clone(),
+            effect,
+            args: call.args.clone(),
+            awaiting,
+        });
+        let what = match awaiting {
+            Awaiting::Approval => "waits for a person's approval",
+            Awaiting::Resolve => {
+                "was being made when the run's process stopped, and whether it took effect is unknown"
+            }
+        };
+        self.stop_with(format!("the run is paused: `{}` (call #{seq}) {what}", call.tool))
+    }
+
+    /// Makes the run stop at once, for `why`.
+    fn stop_with(&self, why: String) -> ToolError {
+        let mut stop = lock(&self.stop);
+        stop.get_or_insert(why.clone());
+        ToolError::internal(why)
+    }
+
+    /// Why the run must stop, once it must.
+    fn stopped(&self) -> Option<String> {
+        lock(&self.stop).clone()
+    }
+
+    /// A polling read: dispatched afresh every time (or answered by the journal, which keeps
+    /// each occurrence).
+    fn poll(&self, call: Call) -> Result<Value, ToolError> {
+        let key = ReadKey {
+            epoch: self.ledger.epoch(),
+            tool: call.tool.clone(),
+            args: call.args_key.clone(),
+        };
+        let n = {
+            let mut polls = lock(&self.polls);
+            let n = polls.entry(key.clone()).or_default();
+            *n += 1;
+            *n - 1
+        };
+        let journaled = self.ctx.journal.as_ref().and_then(|j| {
+            j.read(key.epoch, &key.tool, &key.args, n)
+        });
+        if let Some(outcome) = journaled {
+            lock(&self.counts).replayed += 1;
+            return (*outcome).clone();
+        }
+        let result = self.dispatch(call);
+        self.ledger.used(&key, n, &result);
+        result
     }
 
     /// A read, through the ledger.
@@ -114,13 +259,29 @@ impl Executor {
                 lock(&self.counts).deduplicated += 1;
                 (*outcome).clone()
             }
-            Read::Claimed(outcome) => (*outcome).clone(),
+            Read::Replayed(outcome) => {
+                lock(&self.counts).replayed += 1;
+                (*outcome).clone()
+            }
+            Read::Claimed(outcome) => {
+                self.ledger.used(&key, 0, &outcome);
+                (*outcome).clone()
+            }
             Read::Dispatch(cell) => {
                 let result = self.dispatch(call);
                 cell.set(result.clone());
+                self.ledger.used(&key, 0, &result);
                 result
             }
         }
+    }
+
+    /// Dispatches a copy of `call`.
+    fn dispatch_as(&self, call: &Call) -> Result<Value, ToolError> {
+        let mut copy = Call::top_level(call.tool.clone(), call.args.clone());
+        copy.seq = call.seq;
+        copy.idempotency_key = call.idempotency_key.clone();
+        self.dispatch(copy)
     }
 
     /// Runs the dispatch path and blocks this thread until it is done.
@@ -167,6 +328,8 @@ pub(crate) struct Execution {
     pub(crate) result: Result<Value, RunError>,
     pub(crate) logs: Vec<String>,
     pub(crate) counts: Counts,
+    /// The call the run paused at.
+    pub(crate) pending: Option<Pending>,
 }
 
 /// Runs a compiled script to its end on the current thread (a thread of its own, never an async
@@ -196,17 +359,37 @@ pub(crate) fn execute(
         ledger,
         handle,
         counts: Mutex::default(),
+        polls: Mutex::default(),
+        stop: Mutex::default(),
+        pending: Mutex::default(),
     });
     let exec = Arc::clone(&executor);
     let call: ToolCall = Arc::new(move |at, name, args| {
         // A run whose receipts can no longer be written stops before its next call, and the
         // script cannot catch that.
-        if let Some(why) = exec.ctx.receipts_failure() {
-            let message = crate::dispatch::receipts_failed(&why).message;
+        let failed = |exec: &Executor| {
+            if let Some(why) = exec.ctx.receipts_failure() {
+                return Some(crate::dispatch::receipts_failed(&why).message);
+            }
+            if let Some(why) = exec.ctx.journal.as_ref().and_then(|j| j.failure()) {
+                return Some(format!(
+                    "the run's journal could not be written ({why}); it makes no further call"
+                ));
+            }
+            exec.stopped()
+        };
+        let stop = |message: String| {
             let token = Dynamic::from(format!("{}{message}", engine::STOPPED));
-            return Err(Box::new(rhai::EvalAltResult::ErrorTerminated(token, at)));
+            Err(Box::new(rhai::EvalAltResult::ErrorTerminated(token, at)))
+        };
+        if let Some(message) = failed(&exec) {
+            return stop(message);
         }
-        engine::outcome_to_rhai(&exec.call(name, args), at)
+        let outcome = exec.call(name, args);
+        if let Some(message) = exec.stopped() {
+            return stop(message);
+        }
+        engine::outcome_to_rhai(&outcome, at)
     });
     engine::register_tool_functions(&mut engine, &executor.ctx.registry, call);
 
@@ -231,9 +414,11 @@ pub(crate) fn execute(
     let mut counts = lock(&executor.counts).clone();
     counts.operations = operations.load(Ordering::Relaxed);
     let logs = std::mem::take(&mut lock(&logs).lines);
+    let pending = lock(&executor.pending).take();
     Execution {
         result,
         logs,
         counts,
+        pending,
     }
 }

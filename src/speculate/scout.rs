@@ -381,6 +381,8 @@ impl Scout {
                         args,
                         args_key: key.args,
                         caller: Caller::Scout(speculation),
+                        seq: None,
+                        idempotency_key: None,
                     };
                     out.set(dispatch(&ctx, call).await);
                     ledger.landed(&tool);

@@ -71,6 +71,18 @@ impl fmt::Display for Effect {
     }
 }
 
+/// Whether a call of a tool waits for a person's yes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Approval {
+    /// Calls are made when the script reaches them.
+    #[default]
+    Never,
+    /// Every call pauses the run until a person approves or rejects it (`toolscript resume`).
+    Always,
+}
+
 /// Everything about a tool except its body.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -99,6 +111,9 @@ pub struct ToolSpec {
     /// starts (a call's timeout measures the tool's own work, never a queue). Tools that share
     /// a resource (an MCP server, the threads of script tools) also share one set of slots.
     pub max_concurrency: usize,
+    /// Whether each call waits for a person's approval (non-read tools called by the script
+    /// itself; a composite may not nest such a tool).
+    pub approval: Approval,
     /// Where the tool comes from when it is not defined here: `mcp:SERVER/TOOL` for a tool of
     /// an MCP server (its name there, before any mapping to a toolscript name).
     pub origin: Option<String>,
@@ -120,6 +135,7 @@ impl ToolSpec {
             speculate: true,
             nested: Vec::new(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            approval: Approval::Never,
             origin: None,
         }
     }
@@ -140,6 +156,10 @@ pub struct ToolContext {
     pub call_id: u64,
     /// The attempt number, from 1.
     pub attempt: u32,
+    /// For a non-read call: a key that is the same every time this call of this run is made,
+    /// across a resume (`RUN_ID:SEQ`; `RUN_ID:SEQ.N` for the `N`th non-read call nested in a
+    /// composite). A tool that remembers the keys it has seen can make each call once.
+    pub idempotency_key: Option<String>,
     /// How a composite's body calls its nested tools.
     nested: Option<Arc<dyn NestedCaller>>,
     /// The slot this call holds (see [`ToolSpec::max_concurrency`]), for a body that is done
@@ -172,6 +192,7 @@ impl ToolContext {
         tool: &str,
         call_id: u64,
         attempt: u32,
+        idempotency_key: Option<String>,
         nested: Option<Arc<dyn NestedCaller>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
     ) -> ToolContext {
@@ -179,6 +200,7 @@ impl ToolContext {
             tool: tool.to_string(),
             call_id,
             attempt,
+            idempotency_key,
             nested,
             slot,
         }
@@ -324,6 +346,12 @@ impl ToolBuilder {
     /// outside their timeout.
     pub fn max_concurrency(mut self, calls: usize) -> Self {
         self.spec.max_concurrency = calls;
+        self
+    }
+
+    /// Makes every call of this tool wait for a person's approval: the run pauses there.
+    pub fn approval(mut self, approval: Approval) -> Self {
+        self.spec.approval = approval;
         self
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Body, Effect, Tool, ToolSpec};
+use super::{Approval, Body, Effect, Tool, ToolSpec};
 use crate::error::{Error, ErrorKind, ToolError};
 
 /// The longest tool name, in bytes (names are ASCII).
@@ -285,6 +285,17 @@ fn check_composite(
                 ),
             ));
         }
+        // A call that waits for a person pauses the whole run, which a composite's body,
+        // halfway through, cannot.
+        if child.approval == Approval::Always {
+            return Err(Error::registry(
+                &spec.name,
+                format!(
+                    "its nested tool `{}` needs approval, which only a call of the script itself can wait for: give the composite `approval = \"always\"` instead",
+                    child.name
+                ),
+            ));
+        }
         if spec.effect == Effect::Read && child.effect != Effect::Read {
             return Err(Error::registry(
                 &spec.name,
@@ -310,6 +321,12 @@ fn validate(tool: Tool) -> Result<RegisteredTool, Error> {
                 "`retries` is not allowed on a {} tool: only read and idempotent tools are retried",
                 spec.effect
             ),
+        ));
+    }
+    if spec.approval == Approval::Always && spec.effect == Effect::Read {
+        return Err(Error::registry(
+            name,
+            "`approval` is for tools that are not reads: a read has no effect to approve",
         ));
     }
     if spec.max_concurrency == 0 {

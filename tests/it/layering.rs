@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// (modules on one line do not use each other). ARCHITECTURE.md draws the same layers.
 const LAYERS: &[&[&str]] = &[
     &["error", "json", "sync"],
+    &["store"],
     &["tool"],
     &["dispatch"],
     &["engine"],
