@@ -98,6 +98,8 @@ struct Entry {
     cell: Arc<Cell>,
     /// `None` for the executor's own read; the scout's speculation for one it started.
     speculation: Option<Arc<Speculation>>,
+    /// The journal answered it.
+    replayed: bool,
 }
 
 /// A non-read call the executor made, with its outcome.
@@ -162,6 +164,7 @@ impl Book {
             Entry {
                 cell: Arc::clone(&cell),
                 speculation: None,
+                replayed: true,
             },
         );
         cell
@@ -173,6 +176,7 @@ impl Book {
         let entry = Entry {
             cell: Arc::clone(&cell),
             speculation: None,
+            replayed: false,
         };
         self.entries.insert(key.clone(), entry);
         self.misses += 1;
@@ -264,10 +268,17 @@ impl RunLedger {
             Some(Entry {
                 cell,
                 speculation: None,
+                replayed,
+            }) if *replayed => return Read::Replayed(cell.wait_blocking()),
+            Some(Entry {
+                cell,
+                speculation: None,
+                ..
             }) => return Read::Repeat(cell.wait_blocking()),
             Some(Entry {
                 cell,
                 speculation: Some(speculation),
+                ..
             }) => (Arc::clone(cell), Arc::clone(speculation)),
         };
         drop(book);
@@ -357,6 +368,7 @@ impl RunLedger {
             Entry {
                 cell: Arc::clone(&cell),
                 speculation: Some(Arc::clone(&speculation)),
+                replayed: false,
             },
         );
         book.launched += 1;

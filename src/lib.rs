@@ -73,14 +73,12 @@ pub use engine::{set_memory_probe, Limits};
 pub use error::{Error, ErrorKind, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
-pub use runtime::{
-    Decision, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats,
-};
+pub use runtime::{Decision, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats};
 pub use script::{Awaiting, Pending, Problem};
 pub use store::{RunRecord, RunStatus, Store, STORE_ENV};
 pub use tool::{
-    Approval, Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext, ToolFuture,
-    ToolSpec, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT,
+    Approval, Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext,
+    ToolFuture, ToolSpec, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT,
 };
 
 /// Receipts: one per dispatch, chained by hash, written as JSON Lines and verified.

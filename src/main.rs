@@ -12,12 +12,14 @@ use toolscript::bench::bench_script;
 use toolscript::mcp::serve_stdio;
 use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
-    demo_catalog, Error, Format, Manifests, Mode, Progress, Registry, RunOptions, RunOutcome,
-    Runtime,
+    demo_catalog, Decision, Error, Format, Manifests, Mode, Progress, Registry, RunOptions,
+    RunOutcome, RunStatus, Runtime, Store,
 };
 
 /// Exit status of a usage, manifest or registry error.
 const USAGE: u8 = 2;
+/// Exit status of a run that paused, waiting for a person's decision.
+const PAUSED: u8 = 3;
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +52,48 @@ enum Command {
         /// Write one receipt per dispatch to FILE (JSON Lines).
         #[arg(long, value_name = "FILE")]
         receipts: Option<PathBuf>,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// Resume a paused run, or one whose process died: replay it from its journal, then go on.
+    Resume {
+        /// The run's id (`run --json` prints it; `runs` lists them).
+        run_id: String,
+        /// Approve the call the run waits at: it is made, and the run goes on.
+        #[arg(long, conflicts_with_all = ["reject", "resolve"])]
+        approve: bool,
+        /// Reject the call the run waits at: it throws a catchable `rejected` error.
+        #[arg(long, conflicts_with = "resolve")]
+        reject: bool,
+        /// Why the call is rejected (the script's error message says it).
+        #[arg(long, requires = "reject", value_name = "TEXT")]
+        reason: Option<String>,
+        /// Settle a call whose outcome was lost: `done` (it took effect; its result is null) or
+        /// `retry` (make it again, with the same idempotency key).
+        #[arg(long, value_enum, value_name = "done|retry")]
+        resolve: Option<ResolveArg>,
+        #[command(flatten)]
+        tools: ToolsArg,
+        /// Print one JSON object, as `run --json`.
+        #[arg(long)]
+        json: bool,
+        /// Append this run's new receipts to FILE, continuing the chain it holds.
+        #[arg(long, value_name = "FILE")]
+        receipts: Option<PathBuf>,
+        /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
+        /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
+        #[arg(long, value_name = "PATH")]
+        store: Option<PathBuf>,
+    },
+    /// List the store's runs: id, status, start, script, pending call.
+    Runs {
+        /// Print the runs as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
+        /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
+        #[arg(long, value_name = "PATH")]
+        store: Option<PathBuf>,
     },
     /// Compile a script and check its calls without running any tool.
     Check {
@@ -83,10 +127,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Serve toolscript as an MCP server on stdio: `run_script` and `describe_tools`.
+    /// Serve toolscript as an MCP server on stdio: `run_script`, `describe_tools`, `resume_run`
+    /// and `list_runs`.
     Serve {
         #[command(flatten)]
         tools: ToolsArg,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Check every hash and the chain of a receipts file.
     Verify {
@@ -104,6 +151,25 @@ struct ToolsArg {
     /// A tool manifest (TOML); repeat for several. Without it, the embedded demo catalog.
     #[arg(long = "tools", value_name = "MANIFEST")]
     manifests: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct StoreArg {
+    /// The store of runs (SQLite), where every run is journaled so that it can pause for
+    /// approvals and be resumed. Default: $TOOLSCRIPT_STORE, else toolscript/store.sqlite3 in
+    /// the user's data directory (~/.local/share on Linux), created on first use.
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+    /// Journal nothing: a throwaway run, which cannot be resumed (a call that needs approval
+    /// stops it).
+    #[arg(long, conflicts_with = "store")]
+    no_store: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ResolveArg {
+    Done,
+    Retry,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -144,7 +210,45 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             sequential,
             json,
             receipts,
-        } => run(&script, &tools, sequential, json, receipts.as_deref()).await,
+            store,
+        } => {
+            let store = if store.no_store {
+                None
+            } else {
+                Some(open_store(store.store)?)
+            };
+            run(
+                &script,
+                &tools,
+                sequential,
+                json,
+                receipts.as_deref(),
+                store,
+            )
+            .await
+        }
+        Command::Resume {
+            run_id,
+            approve,
+            reject,
+            reason,
+            resolve,
+            tools,
+            json,
+            receipts,
+            store,
+        } => {
+            let decision = match (approve, reject, resolve) {
+                (true, _, _) => Some(Decision::Approve),
+                (_, true, _) => Some(Decision::Reject { reason }),
+                (_, _, Some(ResolveArg::Done)) => Some(Decision::Done),
+                (_, _, Some(ResolveArg::Retry)) => Some(Decision::Retry),
+                _ => None,
+            };
+            let store = open_store(store)?;
+            resume(&run_id, decision, &tools, json, receipts.as_deref(), store).await
+        }
+        Command::Runs { json, store } => runs(&*open_store(store)?, json),
         Command::Check {
             script,
             tools,
@@ -166,8 +270,12 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             runs,
             json,
         } => bench(&scripts, &tools, runs as usize, json).await,
-        Command::Serve { tools } => {
-            let runtime = Runtime::new(registry(&tools).await?);
+        Command::Serve { tools, store } => {
+            let mut builder = Runtime::builder(registry(&tools).await?);
+            if !store.no_store {
+                builder = builder.store(open_store(store.store)?);
+            }
+            let runtime = builder.build();
             serve_stdio(runtime).await.map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -241,26 +349,179 @@ fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))
 }
 
+/// The store at `path`, else at its default place.
+fn open_store(path: Option<PathBuf>) -> Result<Arc<Store>, String> {
+    let path = path.or_else(Store::default_path).ok_or_else(|| {
+        "no data directory to keep the store of runs in: give --store PATH (or --no-store)"
+            .to_string()
+    })?;
+    Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// A runtime over the registry of `tools`, journaling in `store`.
+async fn runtime(tools: &ToolsArg, store: Option<Arc<Store>>) -> Result<Runtime, String> {
+    let mut builder = Runtime::builder(registry(tools).await?);
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok(builder.build())
+}
+
 async fn run(
     script: &Path,
     tools: &ToolsArg,
     sequential: bool,
     json: bool,
     receipts: Option<&Path>,
+    store: Option<Arc<Store>>,
 ) -> Result<ExitCode, String> {
     let source = read_script(script)?;
-    let runtime = Runtime::new(registry(tools).await?);
-    let progress = Arc::new(Progress::default());
-    let mut options =
-        RunOptions::with_mode(Mode::sequential_if(sequential)).progress(Arc::clone(&progress));
+    let runtime = runtime(tools, store).await?;
+    let mut options = RunOptions::with_mode(Mode::sequential_if(sequential))
+        .script_name(script.display().to_string());
     // Receipts are appended as calls finish; a file that cannot be created stops the run
     // before any tool runs, and one that fails midway stops it before its next call.
     if let Some(path) = receipts {
         options = options.receipts(path).map_err(|e| e.to_string())?;
     }
-    let live = !json && std::io::stderr().is_terminal();
-    let ticker = live.then(|| tokio::spawn(live_line(Arc::clone(&progress))));
+    let (options, progress) = with_progress(options);
+    let ticker = live_ticker(json, progress);
     let outcome = runtime.run_with(&source, options).await;
+    Ok(report(&outcome, json, ticker))
+}
+
+async fn resume(
+    run_id: &str,
+    decision: Option<Decision>,
+    tools: &ToolsArg,
+    json: bool,
+    receipts: Option<&Path>,
+    store: Arc<Store>,
+) -> Result<ExitCode, String> {
+    let record = store
+        .run(run_id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "run {run_id}: the store {} has no such run",
+                store.path().display()
+            )
+        })?;
+    // An ended run is a no-op: its outcome again, and nothing is run.
+    if record.status.is_final() {
+        eprintln!(
+            "toolscript: run {run_id} has already {}; nothing was run",
+            record.status.as_str()
+        );
+        if json {
+            println!("{}", record.outcome.unwrap_or(Value::Null));
+        }
+        return Ok(exit_for(record.status));
+    }
+    let runtime = runtime(tools, Some(store)).await?;
+    let mode = if record.mode == Mode::Sequential.as_str() {
+        Mode::Sequential
+    } else {
+        Mode::Speculative
+    };
+    let mut options = RunOptions::with_mode(mode);
+    if let Some(path) = receipts {
+        options = options.append_receipts(path).map_err(|e| e.to_string())?;
+    }
+    let (options, progress) = with_progress(options);
+    let ticker = live_ticker(json, progress);
+    let outcome = runtime
+        .resume(run_id, decision, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(report(&outcome, json, ticker))
+}
+
+fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {
+    let runs = store.runs().map_err(|e| e.to_string())?;
+    if json {
+        let list: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                json!({
+                    "run_id": r.run_id,
+                    "status": r.status.as_str(),
+                    "started": utc(r.started_ms),
+                    "script": r.script_name,
+                    "pending": r.pending,
+                })
+            })
+            .collect();
+        println!("{}", Value::Array(list));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        println!("no runs in {}", store.path().display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<16}  {:<9}  {:<20}  {:<24}  pending",
+        "run", "status", "started", "script"
+    );
+    for r in &runs {
+        let pending = r.pending.as_ref().map_or(String::new(), |p| {
+            format!(
+                "#{} {} (awaiting {})",
+                p["seq"],
+                p["tool"].as_str().unwrap_or_default(),
+                p["awaiting"].as_str().unwrap_or_default()
+            )
+        });
+        println!(
+            "{:<16}  {:<9}  {:<20}  {:<24}  {pending}",
+            r.run_id,
+            r.status.as_str(),
+            utc(r.started_ms),
+            r.script_name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Milliseconds since the Unix epoch as a UTC date and time, `2026-12-01T11:37:06Z`.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+fn with_progress(options: RunOptions) -> (RunOptions, Arc<Progress>) {
+    let progress = Arc::new(Progress::default());
+    (options.progress(Arc::clone(&progress)), progress)
+}
+
+/// The live line on stderr, for a person at a terminal.
+fn live_ticker(json: bool, progress: Arc<Progress>) -> Option<tokio::task::JoinHandle<()>> {
+    let live = !json && std::io::stderr().is_terminal();
+    live.then(|| tokio::spawn(live_line(progress)))
+}
+
+/// Prints a run's outcome; its exit status.
+fn report(
+    outcome: &RunOutcome,
+    json: bool,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+) -> ExitCode {
     if let Some(ticker) = ticker {
         ticker.abort();
         eprint!("\r\x1b[2K");
@@ -268,13 +529,17 @@ async fn run(
     if json {
         println!("{}", outcome.to_json());
     } else {
-        print_human(&outcome);
+        print_human(outcome);
     }
-    Ok(if outcome.result.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    exit_for(outcome.status())
+}
+
+fn exit_for(status: RunStatus) -> ExitCode {
+    match status {
+        RunStatus::Completed => ExitCode::SUCCESS,
+        RunStatus::Paused => ExitCode::from(PAUSED),
+        _ => ExitCode::from(1),
+    }
 }
 
 /// The line on stderr that shows a run going on; the caller clears it.
@@ -316,7 +581,25 @@ fn print_human(outcome: &RunOutcome) {
     }
     let terminal = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
+    if let Some(pending) = &outcome.pending {
+        eprintln!(
+            "paused: run {} waits at `{}` (call #{}, {}) with {}",
+            outcome.run_id,
+            pending.tool,
+            pending.seq,
+            match pending.awaiting {
+                toolscript::Awaiting::Approval => "awaiting approval",
+                _ => "awaiting resolve: its outcome was lost",
+            },
+            for_terminal(&pending.args.to_string(), err_terminal)
+        );
+    }
     match &outcome.result {
+        Err(e) if outcome.pending.is_some() => {
+            if let Some(action) = &e.suggested_next_action {
+                eprintln!("  next: {}", for_terminal(action, err_terminal));
+            }
+        }
         Ok(Value::String(s)) => {
             let _ = writeln!(out, "{}", for_terminal(s, terminal));
         }
@@ -350,6 +633,9 @@ fn print_human(outcome: &RunOutcome) {
             ),
         }
     );
+    if s.replayed > 0 {
+        summary.push_str(&format!("; {} answered by the journal", s.replayed));
+    }
     if !outcome.effects.is_empty() {
         let effects: Vec<String> = outcome
             .effects

@@ -504,9 +504,12 @@ impl Runtime {
             .store
             .as_ref()
             .ok_or_else(|| refuse("this runtime has no store of runs".into()))?;
-        let record = store
-            .run(run_id)?
-            .ok_or_else(|| refuse(format!("the store {} has no such run", store.path().display())))?;
+        let record = store.run(run_id)?.ok_or_else(|| {
+            refuse(format!(
+                "the store {} has no such run",
+                store.path().display()
+            ))
+        })?;
         if record.status.is_final() {
             return Err(refuse(format!(
                 "the run has already {}; there is nothing to resume",
@@ -519,7 +522,10 @@ impl Runtime {
                     .into(),
             ));
         }
-        let pending = record.pending.as_ref().filter(|_| record.status == RunStatus::Paused);
+        let pending = record
+            .pending
+            .as_ref()
+            .filter(|_| record.status == RunStatus::Paused);
         let awaiting = pending
             .and_then(|p| p.get("awaiting"))
             .and_then(|a| serde_json::from_value::<Awaiting>(a.clone()).ok());
@@ -542,16 +548,28 @@ impl Runtime {
             }
             _ => {}
         }
-        let record = store.take_run(run_id, |pid| process_alive(pid, run_id)).map_err(|e| match e {
-            TakeRefused::Unknown => refuse("the store has no such run".into()),
-            TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
-            TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
-            TakeRefused::Store(e) => e,
-        })?;
+        let record = store
+            .take_run(run_id, |pid| process_alive(pid, run_id))
+            .map_err(|e| match e {
+                TakeRefused::Unknown => refuse("the store has no such run".into()),
+                TakeRefused::Ended(r) => {
+                    refuse(format!("the run has already {}", r.status.as_str()))
+                }
+                TakeRefused::Busy(pid) => {
+                    refuse(format!("the run is still running, in process {pid}"))
+                }
+                TakeRefused::Store(e) => e,
+            })?;
         let journal = Arc::new(Journal::open(Arc::clone(store), run_id)?);
         if let (Some(decision), Some(pending)) = (decision, pending) {
-            let seq = pending.get("seq").and_then(Value::as_u64).unwrap_or_default();
-            let tool = pending.get("tool").and_then(Value::as_str).unwrap_or_default();
+            let seq = pending
+                .get("seq")
+                .and_then(Value::as_u64)
+                .unwrap_or_default();
+            let tool = pending
+                .get("tool")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let args = crate::json::canonical(pending.get("args").unwrap_or(&Value::Null));
             let decided = journal.decide(seq, tool, &args, |entry| match decision {
                 Decision::Approve => entry.state.approved = true,
@@ -575,9 +593,9 @@ impl Runtime {
                 message: why,
             })?;
         }
-        let script = self.compile(&record.script).map_err(|e| {
-            refuse(format!("its stored script no longer compiles: {e}"))
-        })?;
+        let script = self
+            .compile(&record.script)
+            .map_err(|e| refuse(format!("its stored script no longer compiles: {e}")))?;
         Ok(self
             .execute(&script, options, run_id.to_string(), Some(journal))
             .await)
@@ -718,9 +736,12 @@ impl Runtime {
         if let (Some(journal), Some(store)) = (&journal, &self.store) {
             journal.flush();
             let pending = outcome.pending.as_ref().map(|p| json!(p));
-            if let Err(e) =
-                store.finish_run(&outcome.run_id, outcome.status(), pending.as_ref(), &outcome.to_json())
-            {
+            if let Err(e) = store.finish_run(
+                &outcome.run_id,
+                outcome.status(),
+                pending.as_ref(),
+                &outcome.to_json(),
+            ) {
                 tracing::error!(run_id = %outcome.run_id, error = %e, "the run's end could not be recorded; resume it to record it");
             }
         }

@@ -184,12 +184,11 @@ impl Sink {
         let base = match text.lines().rev().find(|l| !l.trim().is_empty()) {
             None => None,
             Some(line) => {
-                let receipt: Receipt =
-                    serde_json::from_str(line).map_err(|e| Error::Receipt {
-                        file: path.to_path_buf(),
-                        line: lines,
-                        message: format!("the last receipt cannot be read: {e}"),
-                    })?;
+                let receipt: Receipt = serde_json::from_str(line).map_err(|e| Error::Receipt {
+                    file: path.to_path_buf(),
+                    line: lines,
+                    message: format!("the last receipt cannot be read: {e}"),
+                })?;
                 Some((receipt.hash, receipt.seq + 1))
             }
         };

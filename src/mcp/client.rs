@@ -140,7 +140,10 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
     let (service, child, faults, listed) = start(spec).await.map_err(fail)?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     for (table, mut names) in [
-        ("effects", Box::new(spec.effects.keys()) as Box<dyn Iterator<Item = &String>>),
+        (
+            "effects",
+            Box::new(spec.effects.keys()) as Box<dyn Iterator<Item = &String>>,
+        ),
         ("approval", Box::new(spec.approval.keys())),
     ] {
         if let Some(unknown) = names.find(|name| !originals.contains(&name.as_str())) {
@@ -442,7 +445,9 @@ impl Connection {
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Some(key) = idempotency_key {
             let mut meta = rmcp::model::RequestMetaObject::new();
-            meta.0 .0.insert("idempotency_key".into(), Value::String(key));
+            meta.0
+                 .0
+                .insert("idempotency_key".into(), Value::String(key));
             params.meta = Some(meta);
         }
         match args {

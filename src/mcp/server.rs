@@ -1,4 +1,5 @@
-//! The MCP server: `toolscript serve` offers `run_script` and `describe_tools` over stdio.
+//! The MCP server: `toolscript serve` offers `run_script`, `describe_tools`, `resume_run` and
+//! `list_runs` over stdio.
 //!
 //! The tool list is built once, when the server starts, from the runtime's registry:
 //! `run_script`'s description carries the whole Rhai API of the tools, so a model that reads the
@@ -21,13 +22,17 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::Error;
-use crate::runtime::{Mode, RunOptions, Runtime};
+use crate::runtime::{Decision, Mode, RunOptions, Runtime};
 use crate::tool::{Effect, Format};
 
 /// The tool that runs a script.
 const RUN_SCRIPT: &str = "run_script";
 /// The tool that returns the tools' API.
 const DESCRIBE_TOOLS: &str = "describe_tools";
+/// The tool that resumes a paused run.
+const RESUME_RUN: &str = "resume_run";
+/// The tool that lists the store's runs.
+const LIST_RUNS: &str = "list_runs";
 
 /// How to write a script; `run_script`'s description puts the tools' API after it.
 const HOW_TO: &str = "\
@@ -239,6 +244,27 @@ struct Server {
     tools: Vec<Tool>,
 }
 
+/// A run's outcome as a tool result: a paused run is a normal result (its `pending` call says
+/// what it waits for), a failed one an error result. Both constructors also put the JSON as
+/// text, for clients without structured content.
+fn outcome_result(outcome: &crate::RunOutcome) -> CallToolResult {
+    let json = outcome.to_json();
+    if outcome.status() == crate::RunStatus::Failed {
+        CallToolResult::structured_error(json)
+    } else {
+        CallToolResult::structured(json)
+    }
+}
+
+/// The arguments of `resume_run`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeRunArgs {
+    run_id: String,
+    decision: Option<String>,
+    reason: Option<String>,
+}
+
 /// The arguments of `run_script`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -252,7 +278,12 @@ impl Server {
     fn new(runtime: Arc<Runtime>) -> Server {
         let api = runtime.describe(Format::Rhai);
         let effects: Vec<Effect> = runtime.registry().specs().map(|s| s.effect).collect();
-        let tools = vec![run_script_tool(&api, &effects), describe_tools_tool()];
+        let tools = vec![
+            run_script_tool(&api, &effects),
+            describe_tools_tool(),
+            resume_run_tool(),
+            list_runs_tool(),
+        ];
         Server {
             runtime,
             api,
@@ -266,18 +297,69 @@ impl Server {
                 ErrorData::invalid_params(format!("bad arguments for `{RUN_SCRIPT}`: {e}"), None)
             })?;
         let mode = Mode::sequential_if(args.sequential);
-        let outcome = self
-            .runtime
-            .run_with(&args.script, RunOptions::with_mode(mode))
-            .await;
+        let options = RunOptions::with_mode(mode).script_name(RUN_SCRIPT);
+        let outcome = self.runtime.run_with(&args.script, options).await;
         tracing::debug!(run_id = %outcome.run_id, ok = outcome.result.is_ok(), "run_script ran");
-        let json = outcome.to_json();
-        // Both constructors also put the JSON as text, for clients without structured content.
-        Ok(if outcome.result.is_ok() {
-            CallToolResult::structured(json)
-        } else {
-            CallToolResult::structured_error(json)
-        })
+        Ok(outcome_result(&outcome))
+    }
+
+    async fn resume_run(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
+        let args: ResumeRunArgs =
+            serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
+                ErrorData::invalid_params(format!("bad arguments for `{RESUME_RUN}`: {e}"), None)
+            })?;
+        let decision = match args.decision.as_deref() {
+            None => None,
+            Some("approve") => Some(Decision::Approve),
+            Some("reject") => Some(Decision::Reject {
+                reason: args.reason,
+            }),
+            Some("done") => Some(Decision::Done),
+            Some("retry") => Some(Decision::Retry),
+            Some(other) => {
+                return Err(ErrorData::invalid_params(
+                    format!("`decision` is one of approve, reject, done, retry; not `{other}`"),
+                    None,
+                ))
+            }
+        };
+        let mode = self
+            .runtime
+            .store()
+            .and_then(|store| store.run(&args.run_id).ok().flatten())
+            .map_or(Mode::Speculative, |r| {
+                Mode::sequential_if(r.mode == Mode::Sequential.as_str())
+            });
+        match self
+            .runtime
+            .resume(&args.run_id, decision, RunOptions::with_mode(mode))
+            .await
+        {
+            Ok(outcome) => Ok(outcome_result(&outcome)),
+            Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
+                e.to_string(),
+            )])),
+        }
+    }
+
+    fn list_runs(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
+        if let Some(unknown) = arguments.as_ref().and_then(|a| a.keys().next()) {
+            return Err(ErrorData::invalid_params(
+                format!("`{LIST_RUNS}` takes no arguments, not `{unknown}`"),
+                None,
+            ));
+        }
+        let Some(store) = self.runtime.store() else {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "this server keeps no store of runs (it was started with --no-store)",
+            )]));
+        };
+        match store.runs() {
+            Ok(runs) => Ok(CallToolResult::structured(json!({ "runs": runs }))),
+            Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
+                e.to_string(),
+            )])),
+        }
     }
 
     fn describe_tools(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
@@ -331,11 +413,18 @@ impl ServerHandler for Server {
                 }
             },
             DESCRIBE_TOOLS => self.describe_tools(request.arguments)?,
+            RESUME_RUN => tokio::select! {
+                result = self.resume_run(request.arguments) => result?,
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::internal_error("the request was cancelled", None));
+                }
+            },
+            LIST_RUNS => self.list_runs(request.arguments)?,
             other => {
                 // The MCP specification answers an unknown tool with invalid params.
                 let message = format!(
-                    "unknown tool `{other}`: this server offers `{RUN_SCRIPT}` and \
-                     `{DESCRIBE_TOOLS}`"
+                    "unknown tool `{other}`: this server offers `{RUN_SCRIPT}`, \
+                     `{DESCRIBE_TOOLS}`, `{RESUME_RUN}` and `{LIST_RUNS}`"
                 );
                 return Err(ErrorData::invalid_params(message, None));
             }
@@ -382,6 +471,57 @@ fn run_script_tool(api: &str, effects: &[Effect]) -> Tool {
     .with_raw_output_schema(Arc::new(object(outcome_schema())))
 }
 
+/// `resume_run`: a run id and a decision. It answers with `run_script`'s object, but declares
+/// no output schema: a second tool with the same output schema makes the MCP Inspector's CLI
+/// exit silently, with status 0, on a later error.
+fn resume_run_tool() -> Tool {
+    Tool::new(
+        RESUME_RUN,
+        "Resume a paused run (`run_script` answered with status `paused` and a `pending` call), \
+         or one whose server stopped while it ran. A run awaiting `approval` takes `approve` or \
+         `reject` (with a `reason`); one awaiting `resolve` (a call whose outcome was lost) takes \
+         `done` (it took effect) or `retry` (make it again). Calls made before are not made \
+         again. Answers like `run_script`.",
+        object(json!({
+            "type": "object",
+            "properties": {
+                "run_id": {"type": "string", "description": "The paused run's `run_id`."},
+                "decision": {
+                    "enum": ["approve", "reject", "done", "retry"],
+                    "description": "Omit only for a run whose server stopped while it ran."
+                },
+                "reason": {"type": "string", "description": "Why a call is rejected."}
+            },
+            "required": ["run_id"],
+            "additionalProperties": false
+        })),
+    )
+    .with_annotations(
+        ToolAnnotations::with_title("Resume a paused run")
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true),
+    )
+}
+
+/// `list_runs`: the store's runs.
+fn list_runs_tool() -> Tool {
+    Tool::new(
+        LIST_RUNS,
+        "The runs this server keeps, newest first: `run_id`, `status` (running, paused, \
+         completed, failed), start, and the `pending` call of a paused run.",
+        object(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+    )
+    .with_annotations(
+        ToolAnnotations::with_title("List runs")
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+    )
+}
+
 /// `describe_tools`: no arguments, the API as text.
 fn describe_tools_tool() -> Tool {
     Tool::new(
@@ -405,6 +545,20 @@ fn outcome_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
+            "run_id": {"type": "string", "description": "The run's id: `resume_run` takes it."},
+            "status": {"enum": ["completed", "failed", "paused"]},
+            "pending": {
+                "type": "object",
+                "description": "The call a paused run waits at; present when status is paused.",
+                "properties": {
+                    "seq": {"type": "integer", "minimum": 0},
+                    "tool": {"type": "string"},
+                    "effect": {"enum": ["write", "idempotent", "external"]},
+                    "args": {"description": "The call's arguments."},
+                    "awaiting": {"enum": ["approval", "resolve"]}
+                },
+                "required": ["seq", "tool", "effect", "args", "awaiting"]
+            },
             "ok": {"type": "boolean", "description": "Whether the script finished with a value."},
             "value": {"description": "The script's value, any JSON; present when ok is true."},
             "error": {
@@ -467,6 +621,7 @@ fn outcome_schema() -> Value {
                     "speculative_wasted": count,
                     "deduplicated": count,
                     "effectful_calls": count,
+                    "replayed": count,
                     "scout_passes": count
                 },
                 "required": [
@@ -476,10 +631,11 @@ fn outcome_schema() -> Value {
                 ]
             }
         },
-        "required": ["ok", "logs", "effects", "receipts", "stats"],
+        "required": ["run_id", "status", "ok", "logs", "effects", "receipts", "stats"],
         "oneOf": [
-            {"properties": {"ok": {"const": true}}, "required": ["value"]},
-            {"properties": {"ok": {"const": false}}, "required": ["error"]}
+            {"properties": {"status": {"const": "completed"}, "ok": {"const": true}}, "required": ["value"]},
+            {"properties": {"status": {"const": "failed"}, "ok": {"const": false}}, "required": ["error"]},
+            {"properties": {"status": {"const": "paused"}, "ok": {"const": false}}, "required": ["pending"]}
         ]
     })
 }

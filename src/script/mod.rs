@@ -206,7 +206,10 @@ impl Executor {
                 "was being made when the run's process stopped, and whether it took effect is unknown"
             }
         };
-        self.stop_with(format!("the run is paused: `{}` (call #{seq}) {what}", call.tool))
+        self.stop_with(format!(
+            "the run is paused: `{}` (call #{seq}) {what}",
+            call.tool
+        ))
     }
 
     /// Makes the run stop at once, for `why`.
@@ -235,9 +238,11 @@ impl Executor {
             *n += 1;
             *n - 1
         };
-        let journaled = self.ctx.journal.as_ref().and_then(|j| {
-            j.read(key.epoch, &key.tool, &key.args, n)
-        });
+        let journaled = self
+            .ctx
+            .journal
+            .as_ref()
+            .and_then(|j| j.read(key.epoch, &key.tool, &key.args, n));
         if let Some(outcome) = journaled {
             lock(&self.counts).replayed += 1;
             return (*outcome).clone();

@@ -170,8 +170,22 @@ impl Store {
         let conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| fail(e.to_string()))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| fail(format!("not a store: {e}")))?;
+        // Several processes may open a new store at once: switching to WAL can be refused
+        // while another does the same, without the busy handler, so it is tried again.
+        let started = std::time::Instant::now();
+        loop {
+            let mode = conn.query_row("PRAGMA journal_mode = WAL", [], |row| {
+                row.get::<_, String>(0)
+            });
+            match mode {
+                Ok(mode) if mode.eq_ignore_ascii_case("wal") => break,
+                Ok(mode) => return Err(fail(format!("cannot use WAL mode (journal mode {mode})"))),
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(fail(format!("not a store: {e}"))),
+            }
+        }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| fail(e.to_string()))?;
         let version: i64 = conn
@@ -182,10 +196,14 @@ impl Store {
                 "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
             )));
         }
-        conn.execute_batch(SCHEMA)
+        if version < SCHEMA_VERSION {
+            // One writer sets the schema up; the others wait for it (`IMMEDIATE` takes the
+            // write lock at once, through the busy handler).
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
             .map_err(|e| fail(format!("not a store: {e}")))?;
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(|e| fail(e.to_string()))?;
+        }
         Ok(Store {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
@@ -431,6 +449,13 @@ impl Store {
         }
         tx.commit().map_err(|e| self.fail(e))
     }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Why a run cannot be taken for resuming.

@@ -30,6 +30,7 @@ fn command(args: &[&str]) -> Command {
     cmd.args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd

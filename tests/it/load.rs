@@ -53,7 +53,9 @@ async fn ten_thousand_reads_in_one_run() {
 async fn two_hundred_concurrent_runs_over_serve() {
     const RUNS: usize = 200;
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
-    cmd.arg("serve").env_remove("RUST_LOG");
+    cmd.arg("serve")
+        .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store());
     let (transport, _stderr) = TokioChildProcess::builder(cmd)
         .stderr(Stdio::null())
         .spawn()

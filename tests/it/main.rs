@@ -12,6 +12,8 @@ static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::Syste
 mod cli;
 mod composites;
 mod dispatch_path;
+#[cfg(feature = "cli")]
+mod durable;
 mod equivalence;
 mod errors;
 mod fuzz;

@@ -636,6 +636,7 @@ fn trace_logging_never_prints_tool_results() {
         .arg(&manifest)
         .arg(&script)
         .env("RUST_LOG", "trace")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -45,6 +45,8 @@ fn stable(outcome: &Value) -> Value {
     let mut out = outcome.clone();
     let map = out.as_object_mut().expect("an outcome is an object");
     map.remove("stats");
+    // Every run has an id of its own.
+    map.remove("run_id");
     // The chain's head hashes the run's own id; its length is the same in every run.
     if let Some(head) = map.get_mut("receipts").and_then(|r| r.get_mut("head")) {
         *head = Value::from(head.is_string());
@@ -162,6 +164,7 @@ fn inspect(inspector: &Path, args: &[&str]) -> Inspected {
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -232,12 +235,15 @@ fn inspect_run_script(inspector: &Path, args: &[&str]) -> Inspected {
 }
 
 #[test]
-fn inspector_lists_both_tools_with_the_api_in_run_script() {
+fn inspector_lists_the_tools_with_the_api_in_run_script() {
     let Some(inspector) = inspector() else { return };
     let listed = inspect(&inspector, &["--method", "tools/list"]).json();
     let tools = listed["tools"].as_array().expect("a tool list");
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["run_script", "describe_tools"]);
+    assert_eq!(
+        names,
+        ["run_script", "describe_tools", "resume_run", "list_runs"]
+    );
 
     let run_script = &tools[0];
     let description = run_script["description"].as_str().expect("a description");
@@ -253,7 +259,7 @@ fn inspector_lists_both_tools_with_the_api_in_run_script() {
     );
     assert_eq!(
         run_script["outputSchema"]["required"],
-        json!(["ok", "logs", "effects", "receipts", "stats"])
+        json!(["run_id", "status", "ok", "logs", "effects", "receipts", "stats"])
     );
     assert_eq!(tools[1]["annotations"]["readOnlyHint"], true);
 }
@@ -312,8 +318,8 @@ fn inspector_gets_invalid_params_without_a_script() {
     let out = inspect_run_script(&inspector, &["sequential=true"]);
     assert!(
         !out.success,
-        "a call without a script must fail: {}",
-        out.stdout
+        "a call without a script must fail: {}\n{}",
+        out.stdout, out.stderr
     );
     assert!(
         out.stderr.contains("-32602") && out.stderr.contains("script"),
@@ -362,7 +368,9 @@ async fn rust_client_lists_tools_and_runs_scripts() {
 
 async fn rust_client_session() {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
-    cmd.arg("serve").env_remove("RUST_LOG");
+    cmd.arg("serve")
+        .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store());
     let (transport, _stderr) = TokioChildProcess::builder(cmd)
         .stderr(Stdio::null())
         .spawn()
@@ -386,7 +394,10 @@ async fn rust_client_session() {
 
     let tools = client.list_all_tools().await.expect("tools/list answers");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["run_script", "describe_tools"]);
+    assert_eq!(
+        names,
+        ["run_script", "describe_tools", "resume_run", "list_runs"]
+    );
     let run_script = &tools[0];
     assert!(run_script
         .description
@@ -461,6 +472,7 @@ async fn malformed_messages_get_json_rpc_errors_and_the_session_goes_on() {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"))
         .arg("serve")
         .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -223,3 +223,9 @@ pub fn node_available() -> bool {
     }
     found
 }
+
+/// The store of runs that every `toolscript` process a test starts uses (`TOOLSCRIPT_STORE`):
+/// one file per test binary in the temporary folder, never the user's own store.
+pub fn test_store() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("toolscript-it-{}.sqlite3", std::process::id()))
+}

@@ -1,0 +1,750 @@
+//! Durable runs: approvals that pause a run, resume with a decision, a run whose process was
+//! killed resumed from its journal, and the crash test — a script of 30 writes against an
+//! external recorder, killed with SIGKILL at random instants and resumed until it completes:
+//! every write reaches the recorder exactly once, every ambiguous call is reported, and the
+//! value is the uninterrupted run's.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use toolscript::{
+    Approval, Awaiting, Decision, Effect, Error, ErrorKind, Registry, RunOptions, RunStatus,
+    Runtime, Store, Tool,
+};
+
+use crate::support::node_available;
+
+/// A catalog with a read, a write that needs approval, and a second one; `made` counts the
+/// bodies of the writes that ran.
+fn catalog(made: &Arc<AtomicUsize>) -> Registry {
+    Registry::builder().tools(tools(made)).build().unwrap()
+}
+
+fn tools(made: &Arc<AtomicUsize>) -> Vec<Tool> {
+    let lookup = Tool::builder("lookup", Effect::Read).handler(|args| async move {
+        Ok(json!({"n": args["n"], "twice": args["n"].as_i64().unwrap_or(0) * 2}))
+    });
+    let approved = |name: &str| {
+        let made = Arc::clone(made);
+        Tool::builder(name, Effect::Write)
+            .approval(Approval::Always)
+            .input_schema(json!({"type": "object"}))
+            .composite(move |args, ctx| {
+                let made = Arc::clone(&made);
+                async move {
+                    made.fetch_add(1, Ordering::SeqCst);
+                    Ok(json!({"done": args, "key": ctx.idempotency_key}))
+                }
+            })
+    };
+    vec![lookup, approved("refund"), approved("notify")]
+}
+
+fn durable(dir: &TempDir, made: &Arc<AtomicUsize>) -> Runtime {
+    let store = Store::open(&dir.path().join("store.sqlite3")).unwrap();
+    Runtime::builder(catalog(made))
+        .store(Arc::new(store))
+        .build()
+}
+
+const REFUND: &str = r#"
+let a = lookup(#{n: 1});
+let r = refund(#{n: a.twice});
+let b = lookup(#{n: 2});
+[a.twice, r.done.n, b.twice]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_then_approve_completes_making_each_call_once() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let paused = runtime.run(REFUND).await;
+    assert_eq!(paused.status(), RunStatus::Paused);
+    let pending = paused.pending.clone().expect("a pending call");
+    assert_eq!(
+        (pending.seq, pending.tool.as_str(), pending.awaiting),
+        (0, "refund", Awaiting::Approval)
+    );
+    assert_eq!(pending.args, json!({"n": 2}));
+    assert_eq!(
+        made.load(Ordering::SeqCst),
+        0,
+        "nothing is made before the approval"
+    );
+    let json = paused.to_json();
+    assert_eq!(json["status"], "paused");
+    assert_eq!(json["ok"], false);
+    assert!(
+        json.get("value").is_none() && json.get("error").is_none(),
+        "{json}"
+    );
+    assert_eq!(json["pending"]["awaiting"], "approval");
+
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+    assert_eq!(done.result.clone().unwrap(), json!([2, 2, 4]));
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        done.run_id, paused.run_id,
+        "a resume goes on with the same run"
+    );
+    assert_eq!(done.stats.replayed, 1, "the first read is the journal's");
+    assert_eq!(done.effects.len(), 1);
+    let record = runtime
+        .store()
+        .unwrap()
+        .run(&paused.run_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, RunStatus::Completed);
+    assert!(record.pending.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_key_is_the_run_and_the_calls_place() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let paused = runtime.run("refund(#{n: 1})").await;
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let key = format!("{}:0", paused.run_id);
+    assert_eq!(done.result.unwrap()["key"], json!(key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_call_throws_rejected_where_it_was_made() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let script = r#"
+        let r = ();
+        try { r = refund(#{n: 1}); } catch (e) { r = `${e.kind}: ${e.message}`; }
+        r
+    "#;
+    let paused = runtime.run(script).await;
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Reject {
+                reason: Some("over the limit".into()),
+            }),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let value = done.result.unwrap();
+    assert_eq!(
+        value,
+        json!("rejected: a person rejected this call: over the limit")
+    );
+    assert_eq!(
+        made.load(Ordering::SeqCst),
+        0,
+        "a rejected call is never made"
+    );
+    assert!(done.effects.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncaught_rejection_fails_the_run_at_the_call() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let paused = runtime.run("let a = 1;\nlet r = refund(#{n: a});\nr").await;
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Reject { reason: None }),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Failed);
+    let error = done.result.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Rejected);
+    assert_eq!(error.tool.as_deref(), Some("refund"));
+    assert_eq!((error.line, error.column), (Some(2), Some(9)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_approvals_in_one_run() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let script = "let a = refund(#{n: 1}); let b = lookup(#{n: 5}); let c = notify(#{n: b.twice}); [a.done.n, c.done.n]";
+    let first = runtime.run(script).await;
+    assert_eq!(first.pending.as_ref().unwrap().tool, "refund");
+    let second = runtime
+        .resume(
+            &first.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let pending = second.pending.as_ref().expect("paused again");
+    assert_eq!((pending.tool.as_str(), pending.seq), ("notify", 1));
+    assert_eq!(pending.args, json!({"n": 10}));
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    let done = runtime
+        .resume(
+            &first.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.result.unwrap(), json!([1, 10]));
+    assert_eq!(
+        made.load(Ordering::SeqCst),
+        2,
+        "each approved call made once"
+    );
+    assert_eq!(
+        done.effects.len(),
+        2,
+        "the run's effects, the replayed one included"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_refuses_what_it_cannot_do() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let done = runtime.run("lookup(#{n: 1}).twice").await;
+    assert_eq!(done.status(), RunStatus::Completed);
+    let message = |e: Error| match e {
+        Error::Resume { message, .. } => message,
+        other => panic!("expected a resume error, got {other}"),
+    };
+    let again = runtime
+        .resume(&done.run_id, None, RunOptions::default())
+        .await
+        .unwrap_err();
+    assert!(message(again).contains("already completed"));
+    let unknown = runtime
+        .resume("nope", None, RunOptions::default())
+        .await
+        .unwrap_err();
+    assert!(message(unknown).contains("no such run"));
+
+    let paused = runtime.run(REFUND).await;
+    let wrong = runtime
+        .resume(&paused.run_id, Some(Decision::Done), RunOptions::default())
+        .await
+        .unwrap_err();
+    assert!(message(wrong).contains("--approve or --reject"));
+    let none = runtime
+        .resume(&paused.run_id, None, RunOptions::default())
+        .await
+        .unwrap_err();
+    assert!(message(none).contains("approval"));
+
+    // Another catalog: one more tool changes its hash.
+    let store = Arc::clone(runtime.store().unwrap());
+    let mut tools = tools(&made);
+    tools.push(Tool::builder("extra", Effect::Read).handler(|_| async { Ok(json!(0)) }));
+    let other = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
+        .store(store)
+        .build();
+    let changed = other
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(message(changed).contains("catalog"));
+    assert_eq!(made.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_store_a_run_stops_at_an_approval_and_says_why() {
+    let made = Arc::new(AtomicUsize::new(0));
+    let runtime = Runtime::new(catalog(&made));
+    let outcome = runtime.run(REFUND).await;
+    assert_eq!(outcome.status(), RunStatus::Paused);
+    let error = outcome.result.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Paused);
+    assert!(error.suggested_next_action.unwrap().contains("no store"));
+    assert_eq!(made.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_reads_are_not_made_again() {
+    let dir = TempDir::new().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let lookup = Tool::builder("lookup", Effect::Read).handler(move |args| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(args) }
+    });
+    let send = Tool::builder("send", Effect::Write)
+        .approval(Approval::Always)
+        .handler(|args| async move { Ok(args) });
+    let store = Arc::new(Store::open(&dir.path().join("s.sqlite3")).unwrap());
+    let runtime = Runtime::builder(Registry::builder().tools([lookup, send]).build().unwrap())
+        .store(store)
+        .build();
+    let script = "let xs = []; for i in 0..50 { xs.push(lookup(#{i: i}).i); } send(#{sum: xs.reduce(|s, x| s + x, 0)}).sum";
+    let paused = runtime.run(script).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 50);
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.result.unwrap(), json!(1225));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        50,
+        "the journal answered all 50"
+    );
+    assert_eq!(done.stats.replayed, 50);
+}
+
+#[test]
+fn the_clock_is_not_offered_to_scripts() {
+    let made = Arc::new(AtomicUsize::new(0));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let outcome = rt.block_on(Runtime::new(catalog(&made)).run("let t = timestamp(); 1"));
+    let error = outcome.result.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::ScriptError);
+    assert!(error.message.contains("timestamp"), "{}", error.message);
+}
+
+// ---- The command line, and processes killed with SIGKILL ----
+
+/// One invocation of the binary.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn toolscript(args: &[&str], store: &Path) -> Ran {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(args)
+        .arg("--store")
+        .arg(store)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("toolscript runs");
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn json_of(ran: &Ran) -> Value {
+    serde_json::from_str(ran.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON object ({e}): {}\nstderr: {}",
+            ran.stdout, ran.stderr
+        )
+    })
+}
+
+fn write(dir: &TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn the_command_line_pauses_with_status_3_and_resumes() {
+    let dir = TempDir::new().unwrap();
+    let manifest = write(
+        &dir,
+        "m.toml",
+        r#"
+[[tool]]
+name = "charge"
+effect = "write"
+approval = "always"
+script = '#{ charged: args.amount, key: ctx.idempotency_key }'
+"#,
+    );
+    let script = write(
+        &dir,
+        "s.rhai",
+        "let c = charge(#{amount: 5}); c.charged + 1",
+    );
+    let store = dir.path().join("store.sqlite3");
+    let m = manifest.to_str().unwrap();
+    let paused = toolscript(
+        &["run", script.to_str().unwrap(), "--tools", m, "--json"],
+        &store,
+    );
+    assert_eq!(paused.code, Some(3), "{}", paused.stderr);
+    let out = json_of(&paused);
+    assert_eq!(out["status"], "paused");
+    assert_eq!(
+        out["pending"],
+        json!({"seq": 0, "tool": "charge", "effect": "write", "args": {"amount": 5}, "awaiting": "approval"})
+    );
+    let run_id = out["run_id"].as_str().unwrap().to_string();
+    // The script file changes; the run goes on with the text it started with.
+    std::fs::write(&script, "999").unwrap();
+    let listed = toolscript(&["runs", "--json"], &store);
+    let runs = json_of(&listed);
+    assert_eq!(runs[0]["run_id"], json!(run_id));
+    assert_eq!(runs[0]["status"], "paused");
+    assert_eq!(runs[0]["pending"]["tool"], "charge");
+
+    let resumed = toolscript(
+        &["resume", &run_id, "--approve", "--tools", m, "--json"],
+        &store,
+    );
+    assert_eq!(resumed.code, Some(0), "{}", resumed.stderr);
+    let out = json_of(&resumed);
+    assert_eq!(out["status"], "completed");
+    assert_eq!(out["value"], json!(6));
+    let again = toolscript(&["resume", &run_id, "--tools", m], &store);
+    assert_eq!(again.code, Some(0));
+    assert!(
+        again.stderr.contains("already completed"),
+        "{}",
+        again.stderr
+    );
+    let other = write(
+        &dir,
+        "other.toml",
+        "[[tool]]\nname = \"charge\"\neffect = \"idempotent\"\nscript = '1'\n",
+    );
+    std::fs::write(&script, "charge(#{amount: 1})").unwrap();
+    let paused = toolscript(
+        &["run", script.to_str().unwrap(), "--tools", m, "--json"],
+        &store,
+    );
+    assert_eq!(paused.code, Some(3), "{}", paused.stderr);
+    let run_id = json_of(&paused)["run_id"].as_str().unwrap().to_string();
+    let refused = toolscript(
+        &[
+            "resume",
+            &run_id,
+            "--approve",
+            "--tools",
+            other.to_str().unwrap(),
+        ],
+        &store,
+    );
+    assert_eq!(refused.code, Some(2));
+    assert!(refused.stderr.contains("catalog"), "{}", refused.stderr);
+}
+
+/// Starts `toolscript ARGS --store STORE`, kills it with SIGKILL after `after` unless it
+/// ended first; what it printed if it ended.
+fn run_or_kill(args: &[String], store: &Path, after: Duration) -> Option<Ran> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(args)
+        .arg("--store")
+        .arg(store)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolscript starts");
+    let started = std::time::Instant::now();
+    while started.elapsed() < after {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            return Some(Ran {
+                code: out.status.code(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    None
+}
+
+#[test]
+fn a_write_cut_short_by_a_kill_is_ambiguous_until_a_person_settles_it() {
+    let dir = TempDir::new().unwrap();
+    // The write's body has run when its simulated latency starts: a kill then leaves its
+    // intent journaled and its outcome lost.
+    let manifest = write(
+        &dir,
+        "m.toml",
+        r#"
+[[tool]]
+name = "ship"
+effect = "write"
+latency_ms = 3000
+script = '#{ shipped: args.n }'
+
+[[tool]]
+name = "ping"
+effect = "idempotent"
+latency_ms = 3000
+script = '#{ key: ctx.idempotency_key }'
+"#,
+    );
+    let m = manifest.to_str().unwrap().to_string();
+    for (script, tool) in [("ship(#{n: 1}); 7", "ship"), ("ping().key", "ping")] {
+        let store = dir.path().join(format!("{tool}.sqlite3"));
+        let script = write(&dir, &format!("{tool}.rhai"), script);
+        let args: Vec<String> = ["run", script.to_str().unwrap(), "--tools", &m, "--json"]
+            .map(String::from)
+            .to_vec();
+        assert!(
+            run_or_kill(&args, &store, Duration::from_millis(1200)).is_none(),
+            "the run was killed"
+        );
+        let runs = json_of(&toolscript(&["runs", "--json"], &store));
+        assert_eq!(runs[0]["status"], "running", "a killed run is left running");
+        let run_id = runs[0]["run_id"].as_str().unwrap().to_string();
+        let resumed = toolscript(&["resume", &run_id, "--tools", &m, "--json"], &store);
+        let out = json_of(&resumed);
+        if tool == "ping" {
+            // An idempotent call is made again, under the same key.
+            assert_eq!(resumed.code, Some(0), "{}", resumed.stderr);
+            assert_eq!(out["value"], json!(format!("{run_id}:0")));
+            continue;
+        }
+        assert_eq!(resumed.code, Some(3), "{}", resumed.stderr);
+        assert_eq!(out["pending"]["awaiting"], "resolve");
+        assert_eq!(out["pending"]["tool"], "ship");
+        let done = toolscript(
+            &[
+                "resume",
+                &run_id,
+                "--resolve",
+                "done",
+                "--tools",
+                &m,
+                "--json",
+            ],
+            &store,
+        );
+        assert_eq!(done.code, Some(0), "{}", done.stderr);
+        let out = json_of(&done);
+        assert_eq!(out["value"], json!(7));
+        assert_eq!(out["effects"][0]["tool"], "ship");
+    }
+}
+
+/// The crash test's script: 30 writes (every third idempotent), each after a read whose answer
+/// is the number of records the recorder holds; the value is every read's answer.
+const CRASH_SCRIPT: &str = r#"
+let seen = [];
+for i in 0..30 {
+    let before = lookup(#{n: i});
+    seen.push(before.records);
+    if i % 3 == 0 {
+        record_idem(#{n: i, seen: before.records});
+    } else {
+        record(#{n: i, seen: before.records});
+    }
+}
+seen
+"#;
+
+struct Recorder {
+    dir: TempDir,
+    manifest: PathBuf,
+    records: PathBuf,
+    pids: PathBuf,
+}
+
+impl Recorder {
+    fn new() -> Recorder {
+        let dir = TempDir::new().unwrap();
+        let (records, pids) = (dir.path().join("records"), dir.path().join("pids"));
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recorder.js");
+        let quoted = |p: &Path| serde_json::to_string(p.to_str().unwrap()).unwrap();
+        let manifest = dir.path().join("recorder.toml");
+        std::fs::write(
+            &manifest,
+            format!(
+                "[[mcp]]\nname = \"recorder\"\ncommand = [\"node\", {}]\nenv = {{ RECORD_FILE = {}, PID_FILE = {}, DELAY_MS = \"2\" }}\n",
+                quoted(&server),
+                quoted(&records),
+                quoted(&pids)
+            ),
+        )
+        .unwrap();
+        Recorder {
+            dir,
+            manifest,
+            records,
+            pids,
+        }
+    }
+
+    /// The records, once every recorder process has exited (a killed run's server ends when
+    /// its stdin closes, and may record a call it had read).
+    fn records(&self) -> Vec<Value> {
+        let pids = std::fs::read_to_string(&self.pids).unwrap_or_default();
+        for pid in pids.lines() {
+            let stat = format!("/proc/{pid}/stat");
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::fs::read_to_string(&stat).is_ok_and(|s| {
+                !s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            }) && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        std::fs::read_to_string(&self.records)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// What a trial saw.
+#[derive(Debug, Default)]
+struct Trial {
+    kills: usize,
+    ambiguous: usize,
+    resolved_done: usize,
+    resolved_retry: usize,
+}
+
+/// Runs the crash script until it completes, killing each process at a random instant in the
+/// first `window` (the seed decides); answers each ambiguous call by looking at the recorder,
+/// as a person would. Returns the final value and what happened.
+fn crash_trial(seed: u64, window: Option<Duration>) -> (Value, Recorder, Trial) {
+    let recorder = Recorder::new();
+    let store = recorder.dir.path().join("store.sqlite3");
+    let script = recorder.dir.path().join("crash.rhai");
+    std::fs::write(&script, CRASH_SCRIPT).unwrap();
+    let m = recorder.manifest.to_str().unwrap().to_string();
+    let mut rng = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut trial = Trial::default();
+    let mut run_id: Option<String> = None;
+    let mut decision: Option<&str> = None;
+    for attempt in 0..200 {
+        let mut args: Vec<String> = match &run_id {
+            None => vec!["run".into(), script.to_str().unwrap().into()],
+            Some(id) => vec!["resume".into(), id.clone()],
+        };
+        args.extend(["--tools".into(), m.clone(), "--json".into()]);
+        if let Some(d) = decision.take() {
+            args.extend(["--resolve".into(), d.into()]);
+        }
+        // Later attempts are killed less often, so that every trial ends.
+        let after = match window {
+            Some(window) if attempt < 12 && next() % 4 != 0 => {
+                Duration::from_micros(next() % window.as_micros() as u64)
+            }
+            _ => Duration::from_secs(60),
+        };
+        let ended = run_or_kill(&args, &store, after);
+        let Some(ran) = ended else {
+            trial.kills += 1;
+            if run_id.is_none() {
+                let runs = json_of(&toolscript(&["runs", "--json"], &store));
+                run_id = runs[0]["run_id"].as_str().map(str::to_string);
+            }
+            continue;
+        };
+        let out = json_of(&ran);
+        run_id = out["run_id"].as_str().map(str::to_string);
+        match out["status"].as_str() {
+            Some("completed") => return (out["value"].clone(), recorder, trial),
+            Some("paused") => {
+                assert_eq!(out["pending"]["awaiting"], "resolve", "{out}");
+                assert_eq!(
+                    out["pending"]["tool"], "record",
+                    "only a non-idempotent write is ambiguous: {out}"
+                );
+                trial.ambiguous += 1;
+                let n = &out["pending"]["args"]["n"];
+                let made = recorder.records().iter().any(|r| &r["n"] == n);
+                decision = Some(if made { "done" } else { "retry" });
+                if made {
+                    trial.resolved_done += 1;
+                } else {
+                    trial.resolved_retry += 1;
+                }
+            }
+            _ => panic!("the run failed: {out}\n{}", ran.stderr),
+        }
+    }
+    panic!("the trial did not complete in 200 attempts: {trial:?}");
+}
+
+#[test]
+fn killed_at_random_instants_every_write_is_made_exactly_once() {
+    if !node_available() {
+        return;
+    }
+    let trials: u64 = std::env::var("TOOLSCRIPT_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    // The value of an uninterrupted run, and how long one takes: kills fall within that.
+    let started = std::time::Instant::now();
+    let (expected, recorder, trial) = crash_trial(0, None);
+    let window = started.elapsed();
+    assert_eq!(trial.kills, 0);
+    assert_eq!(
+        expected,
+        json!((0..30).collect::<Vec<u64>>()),
+        "read i sees i records"
+    );
+    assert_eq!(recorder.records().len(), 30);
+    let mut total = Trial::default();
+    for seed in 1..=trials {
+        let (value, recorder, trial) = crash_trial(seed, Some(window));
+        let records = recorder.records();
+        for n in 0..30 {
+            let count = records.iter().filter(|r| r["n"] == json!(n)).count();
+            assert_eq!(
+                count, 1,
+                "seed {seed}: write {n} reached the recorder {count} times: {trial:?}"
+            );
+        }
+        assert_eq!(value, expected, "seed {seed}: {trial:?}");
+        total.kills += trial.kills;
+        total.ambiguous += trial.ambiguous;
+        total.resolved_done += trial.resolved_done;
+        total.resolved_retry += trial.resolved_retry;
+    }
+    eprintln!(
+        "crash test: {trials} trials killed within {window:?}, {} kills, {} ambiguous calls reported ({} settled done, {} retry), every write exactly once",
+        total.kills, total.ambiguous, total.resolved_done, total.resolved_retry
+    );
+    assert!(
+        total.kills > trials as usize,
+        "the trials were killed: {total:?}"
+    );
+}
