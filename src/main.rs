@@ -306,7 +306,15 @@ fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
         // The MCP SDK traces whole messages at its lowest levels: tools' results and
         // arguments, secrets among them. Its own diagnostics stop at `debug`.
-        .add_directive("rmcp=debug".parse().expect("a valid directive"));
+        .add_directive(
+            if verbose == 0 {
+                "rmcp=warn"
+            } else {
+                "rmcp=debug"
+            }
+            .parse()
+            .expect("a valid directive"),
+        );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

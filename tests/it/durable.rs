@@ -668,18 +668,33 @@ fn crash_trial(seed: u64, window: Option<Duration>) -> (Value, Recorder, Trial) 
             _ => Duration::from_secs(60),
         };
         let ended = run_or_kill(&args, &store, after);
-        let Some(ran) = ended else {
-            trial.kills += 1;
-            if run_id.is_none() {
-                let runs = json_of(&toolscript(&["runs", "--json"], &store));
-                run_id = runs[0]["run_id"].as_str().map(str::to_string);
+        let out = match ended {
+            Some(ran) => {
+                let out = json_of(&ran);
+                assert!(
+                    out["status"] != "failed",
+                    "the run failed: {out}\n{}",
+                    ran.stderr
+                );
+                out
             }
-            continue;
+            None => {
+                trial.kills += 1;
+                // Killed: the store says where the run is (it may have paused just before).
+                let runs = json_of(&toolscript(&["runs", "--json"], &store));
+                match runs.get(0) {
+                    Some(run) => run.clone(),
+                    None => continue,
+                }
+            }
         };
-        let out = json_of(&ran);
         run_id = out["run_id"].as_str().map(str::to_string);
         match out["status"].as_str() {
-            Some("completed") => return (out["value"].clone(), recorder, trial),
+            Some("completed") if out.get("value").is_some() => {
+                return (out["value"].clone(), recorder, trial)
+            }
+            // Completed just before the kill: its value is the resume's no-op answer.
+            Some("completed") | Some("running") => {}
             Some("paused") => {
                 assert_eq!(out["pending"]["awaiting"], "resolve", "{out}");
                 assert_eq!(
@@ -696,7 +711,7 @@ fn crash_trial(seed: u64, window: Option<Duration>) -> (Value, Recorder, Trial) 
                     trial.resolved_retry += 1;
                 }
             }
-            _ => panic!("the run failed: {out}\n{}", ran.stderr),
+            other => panic!("unexpected status {other:?}: {out}"),
         }
     }
     panic!("the trial did not complete in 200 attempts: {trial:?}");
