@@ -44,7 +44,7 @@
 //! | `mcp` | tools from MCP servers (client), and `toolscript serve` (server) |
 //! | `bench` | `toolscript bench`: speculative against sequential runs of whole scripts |
 //!
-//! The public surface: the runtime, tools and errors at the root; [`receipts`], [`mcp`] and
+//! The public surface: the runtime, tools, errors and the store of durable runs at the root; [`receipts`], [`mcp`] and
 //! [`bench`] as modules of their own.
 
 #![forbid(unsafe_code)]
