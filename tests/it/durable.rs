@@ -763,3 +763,37 @@ fn killed_at_random_instants_every_write_is_made_exactly_once() {
         "the trials were killed: {total:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_continues_its_receipt_chain() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let file = dir.path().join("receipts.jsonl");
+    let paused = runtime
+        .run_with(REFUND, RunOptions::default().receipts(&file).unwrap())
+        .await;
+    let first = paused.receipts.len();
+    assert!(first > 0);
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default().append_receipts(&file).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed);
+    let head = done.receipts.last().unwrap().hash.clone();
+    let count = toolscript::receipts::verify_receipts_to(&file, &head).unwrap();
+    assert_eq!(
+        count,
+        first + done.receipts.len(),
+        "one chain: the resume's receipts follow the first process's"
+    );
+    assert!(
+        done.receipts
+            .iter()
+            .all(|r| r.tool != "lookup" || r.args_sha256 != paused.receipts[0].args_sha256),
+        "the read the journal answered has no second receipt"
+    );
+}
