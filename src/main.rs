@@ -13,7 +13,7 @@ use toolscript::mcp::serve_stdio;
 use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
     demo_catalog, Decision, Error, Format, Manifests, Mode, Progress, Registry, RunOptions,
-    RunOutcome, RunStatus, Runtime, Store,
+    RunOutcome, RunRecord, RunStatus, Runtime, Store,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -126,6 +126,10 @@ enum Command {
         /// Print the reports as JSON.
         #[arg(long)]
         json: bool,
+        /// Journal every run in this store, as `run` does by default (bench runs without one
+        /// unless given: it measures speculation, not the disk).
+        #[arg(long, value_name = "PATH")]
+        store: Option<PathBuf>,
     },
     /// Serve toolscript as an MCP server on stdio: `run_script`, `describe_tools`, `resume_run`
     /// and `list_runs`.
@@ -269,7 +273,11 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             tools,
             runs,
             json,
-        } => bench(&scripts, &tools, runs as usize, json).await,
+            store,
+        } => {
+            let store = store.map(|path| open_store(Some(path))).transpose()?;
+            bench(&scripts, &tools, runs as usize, json, store).await
+        }
         Command::Serve { tools, store } => {
             let mut builder = Runtime::builder(registry(&tools).await?);
             if !store.no_store {
@@ -427,12 +435,7 @@ async fn resume(
         return Ok(exit_for(record.status));
     }
     let runtime = runtime(tools, Some(store)).await?;
-    let mode = if record.mode == Mode::Sequential.as_str() {
-        Mode::Sequential
-    } else {
-        Mode::Speculative
-    };
-    let mut options = RunOptions::with_mode(mode);
+    let mut options = RunOptions::default();
     if let Some(path) = receipts {
         options = options.append_receipts(path).map_err(|e| e.to_string())?;
     }
@@ -448,18 +451,7 @@ async fn resume(
 fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {
     let runs = store.runs().map_err(|e| e.to_string())?;
     if json {
-        let list: Vec<Value> = runs
-            .iter()
-            .map(|r| {
-                json!({
-                    "run_id": r.run_id,
-                    "status": r.status.as_str(),
-                    "started": utc(r.started_ms),
-                    "script": r.script_name,
-                    "pending": r.pending,
-                })
-            })
-            .collect();
+        let list: Vec<Value> = runs.iter().map(RunRecord::to_json).collect();
         println!("{}", Value::Array(list));
         return Ok(ExitCode::SUCCESS);
     }
@@ -484,33 +476,11 @@ fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {
             "{:<16}  {:<9}  {:<20}  {:<24}  {pending}",
             r.run_id,
             r.status.as_str(),
-            utc(r.started_ms),
+            r.started(),
             r.script_name
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Milliseconds since the Unix epoch as a UTC date and time, `2026-12-01T11:37:06Z`.
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 fn with_progress(options: RunOptions) -> (RunOptions, Arc<Progress>) {
@@ -700,6 +670,7 @@ async fn bench(
     tools: &ToolsArg,
     runs: usize,
     json: bool,
+    store: Option<Arc<Store>>,
 ) -> Result<ExitCode, String> {
     let sources = scripts
         .iter()
@@ -713,7 +684,14 @@ async fn bench(
         let tools = ToolsArg {
             manifests: manifests.clone(),
         };
-        Box::pin(async move { new_registry(&tools).await.map(Runtime::new) })
+        let store = store.clone();
+        Box::pin(async move {
+            let mut builder = Runtime::builder(new_registry(&tools).await?);
+            if let Some(store) = store {
+                builder = builder.store(store);
+            }
+            Ok(builder.build())
+        })
     };
     let bar = indicatif::ProgressBar::new((sources.len() * runs * 2) as u64);
     if std::io::stderr().is_terminal() {

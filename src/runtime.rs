@@ -482,7 +482,7 @@ impl Runtime {
     /// Resumes a paused run, or one whose process died: the stored script runs again from the
     /// start, every call the journal holds answered from it (no tool body runs for them), and
     /// goes on live from there. `decision` settles the call a paused run waits at. The run
-    /// has a fresh deadline.
+    /// keeps the mode it started in (`options.mode` is not used) and has a fresh deadline.
     ///
     /// # Errors
     ///
@@ -593,6 +593,8 @@ impl Runtime {
                 message: why,
             })?;
         }
+        let mut options = options;
+        options.mode = Mode::sequential_if(record.mode == Mode::Sequential.as_str());
         let script = self
             .compile(&record.script)
             .map_err(|e| refuse(format!("its stored script no longer compiles: {e}")))?;

@@ -258,20 +258,20 @@ impl RunContext {
         effects.len() - 1
     }
 
-    /// Logs a non-read call the journal answered: it took effect in an earlier process of the
-    /// run.
+    /// Logs a non-read call the journal answered, with its journaled outcome: it reached its
+    /// tool in an earlier process of the run.
     pub(crate) fn log_replayed_effect(
         &self,
         tool: &str,
         effect: Effect,
         args: Value,
-        ok: Option<bool>,
+        outcome: &Result<Value, ToolError>,
     ) {
         lock(&self.effects).push(EffectRecord {
             tool: tool.to_string(),
             effect,
             args,
-            ok,
+            ok: super::effect_ok(outcome),
         });
     }
 

@@ -120,7 +120,7 @@ impl Speculation {
 }
 
 /// One call to dispatch.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Call {
     pub(crate) tool: String,
     pub(crate) args: Value,
@@ -299,7 +299,7 @@ impl Drop for InProgress {
 
 /// What the effect log says of a non-read call's outcome: `None` when nobody knows whether it
 /// took effect.
-fn effect_ok(result: &Result<Value, ToolError>) -> Option<bool> {
+pub(crate) fn effect_ok(result: &Result<Value, ToolError>) -> Option<bool> {
     match result {
         Err(e) if e.kind == ErrorKind::AmbiguousOutcome => None,
         other => Some(other.is_ok()),

@@ -323,18 +323,8 @@ impl Server {
                 ))
             }
         };
-        let mode = self
-            .runtime
-            .store()
-            .and_then(|store| store.run(&args.run_id).ok().flatten())
-            .map_or(Mode::Speculative, |r| {
-                Mode::sequential_if(r.mode == Mode::Sequential.as_str())
-            });
-        match self
-            .runtime
-            .resume(&args.run_id, decision, RunOptions::with_mode(mode))
-            .await
-        {
+        let options = RunOptions::default();
+        match self.runtime.resume(&args.run_id, decision, options).await {
             Ok(outcome) => Ok(outcome_result(&outcome)),
             Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
                 e.to_string(),
@@ -355,7 +345,10 @@ impl Server {
             )]));
         };
         match store.runs() {
-            Ok(runs) => Ok(CallToolResult::structured(json!({ "runs": runs }))),
+            Ok(runs) => {
+                let runs: Vec<Value> = runs.iter().map(crate::RunRecord::to_json).collect();
+                Ok(CallToolResult::structured(json!({ "runs": runs })))
+            }
             Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
                 e.to_string(),
             )])),

@@ -145,12 +145,8 @@ impl Executor {
             }
             if let Some(outcome) = &entry.outcome {
                 if entry.state.intent {
-                    let ok = match outcome {
-                        Err(e) if e.kind == ErrorKind::AmbiguousOutcome => None,
-                        other => Some(other.is_ok()),
-                    };
                     self.ctx
-                        .log_replayed_effect(&call.tool, effect, call.args.clone(), ok);
+                        .log_replayed_effect(&call.tool, effect, call.args.clone(), outcome);
                 }
                 let mut counts = lock(&self.counts);
                 counts.replayed += 1;
@@ -164,7 +160,7 @@ impl Executor {
                 return Err(self.pause(&call, effect, Awaiting::Resolve));
             }
         }
-        let result = self.dispatch_as(&call);
+        let result = self.dispatch(call.clone());
         if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
             return Err(self.pause(&call, effect, Awaiting::Approval));
         }
@@ -279,14 +275,6 @@ impl Executor {
                 result
             }
         }
-    }
-
-    /// Dispatches a copy of `call`.
-    fn dispatch_as(&self, call: &Call) -> Result<Value, ToolError> {
-        let mut copy = Call::top_level(call.tool.clone(), call.args.clone());
-        copy.seq = call.seq;
-        copy.idempotency_key = call.idempotency_key.clone();
-        self.dispatch(copy)
     }
 
     /// Runs the dispatch path and blocks this thread until it is done.

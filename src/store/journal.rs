@@ -64,7 +64,6 @@ type ReadId = (u64, String, String, u64);
 
 #[derive(Debug, Default)]
 struct State {
-    reads: HashMap<ReadId, Outcome>,
     writes: BTreeMap<u64, JournaledWrite>,
     unflushed: Vec<ReadRow>,
     /// Why a commit failed, once one has: the run makes no further call.
@@ -75,6 +74,10 @@ struct State {
 pub(crate) struct Journal {
     store: Arc<Store>,
     run_id: String,
+    /// The reads earlier processes of the run journaled: what a resume answers from. Reads
+    /// journaled by this process are never looked up here (the run ledger has them), so this
+    /// never changes, and is read without a lock.
+    loaded: HashMap<ReadId, Outcome>,
     state: Mutex<State>,
 }
 
@@ -95,35 +98,33 @@ impl Journal {
     pub(crate) fn open(store: Arc<Store>, run_id: &str) -> Result<Journal, Error> {
         let (writes, reads) = store.load_journal(run_id)?;
         let state = State {
-            reads: reads
-                .into_iter()
-                .map(|r| ((r.epoch, r.tool, r.args, r.n), r.outcome))
-                .collect(),
             writes: writes.into_iter().map(|w| (w.seq, w)).collect(),
             ..State::default()
         };
         Ok(Journal {
             store,
             run_id: run_id.to_string(),
+            loaded: reads
+                .into_iter()
+                .map(|r| ((r.epoch, r.tool, r.args, r.n), r.outcome))
+                .collect(),
             state: Mutex::new(state),
         })
     }
 
-    /// The journaled outcome of a read, if the journal has it.
+    /// The outcome of a read an earlier process of the run journaled, if there is one.
     pub(crate) fn read(&self, epoch: u64, tool: &str, args: &str, n: u64) -> Option<Outcome> {
+        if self.loaded.is_empty() {
+            return None;
+        }
         let id = (epoch, tool.to_string(), args.to_string(), n);
-        lock(&self.state).reads.get(&id).cloned()
+        self.loaded.get(&id).cloned()
     }
 
-    /// Journals a read the executor used (if it is not journaled yet); committed with the next
-    /// commit, or now when enough have gathered.
+    /// Journals a read the executor used; committed with the next commit, or now when enough
+    /// have gathered. (A read already in the store is kept as it is.)
     pub(crate) fn record_read(&self, row: ReadRow) {
         let mut state = lock(&self.state);
-        let id = (row.epoch, row.tool.clone(), row.args.clone(), row.n);
-        if state.reads.contains_key(&id) {
-            return;
-        }
-        state.reads.insert(id, Arc::clone(&row.outcome));
         state.unflushed.push(row);
         if state.unflushed.len() >= FLUSH_EVERY {
             self.commit(&mut state, None);

@@ -109,7 +109,7 @@ impl RunStatus {
 }
 
 /// One run as the store keeps it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct RunRecord {
     /// The run's id, as in its receipts.
@@ -117,7 +117,6 @@ pub struct RunRecord {
     /// The script's name (its file, or `-`).
     pub script_name: String,
     /// The script's text, as it started: resume runs this.
-    #[serde(skip)]
     pub script: String,
     /// SHA-256 of the catalog the run started with: resume refuses another.
     pub catalog_sha256: String,
@@ -126,7 +125,6 @@ pub struct RunRecord {
     /// Where the run is.
     pub status: RunStatus,
     /// The process running it, while it runs.
-    #[serde(skip)]
     pub owner_pid: Option<u32>,
     /// When it started, in milliseconds since the Unix epoch.
     pub started_ms: i64,
@@ -135,8 +133,49 @@ pub struct RunRecord {
     /// The pending call of a paused run: `{seq, tool, effect, args, awaiting}`.
     pub pending: Option<Value>,
     /// What the run's last process printed with `--json` (a final or paused run).
-    #[serde(skip)]
     pub outcome: Option<Value>,
+}
+
+impl RunRecord {
+    /// When the run started, as a UTC date and time (`2026-12-01T11:37:06Z`).
+    pub fn started(&self) -> String {
+        utc(self.started_ms)
+    }
+
+    /// The run as `toolscript runs --json` and MCP's `list_runs` show it: `run_id`, `status`,
+    /// `started`, `script`, `mode`, and the `pending` call of a paused run.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "run_id": self.run_id,
+            "status": self.status.as_str(),
+            "started": self.started(),
+            "script": self.script_name,
+            "mode": self.mode,
+            "pending": self.pending,
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch as a UTC date and time, `2026-12-01T11:37:06Z`.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// The embedded store: runs and their journals.
