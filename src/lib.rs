@@ -33,6 +33,7 @@
 //! |---|---|
 //! | `error`, `json`, `sync` | error kinds and errors; canonical JSON and SHA-256; locks that survive a panic |
 //! | `store` | the embedded store of durable runs (SQLite): runs, their journals |
+//! | `policy` | result policies: the run's output bounded in tokens, artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
 //! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
@@ -61,6 +62,7 @@ mod json;
 mod ledger;
 mod manifest;
 pub mod mcp;
+mod policy;
 mod runtime;
 mod script;
 mod speculate;
@@ -73,9 +75,12 @@ pub use engine::{set_memory_probe, Limits};
 pub use error::{Error, ErrorKind, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
+pub use policy::{
+    page_of as artifact_page, pages_of as artifact_pages, Artifact, ResultPolicy, MIN_INLINE_TOKENS,
+};
 pub use runtime::{Decision, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats};
 pub use script::{Awaiting, Pending, Problem};
-pub use store::{RunRecord, RunStatus, Store, STORE_ENV};
+pub use store::{RunRecord, RunStatus, Store, StoredArtifact, STORE_ENV};
 pub use tool::{
     Approval, Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext,
     ToolFuture, ToolSpec, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT,

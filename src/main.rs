@@ -12,8 +12,8 @@ use toolscript::bench::bench_script;
 use toolscript::mcp::serve_stdio;
 use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
-    demo_catalog, Decision, Error, Format, Manifests, Mode, Progress, Registry, RunOptions,
-    RunOutcome, RunRecord, RunStatus, Runtime, Store,
+    demo_catalog, Decision, Error, Format, Limits, Manifests, Mode, Progress, Registry,
+    ResultPolicy, RunOptions, RunOutcome, RunRecord, RunStatus, Runtime, Store,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -54,6 +54,11 @@ enum Command {
         receipts: Option<PathBuf>,
         #[command(flatten)]
         store: StoreArg,
+        #[command(flatten)]
+        output: OutputArg,
+        /// What happens to a value too large for the output that is no tool's result.
+        #[arg(long, value_enum, default_value_t = PolicyArg::Auto)]
+        result: PolicyArg,
     },
     /// Resume a paused run, or one whose process died: replay it from its journal, then go on.
     Resume {
@@ -80,6 +85,20 @@ enum Command {
         /// Append this run's new receipts to FILE, continuing the chain it holds.
         #[arg(long, value_name = "FILE")]
         receipts: Option<PathBuf>,
+        #[command(flatten)]
+        output: OutputArg,
+        /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
+        /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
+        #[arg(long, value_name = "PATH")]
+        store: Option<PathBuf>,
+    },
+    /// Print an artifact exactly as stored (a run's output refers to it), or one of its pages.
+    Artifact {
+        /// The artifact's id (`artifacts[].id` of `run --json`).
+        id: String,
+        /// Print this page (from 0) as `{"page", "pages", "items" | "text"}`.
+        #[arg(long, value_name = "N")]
+        page: Option<usize>,
         /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
         /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
         #[arg(long, value_name = "PATH")]
@@ -138,6 +157,8 @@ enum Command {
         tools: ToolsArg,
         #[command(flatten)]
         store: StoreArg,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Check every hash and the chain of a receipts file.
     Verify {
@@ -168,6 +189,36 @@ struct StoreArg {
     /// stops it).
     #[arg(long, conflicts_with = "store")]
     no_store: bool,
+}
+
+#[derive(clap::Args)]
+struct OutputArg {
+    /// Tokens (o200k_base) the output's value, logs and error may take together; what does
+    /// not fit becomes an artifact in the store. At least 200.
+    #[arg(long, value_name = "N", default_value_t = 1200,
+          value_parser = clap::value_parser!(u64).range(200..=10_000_000))]
+    max_inline_tokens: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    Auto,
+    Inline,
+    Page,
+    Compress,
+    Exact,
+}
+
+impl PolicyArg {
+    fn policy(self) -> ResultPolicy {
+        match self {
+            PolicyArg::Auto => ResultPolicy::Auto,
+            PolicyArg::Inline => ResultPolicy::Inline,
+            PolicyArg::Page => ResultPolicy::Page,
+            PolicyArg::Compress => ResultPolicy::Compress,
+            PolicyArg::Exact => ResultPolicy::Exact,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -215,21 +266,18 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             json,
             receipts,
             store,
+            output,
+            result,
         } => {
             let store = if store.no_store {
                 None
             } else {
                 Some(open_store(store.store)?)
             };
-            run(
-                &script,
-                &tools,
-                sequential,
-                json,
-                receipts.as_deref(),
-                store,
-            )
-            .await
+            let runtime = runtime(&tools, store, &output).await?;
+            let options = RunOptions::with_mode(Mode::sequential_if(sequential))
+                .result_policy(result.policy());
+            run(&script, &runtime, options, json, receipts.as_deref()).await
         }
         Command::Resume {
             run_id,
@@ -241,6 +289,7 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             json,
             receipts,
             store,
+            output,
         } => {
             let decision = match (approve, reject, resolve) {
                 (true, _, _) => Some(Decision::Approve),
@@ -250,8 +299,18 @@ async fn command(command: Command) -> Result<ExitCode, String> {
                 _ => None,
             };
             let store = open_store(store)?;
-            resume(&run_id, decision, &tools, json, receipts.as_deref(), store).await
+            resume(
+                &run_id,
+                decision,
+                &tools,
+                &output,
+                json,
+                receipts.as_deref(),
+                store,
+            )
+            .await
         }
+        Command::Artifact { id, page, store } => artifact(&*open_store(store)?, &id, page),
         Command::Runs { json, store } => runs(&*open_store(store)?, json),
         Command::Check {
             script,
@@ -278,12 +337,17 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             let store = store.map(|path| open_store(Some(path))).transpose()?;
             bench(&scripts, &tools, runs as usize, json, store).await
         }
-        Command::Serve { tools, store } => {
-            let mut builder = Runtime::builder(registry(&tools).await?);
-            if !store.no_store {
-                builder = builder.store(open_store(store.store)?);
-            }
-            let runtime = builder.build();
+        Command::Serve {
+            tools,
+            store,
+            output,
+        } => {
+            let store = if store.no_store {
+                None
+            } else {
+                Some(open_store(store.store)?)
+            };
+            let runtime = runtime(&tools, store, &output).await?;
             serve_stdio(runtime).await.map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -375,8 +439,14 @@ fn open_store(path: Option<PathBuf>) -> Result<Arc<Store>, String> {
 }
 
 /// A runtime over the registry of `tools`, journaling in `store`.
-async fn runtime(tools: &ToolsArg, store: Option<Arc<Store>>) -> Result<Runtime, String> {
-    let mut builder = Runtime::builder(registry(tools).await?);
+async fn runtime(
+    tools: &ToolsArg,
+    store: Option<Arc<Store>>,
+    output: &OutputArg,
+) -> Result<Runtime, String> {
+    let mut limits = Limits::default();
+    limits.max_inline_tokens = output.max_inline_tokens as usize;
+    let mut builder = Runtime::builder(registry(tools).await?).limits(limits);
     if let Some(store) = store {
         builder = builder.store(store);
     }
@@ -385,16 +455,13 @@ async fn runtime(tools: &ToolsArg, store: Option<Arc<Store>>) -> Result<Runtime,
 
 async fn run(
     script: &Path,
-    tools: &ToolsArg,
-    sequential: bool,
+    runtime: &Runtime,
+    options: RunOptions,
     json: bool,
     receipts: Option<&Path>,
-    store: Option<Arc<Store>>,
 ) -> Result<ExitCode, String> {
     let source = read_script(script)?;
-    let runtime = runtime(tools, store).await?;
-    let mut options = RunOptions::with_mode(Mode::sequential_if(sequential))
-        .script_name(script.display().to_string());
+    let mut options = options.script_name(script.display().to_string());
     // Receipts are appended as calls finish; a file that cannot be created stops the run
     // before any tool runs, and one that fails midway stops it before its next call.
     if let Some(path) = receipts {
@@ -410,6 +477,7 @@ async fn resume(
     run_id: &str,
     decision: Option<Decision>,
     tools: &ToolsArg,
+    output: &OutputArg,
     json: bool,
     receipts: Option<&Path>,
     store: Arc<Store>,
@@ -434,7 +502,7 @@ async fn resume(
         }
         return Ok(exit_for(record.status));
     }
-    let runtime = runtime(tools, Some(store)).await?;
+    let runtime = runtime(tools, Some(store), output).await?;
     let mut options = RunOptions::default();
     if let Some(path) = receipts {
         options = options.append_receipts(path).map_err(|e| e.to_string())?;
@@ -446,6 +514,29 @@ async fn resume(
         .await
         .map_err(|e| e.to_string())?;
     Ok(report(&outcome, json, ticker))
+}
+
+/// Prints an artifact exactly as stored (no newline added: its SHA-256 is its id), or a page.
+fn artifact(store: &Store, id: &str, page: Option<usize>) -> Result<ExitCode, String> {
+    let Some(stored) = store.artifact(id).map_err(|e| e.to_string())? else {
+        return Err(format!(
+            "no artifact `{id}` in the store {}",
+            store.path().display()
+        ));
+    };
+    let mut out = std::io::stdout().lock();
+    let written = match page {
+        None => out.write_all(&stored.content),
+        Some(n) => {
+            let text = String::from_utf8_lossy(&stored.content);
+            let page = toolscript::artifact_page(&text, stored.page_tokens, n)?;
+            writeln!(out, "{page}")
+        }
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("cannot write the artifact: {e}"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {

@@ -124,8 +124,15 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Builds the runtime.
-    pub fn build(self) -> Runtime {
+    /// Builds the runtime. With a store, the registry gains `ts_artifact`, the read that gives
+    /// a script an artifact of an earlier run (or one of its pages).
+    pub fn build(mut self) -> Runtime {
+        if let Some(store) = &self.store {
+            match self.registry.with_tool(artifact_tool(Arc::clone(store))) {
+                Ok(registry) => self.registry = registry,
+                Err(e) => tracing::warn!(error = %e, "`ts_artifact` is not offered"),
+            }
+        }
         let effectful = self
             .registry
             .iter()
@@ -172,6 +179,8 @@ pub struct RunOptions {
     no_store: bool,
     /// The script's name in the store's list of runs.
     script_name: Option<String>,
+    /// What happens to a value that does not fit in the run's output and is no tool's result.
+    result_policy: crate::policy::ResultPolicy,
 }
 
 impl RunOptions {
@@ -193,6 +202,14 @@ impl RunOptions {
     /// cannot pause for an approval (it stops there) or be resumed.
     pub fn no_store(mut self) -> RunOptions {
         self.no_store = true;
+        self
+    }
+
+    /// Sets what happens to the run's value when it does not fit in the output and is not a
+    /// tool's result (whose own policy applies): [`ResultPolicy::Auto`](crate::ResultPolicy)
+    /// by default.
+    pub fn result_policy(mut self, policy: crate::policy::ResultPolicy) -> RunOptions {
+        self.result_policy = policy;
         self
     }
 
@@ -283,6 +300,11 @@ pub struct RunOutcome {
     pub receipts: Vec<Receipt>,
     /// The call a paused run waits at.
     pub pending: Option<Pending>,
+    /// The output as a model receives it: value, logs and error within
+    /// `Limits::max_inline_tokens` (`None` for a run that stopped before it ran).
+    bounded: Option<crate::policy::Bounded>,
+    /// The artifacts holding what the bounded output left out.
+    pub artifacts: Vec<crate::policy::Artifact>,
 }
 
 /// A person's decision on the call a paused run waits at.
@@ -341,6 +363,18 @@ impl RunOutcome {
             (None, Ok(value)) => out["value"] = value.clone(),
             (None, Err(e)) => out["error"] = e.to_json(),
         }
+        if let Some(bounded) = &self.bounded {
+            out["logs"] = json!(bounded.logs);
+            if let (Some(value), true) = (&bounded.value, out.get("value").is_some()) {
+                out["value"] = value.clone();
+            }
+            if let (Some(error), true) = (&bounded.error, out.get("error").is_some()) {
+                out["error"] = error.clone();
+            }
+        }
+        if !self.artifacts.is_empty() {
+            out["artifacts"] = json!(self.artifacts);
+        }
         out
     }
 
@@ -353,6 +387,8 @@ impl RunOutcome {
             stats: Stats::default(),
             receipts: Vec::new(),
             pending: None,
+            bounded: None,
+            artifacts: Vec::new(),
         }
     }
 }
@@ -696,6 +732,7 @@ impl Runtime {
             logs: Vec::new(),
             counts: Default::default(),
             pending: None,
+            results: Default::default(),
         });
         let (launched, claimed) = ledger.counts();
         let stats = Stats {
@@ -726,6 +763,44 @@ impl Runtime {
                 ),
             });
         }
+        // The output as a model receives it, within the inline budget.
+        let tool_result = |value: &Value| {
+            let hash = crate::json::sha256_hex(&crate::json::canonical(value));
+            execution.results.get(&hash).cloned()
+        };
+        let store = self.store.as_deref().filter(|_| journal.is_some());
+        let budget = self.limits.max_inline_tokens;
+        let bound = |result: &Result<Value, RunError>| {
+            let own = result.as_ref().ok().and_then(&tool_result);
+            let value = match (result, &own, &execution.pending) {
+                (Ok(v), Some((policy, tool)), None) => Some((v, *policy, Some(tool.as_str()))),
+                (Ok(v), None, None) => Some((v, options.result_policy, None)),
+                _ => None,
+            };
+            let error = result
+                .as_ref()
+                .err()
+                .filter(|_| execution.pending.is_none());
+            crate::policy::Bounder::new(store, &run_id, budget).bound(
+                value,
+                &execution.logs,
+                error.map(RunError::to_json),
+            )
+        };
+        let bounded = match bound(&result) {
+            Ok(bounded) => bounded,
+            // The value may not be cut (`inline`, `exact`): the run fails, and its output is
+            // bounded without it.
+            Err(crate::policy::Unbounded(why)) => {
+                result = Err(RunError::new(ErrorKind::LimitExceeded, why));
+                bound(&result).unwrap_or_default()
+            }
+        };
+        let mut bounded = Some(bounded);
+        let artifacts = bounded
+            .as_mut()
+            .map(|b| std::mem::take(&mut b.artifacts))
+            .unwrap_or_default();
         let outcome = RunOutcome {
             run_id,
             result,
@@ -734,6 +809,8 @@ impl Runtime {
             stats,
             receipts: ctx.take_receipts(),
             pending: execution.pending,
+            bounded,
+            artifacts,
         };
         if let (Some(journal), Some(store)) = (&journal, &self.store) {
             journal.flush();
@@ -749,6 +826,35 @@ impl Runtime {
         }
         outcome
     }
+}
+
+/// `ts_artifact(#{id, page})`: an artifact of the store, whole or one page. An ordinary read:
+/// speculated, deduplicated, receipted.
+fn artifact_tool(store: Arc<Store>) -> crate::Tool {
+    crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
+        .description(
+            "An artifact a run's output referred to (`artifact` in its place in the output): the \
+             whole value, or with `page` one page of it (`{page, pages, items | text}`).",
+        )
+        .input_schema(json!({
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "The artifact's id."},
+                "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
+            },
+            "required": ["id"],
+            "additionalProperties": false
+        }))
+        .handler(move |args| {
+            let store = Arc::clone(&store);
+            async move {
+                let id = args["id"].as_str().unwrap_or_default().to_string();
+                let page = args["page"].as_u64().map(|p| p as usize);
+                tokio::task::spawn_blocking(move || crate::policy::read_artifact(&store, &id, page))
+                    .await
+                    .unwrap_or_else(|e| Err(crate::ToolError::internal(e.to_string())))
+            }
+        })
 }
 
 /// The durable runs this process is running now: a run in the store owned by this process is

@@ -39,6 +39,10 @@ pub struct Limits {
     /// its allocations (see [`set_memory_probe`](crate::set_memory_probe); the command line
     /// does): past it the run ends with `limit_exceeded`.
     pub max_memory_mb: u64,
+    /// Tokens (o200k_base) the run's output may hand a model: its value, logs and error
+    /// together, as canonical JSON. What does not fit becomes an artifact (see
+    /// [`ResultPolicy`](crate::ResultPolicy)). At least 200.
+    pub max_inline_tokens: usize,
 }
 
 impl Default for Limits {
@@ -56,6 +60,7 @@ impl Default for Limits {
             max_functions: 1_000,
             max_variables: 5_000,
             max_memory_mb: 2_048,
+            max_inline_tokens: 1_200,
         }
     }
 }

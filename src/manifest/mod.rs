@@ -83,6 +83,8 @@ struct ToolEntry {
     nested: Vec<String>,
     #[serde(default)]
     approval: Approval,
+    #[serde(default)]
+    result: crate::policy::ResultPolicy,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -320,6 +322,7 @@ impl Manifests {
         spec.speculate = entry.speculate.unwrap_or(true);
         spec.nested = entry.nested;
         spec.approval = entry.approval;
+        spec.result = entry.result;
         self.host
             .tool(spec, ast, Duration::from_millis(entry.latency_ms))
     }

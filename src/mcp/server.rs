@@ -33,6 +33,8 @@ const DESCRIBE_TOOLS: &str = "describe_tools";
 const RESUME_RUN: &str = "resume_run";
 /// The tool that lists the store's runs.
 const LIST_RUNS: &str = "list_runs";
+/// The tool that reads an artifact.
+const READ_ARTIFACT: &str = "read_artifact";
 
 /// How to write a script; `run_script`'s description puts the tools' API after it.
 const HOW_TO: &str = "\
@@ -244,11 +246,17 @@ struct Server {
     tools: Vec<Tool>,
 }
 
-/// A run's outcome as a tool result: a paused run is a normal result (its `pending` call says
+/// A run's outcome as a tool result, without `stats` unless asked: a paused run is a normal result (its `pending` call says
 /// what it waits for), a failed one an error result. Both constructors also put the JSON as
 /// text, for clients without structured content.
-fn outcome_result(outcome: &crate::RunOutcome) -> CallToolResult {
-    let json = outcome.to_json();
+fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
+    let mut json = outcome.to_json();
+    // Compact by default: the counts and timings are for people, not for the model.
+    if !stats {
+        if let Some(map) = json.as_object_mut() {
+            map.remove("stats");
+        }
+    }
     if outcome.status() == crate::RunStatus::Failed {
         CallToolResult::structured_error(json)
     } else {
@@ -272,6 +280,16 @@ struct RunScriptArgs {
     script: String,
     #[serde(default)]
     sequential: bool,
+    #[serde(default)]
+    stats: bool,
+}
+
+/// The arguments of `read_artifact`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArtifactArgs {
+    id: String,
+    page: Option<usize>,
 }
 
 impl Server {
@@ -283,6 +301,7 @@ impl Server {
             describe_tools_tool(),
             resume_run_tool(),
             list_runs_tool(),
+            read_artifact_tool(),
         ];
         Server {
             runtime,
@@ -300,7 +319,31 @@ impl Server {
         let options = RunOptions::with_mode(mode).script_name(RUN_SCRIPT);
         let outcome = self.runtime.run_with(&args.script, options).await;
         tracing::debug!(run_id = %outcome.run_id, ok = outcome.result.is_ok(), "run_script ran");
-        Ok(outcome_result(&outcome))
+        Ok(outcome_result(&outcome, args.stats))
+    }
+
+    async fn read_artifact(
+        &self,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let args: ReadArtifactArgs =
+            serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
+                ErrorData::invalid_params(format!("bad arguments for `{READ_ARTIFACT}`: {e}"), None)
+            })?;
+        let Some(store) = self.runtime.store().cloned() else {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "this server keeps no store, so it has no artifacts (it was started with --no-store)",
+            )]));
+        };
+        let read = tokio::task::spawn_blocking(move || {
+            crate::policy::read_artifact(&store, &args.id, args.page)
+        })
+        .await;
+        Ok(match read {
+            Ok(Ok(value)) => CallToolResult::structured(json!({ "artifact": value })),
+            Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        })
     }
 
     async fn resume_run(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
@@ -325,7 +368,7 @@ impl Server {
         };
         let options = RunOptions::default();
         match self.runtime.resume(&args.run_id, decision, options).await {
-            Ok(outcome) => Ok(outcome_result(&outcome)),
+            Ok(outcome) => Ok(outcome_result(&outcome, false)),
             Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
                 e.to_string(),
             )])),
@@ -413,11 +456,12 @@ impl ServerHandler for Server {
                 }
             },
             LIST_RUNS => self.list_runs(request.arguments)?,
+            READ_ARTIFACT => self.read_artifact(request.arguments).await?,
             other => {
                 // The MCP specification answers an unknown tool with invalid params.
                 let message = format!(
                     "unknown tool `{other}`: this server offers `{RUN_SCRIPT}`, \
-                     `{DESCRIBE_TOOLS}`, `{RESUME_RUN}` and `{LIST_RUNS}`"
+                     `{DESCRIBE_TOOLS}`, `{RESUME_RUN}`, `{LIST_RUNS}` and `{READ_ARTIFACT}`"
                 );
                 return Err(ErrorData::invalid_params(message, None));
             }
@@ -454,6 +498,11 @@ fn run_script_tool(api: &str, effects: &[Effect]) -> Tool {
                     "type": "boolean",
                     "default": false,
                     "description": "Dispatch every call in program order; no read starts early."
+                },
+                "stats": {
+                    "type": "boolean",
+                    "default": false,
+                    "description": "Include `stats` (timings and counts) in the answer."
                 }
             },
             "required": ["script"],
@@ -495,6 +544,32 @@ fn resume_run_tool() -> Tool {
             .destructive(true)
             .idempotent(false)
             .open_world(true),
+    )
+}
+
+/// `read_artifact`: an artifact, whole or one page.
+fn read_artifact_tool() -> Tool {
+    Tool::new(
+        READ_ARTIFACT,
+        "An artifact a run's output referred to (an `artifact` id where a value, a log or a \
+         message was too large for the output): the whole value, or with `page` one page of it \
+         (`{page, pages, items | text}`).",
+        object(json!({
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "The artifact's id."},
+                "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
+            },
+            "required": ["id"],
+            "additionalProperties": false
+        })),
+    )
+    .with_annotations(
+        ToolAnnotations::with_title("Read an artifact")
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
     )
 }
 
@@ -593,6 +668,22 @@ fn outcome_schema() -> Value {
                     "required": ["tool", "effect", "args", "ok"]
                 }
             },
+            "artifacts": {
+                "type": "array",
+                "description": "What did not fit in the output, kept in the store: `read_artifact` gives it.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "sha256": {"type": "string"},
+                        "bytes": {"type": "integer"},
+                        "tokens": {"type": "integer"},
+                        "pages": {"type": "integer"},
+                        "policy": {"enum": ["auto", "inline", "page", "compress", "exact"]}
+                    },
+                    "required": ["id", "sha256", "bytes", "tokens", "pages", "policy"]
+                }
+            },
             "receipts": {
                 "type": "object",
                 "description": "The run's receipt chain: its last hash and its length.",
@@ -624,7 +715,7 @@ fn outcome_schema() -> Value {
                 ]
             }
         },
-        "required": ["run_id", "status", "ok", "logs", "effects", "receipts", "stats"],
+        "required": ["run_id", "status", "ok", "logs", "effects", "receipts"],
         "oneOf": [
             {"properties": {"status": {"const": "completed"}, "ok": {"const": true}}, "required": ["value"]},
             {"properties": {"status": {"const": "failed"}, "ok": {"const": false}}, "required": ["error"]},

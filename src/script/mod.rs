@@ -19,6 +19,7 @@ use crate::dispatch::{dispatch, Call, RunContext};
 use crate::engine::{self, block_on, Limits, ToolCall, Watch};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Read, ReadKey, RunLedger, WriteRecord};
+use crate::policy::ResultPolicy;
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -100,7 +101,13 @@ struct Executor {
     stop: Mutex<Option<String>>,
     /// The call the run paused at.
     pending: Mutex<Option<Pending>>,
+    /// Results of tools with a result policy of their own, by the SHA-256 of their canonical
+    /// JSON: the policy and the tool.
+    results: Mutex<ToolResults>,
 }
+
+/// Results of tools with a result policy, by SHA-256: the policy and the tool.
+pub(crate) type ToolResults = std::collections::HashMap<String, (ResultPolicy, String)>;
 
 impl Executor {
     /// One tool call made by the script: reads go through the ledger (answered by an identical
@@ -116,16 +123,24 @@ impl Executor {
             // The dispatch path refuses it (`unknown_tool`) and counts it.
             return self.dispatch(Call::top_level(name, args));
         };
-        let (tool, effect, polling) = (
+        let (tool, effect, polling, policy) = (
             tool.spec.name.clone(),
             tool.spec.effect,
             tool.spec.allow_repeat,
+            tool.spec.result,
         );
-        match effect {
+        let name = (policy != ResultPolicy::Auto).then(|| tool.clone());
+        let result = match effect {
             Effect::Read if polling => self.poll(Call::top_level(tool, args)),
             Effect::Read => self.read(Call::top_level(tool, args)),
             _ => self.non_read(Call::top_level(tool, args), effect),
+        };
+        // A tool with a result policy of its own: the run's output knows its results by hash.
+        if let (Some(name), Ok(value)) = (name, &result) {
+            let hash = crate::json::sha256_hex(&crate::json::canonical(value));
+            lock(&self.results).insert(hash, (policy, name));
         }
+        result
     }
 
     /// A non-read call: answered by the journal when an earlier process of the run made it,
@@ -323,6 +338,8 @@ pub(crate) struct Execution {
     pub(crate) counts: Counts,
     /// The call the run paused at.
     pub(crate) pending: Option<Pending>,
+    /// Results of tools with a result policy of their own.
+    pub(crate) results: ToolResults,
 }
 
 /// Runs a compiled script to its end on the current thread (a thread of its own, never an async
@@ -355,6 +372,7 @@ pub(crate) fn execute(
         polls: Mutex::default(),
         stop: Mutex::default(),
         pending: Mutex::default(),
+        results: Mutex::default(),
     });
     let exec = Arc::clone(&executor);
     let call: ToolCall = Arc::new(move |at, name, args| {
@@ -408,10 +426,12 @@ pub(crate) fn execute(
     counts.operations = operations.load(Ordering::Relaxed);
     let logs = std::mem::take(&mut lock(&logs).lines);
     let pending = lock(&executor.pending).take();
+    let results = std::mem::take(&mut *lock(&executor.results));
     Execution {
         result,
         logs,
         counts,
         pending,
+        results,
     }
 }

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, ToolError};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a writer waits for another process's transaction before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,6 +55,14 @@ CREATE TABLE IF NOT EXISTS writes (
     intent INTEGER NOT NULL DEFAULT 0,
     outcome TEXT,
     PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    page_tokens INTEGER NOT NULL,
+    content BLOB NOT NULL,
+    created_ms INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS reads (
     run_id TEXT NOT NULL,
@@ -495,6 +503,65 @@ fn is_busy(e: &rusqlite::Error) -> bool {
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
     )
+}
+
+/// An artifact as the store keeps it: the canonical JSON of a value a run's output could not
+/// hold, and the page budget its pages are cut for.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct StoredArtifact {
+    /// The bytes, exactly as stored (their SHA-256 is the id).
+    pub content: Vec<u8>,
+    /// The tokens each page holds at most.
+    pub page_tokens: usize,
+    /// The policy that made it.
+    pub policy: String,
+    /// The run that made it first.
+    pub run_id: String,
+}
+
+impl Store {
+    /// Keeps an artifact (content-addressed: one made before with the same bytes stays).
+    pub(crate) fn put_artifact(
+        &self,
+        id: &str,
+        run_id: &str,
+        policy: &str,
+        page_tokens: usize,
+        content: &[u8],
+    ) -> Result<(), Error> {
+        let conn = lock(&self.conn);
+        conn.execute(
+            "INSERT OR IGNORE INTO artifacts (id, run_id, policy, page_tokens, content, created_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![id, run_id, policy, page_tokens as i64, content, now_ms()],
+        )
+        .map_err(|e| self.fail(e))?;
+        Ok(())
+    }
+
+    /// An artifact, if the store has it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the database cannot be read.
+    pub fn artifact(&self, id: &str) -> Result<Option<StoredArtifact>, Error> {
+        let conn = lock(&self.conn);
+        conn.query_row(
+            "SELECT content, page_tokens, policy, run_id FROM artifacts WHERE id = ?1",
+            [id],
+            |row| {
+                Ok(StoredArtifact {
+                    content: row.get(0)?,
+                    page_tokens: row.get::<_, i64>(1)?.max(1) as usize,
+                    policy: row.get(2)?,
+                    run_id: row.get(3)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(|e| self.fail(e))
+    }
 }
 
 /// Why a run cannot be taken for resuming.

@@ -116,6 +116,9 @@ pub struct ToolSpec {
     /// Whether each call waits for a person's approval (non-read tools called by the script
     /// itself; a composite may not nest such a tool).
     pub approval: Approval,
+    /// What happens to this tool's result when the run's value is that result and does not
+    /// fit in the run's output.
+    pub result: crate::policy::ResultPolicy,
     /// Where the tool comes from when it is not defined here: `mcp:SERVER/TOOL` for a tool of
     /// an MCP server (its name there, before any mapping to a toolscript name).
     pub origin: Option<String>,
@@ -138,6 +141,7 @@ impl ToolSpec {
             nested: Vec::new(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             approval: Approval::Never,
+            result: crate::policy::ResultPolicy::Auto,
             origin: None,
         }
     }
@@ -354,6 +358,12 @@ impl ToolBuilder {
     /// Makes every call of this tool wait for a person's approval: the run pauses there.
     pub fn approval(mut self, approval: Approval) -> Self {
         self.spec.approval = approval;
+        self
+    }
+
+    /// Sets what happens to this tool's result when it is the run's value and does not fit.
+    pub fn result_policy(mut self, policy: crate::policy::ResultPolicy) -> Self {
+        self.spec.result = policy;
         self
     }
 

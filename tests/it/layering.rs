@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error", "json", "sync"],
     &["store"],
+    &["policy"],
     &["tool"],
     &["dispatch"],
     &["engine"],

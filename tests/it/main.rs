@@ -28,4 +28,6 @@ mod mcp_client;
 mod mcp_server;
 mod meaning;
 mod receipts;
+#[cfg(feature = "cli")]
+mod results;
 mod speculation;

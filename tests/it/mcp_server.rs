@@ -25,8 +25,12 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const SCRIPT: &str = "let c = get_customer(#{id: 3});\nprint(\"hi\");\nc.name";
 
 /// The demo catalog's runtime, as `toolscript serve` without `--tools` builds it.
+/// The demo catalog's runtime as `serve` builds it: with a store (so with `ts_artifact`).
 fn demo_runtime() -> Runtime {
-    Runtime::new(demo_catalog().expect("the demo catalog is valid"))
+    let store = toolscript::Store::open(&crate::support::test_store()).expect("the test store");
+    Runtime::builder(demo_catalog().expect("the demo catalog is valid"))
+        .store(std::sync::Arc::new(store))
+        .build()
 }
 
 /// The outcome JSON of an in-process run of `script`, as `toolscript run --json` prints it.
@@ -242,7 +246,13 @@ fn inspector_lists_the_tools_with_the_api_in_run_script() {
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["run_script", "describe_tools", "resume_run", "list_runs"]
+        [
+            "run_script",
+            "describe_tools",
+            "resume_run",
+            "list_runs",
+            "read_artifact"
+        ]
     );
 
     let run_script = &tools[0];
@@ -259,7 +269,7 @@ fn inspector_lists_the_tools_with_the_api_in_run_script() {
     );
     assert_eq!(
         run_script["outputSchema"]["required"],
-        json!(["run_id", "status", "ok", "logs", "effects", "receipts", "stats"])
+        json!(["run_id", "status", "ok", "logs", "effects", "receipts"])
     );
     assert_eq!(tools[1]["annotations"]["readOnlyHint"], true);
 }
@@ -269,7 +279,7 @@ fn inspector_runs_a_multi_line_script() {
     let Some(inspector) = inspector() else { return };
     let script = format!("script={SCRIPT}");
     // The Inspector checks the structured content against the output schema it listed.
-    let result = inspect_run_script(&inspector, &[&script]).json();
+    let result = inspect_run_script(&inspector, &[&script, "stats=true"]).json();
     let outcome = outcome_of(&result);
     assert_eq!(outcome["ok"], true, "{outcome:#}");
     assert_eq!(outcome["logs"], json!(["hi"]));
@@ -287,7 +297,7 @@ fn inspector_gets_a_failed_script_as_a_result() {
     let script = "get_customer(#{id: 999})";
     let result = inspect_run_script(
         &inspector,
-        &[&format!("script={script}"), "sequential=true"],
+        &[&format!("script={script}"), "sequential=true", "stats=true"],
     )
     .json();
     let outcome = outcome_of(&result);
@@ -396,7 +406,13 @@ async fn rust_client_session() {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(
         names,
-        ["run_script", "describe_tools", "resume_run", "list_runs"]
+        [
+            "run_script",
+            "describe_tools",
+            "resume_run",
+            "list_runs",
+            "read_artifact"
+        ]
     );
     let run_script = &tools[0];
     assert!(run_script
@@ -410,7 +426,7 @@ async fn rust_client_session() {
     };
     let (ok, failed) = tokio::join!(
         call(json!({"script": SCRIPT})),
-        call(json!({"script": "get_customer(#{id: 999})", "sequential": true})),
+        call(json!({"script": "get_customer(#{id: 999})", "sequential": true, "stats": true})),
     );
     let ok = outcome_of(&wire(&ok.expect("run_script answers")));
     assert_matches_output_schema(run_script, &ok);

@@ -1,0 +1,622 @@
+//! Result policies: what a run hands back to a model is bounded, and nothing is lost.
+//!
+//! A run's output — its `value`, `logs` and `error` as the model receives them (each as
+//! canonical JSON) — stays within `max_inline_tokens`, counted with a real BPE ([`tokens`]).
+//! What does not fit becomes an **artifact**: its canonical JSON stored byte-exact in the run's
+//! store, content-addressed by SHA-256, and replaced in the output by a small map that says what
+//! it is and how to get the rest:
+//!
+//! - `page`: the first page, the page count and the artifact id. Arrays are cut at item
+//!   boundaries, strings at character boundaries, anything else as the text of its canonical
+//!   JSON; every page is within the page budget, and the pages' items (or text) concatenated are
+//!   the whole value.
+//! - `compress`: a deterministic structural summary (see [`summary`]) and the artifact id.
+//! - `exact`: as `auto`, but nothing is replaced until the stored copy has been read back and
+//!   its hash checked; without a store the run fails rather than lose the value.
+//! - `inline`: the value may enter whole; over the budget the run fails with `limit_exceeded`.
+//! - `auto`: `page` for arrays and text, `compress` for everything else.
+
+mod tokens;
+
+pub(crate) use tokens::{count, fits};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::json::{canonical, sha256_hex};
+use crate::store::Store;
+
+/// What happens to a result that does not fit in a run's output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ResultPolicy {
+    /// `page` for arrays and long text, `compress` for deep structures.
+    #[default]
+    Auto,
+    /// Enters the output whole; a run whose output would exceed the budget fails.
+    Inline,
+    /// The first page inline; the rest in an artifact, page by page.
+    Page,
+    /// A deterministic summary inline; the original in an artifact.
+    Compress,
+    /// Replaced only once a byte-exact copy is stored and verified.
+    Exact,
+}
+
+impl ResultPolicy {
+    /// The policy's name, as manifests and JSON spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultPolicy::Auto => "auto",
+            ResultPolicy::Inline => "inline",
+            ResultPolicy::Page => "page",
+            ResultPolicy::Compress => "compress",
+            ResultPolicy::Exact => "exact",
+        }
+    }
+}
+
+/// The smallest inline budget: what the map that stands for an artifact needs, with room.
+pub const MIN_INLINE_TOKENS: usize = 200;
+
+/// Tokens the map standing for an artifact takes besides its page or summary, at most.
+const ENVELOPE: usize = 160;
+
+/// An artifact a run made, as `run --json` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Artifact {
+    /// Its id: the first 32 hex digits of the SHA-256 of its bytes.
+    pub id: String,
+    /// SHA-256 of its bytes, as `toolscript artifact ID` prints them.
+    pub sha256: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Its tokens.
+    pub tokens: u64,
+    /// Its pages.
+    pub pages: u64,
+    /// The policy that made it.
+    pub policy: ResultPolicy,
+}
+
+/// A run's output, bounded.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Bounded {
+    pub(crate) value: Option<Value>,
+    pub(crate) logs: Vec<String>,
+    pub(crate) error: Option<Value>,
+    pub(crate) artifacts: Vec<Artifact>,
+}
+
+/// Why a run's output cannot be bounded: the run fails with `limit_exceeded` and this message.
+#[derive(Debug)]
+pub(crate) struct Unbounded(pub(crate) String);
+
+/// Bounds one run's output.
+pub(crate) struct Bounder<'a> {
+    pub(crate) store: Option<&'a Store>,
+    pub(crate) run_id: &'a str,
+    pub(crate) budget: usize,
+    artifacts: Vec<Artifact>,
+}
+
+impl<'a> Bounder<'a> {
+    pub(crate) fn new(store: Option<&'a Store>, run_id: &'a str, budget: usize) -> Bounder<'a> {
+        Bounder {
+            store,
+            run_id,
+            budget: budget.max(MIN_INLINE_TOKENS),
+            artifacts: Vec::new(),
+        }
+    }
+
+    /// Bounds `value` (with `policy`, and `tool` when it is that tool's result), `logs` and
+    /// `error` together within the budget. The error keeps its kind and at least the start of
+    /// its message, within a quarter of the budget; then, when value and logs do not both fit,
+    /// the logs get the larger of a quarter of what is left and what the value leaves, and the
+    /// value the rest.
+    pub(crate) fn bound(
+        mut self,
+        value: Option<(&Value, ResultPolicy, Option<&str>)>,
+        logs: &[String],
+        error: Option<Value>,
+    ) -> Result<Bounded, Unbounded> {
+        // A token is at least a byte: output that fits in bytes is not counted.
+        let bytes = value.map_or(0, |(v, _, _)| canonical(v).len())
+            + canonical(&json!(logs)).len()
+            + error.as_ref().map_or(0, |e| canonical(e).len());
+        if bytes <= self.budget {
+            return Ok(Bounded {
+                value: value.map(|(v, _, _)| v.clone()),
+                logs: logs.to_vec(),
+                error,
+                artifacts: Vec::new(),
+            });
+        }
+        let error = error.map(|e| self.bound_error(e));
+        let used = error.as_ref().map_or(0, |e| count(&canonical(e)));
+        let rest = self.budget.saturating_sub(used);
+        let value_tokens = value.map_or(0, |(v, _, _)| count(&canonical(v)));
+        let logs_value = json!(logs);
+        let logs_tokens = count(&canonical(&logs_value));
+        let (value_cap, logs_cap) = if value_tokens + logs_tokens <= rest {
+            (rest, rest)
+        } else {
+            let logs_cap = (rest / 4).max(rest.saturating_sub(value_tokens));
+            let logs_cap = logs_cap.min(logs_tokens);
+            (rest - logs_cap, logs_cap)
+        };
+        let value = match value {
+            None => None,
+            Some((v, _, _)) if value_tokens <= value_cap => Some(v.clone()),
+            Some((v, policy, tool)) => {
+                Some(self.bound_value(v, value_tokens, policy, tool, value_cap)?)
+            }
+        };
+        let logs = if logs_tokens <= logs_cap {
+            logs.to_vec()
+        } else {
+            self.bound_logs(logs, logs_cap)
+        };
+        Ok(Bounded {
+            value,
+            logs,
+            error,
+            artifacts: self.artifacts,
+        })
+    }
+
+    /// The error, its message cut to fit a quarter of the budget (the whole message kept as
+    /// an artifact).
+    fn bound_error(&mut self, mut error: Value) -> Value {
+        let cap = self.budget / 3;
+        if fits(&canonical(&error), cap) {
+            return error;
+        }
+        let message = error["message"].as_str().unwrap_or_default().to_string();
+        let kept = self.keep(&json!(message), None, ResultPolicy::Page, cap);
+        let mut head: String = message.chars().take(cap).collect();
+        loop {
+            error["message"] = json!(format!(
+                "{head} … ({} characters in all; {})",
+                message.chars().count(),
+                kept.short()
+            ));
+            if fits(&canonical(&error), cap) || head.is_empty() {
+                return error;
+            }
+            let keep = head.chars().count() * 3 / 4;
+            head = head.chars().take(keep).collect();
+        }
+    }
+
+    /// The logs within `cap`: the oldest and newest lines, and a line saying where the middle
+    /// went.
+    fn bound_logs(&mut self, logs: &[String], cap: usize) -> Vec<String> {
+        let kept = self.keep(&json!(logs), None, ResultPolicy::Page, cap);
+        let (mut head, mut tail) = (logs.len().min(50) / 2, logs.len().min(50) / 2);
+        loop {
+            let cut = logs.len() - head - tail;
+            let mut out: Vec<String> = logs[..head].to_vec();
+            out.push(format!(
+                "… {cut} more lines of {} ({})",
+                logs.len(),
+                kept.where_()
+            ));
+            out.extend_from_slice(&logs[logs.len() - tail..]);
+            if fits(&canonical(&json!(out)), cap) || head + tail == 0 {
+                return out;
+            }
+            head /= 2;
+            tail /= 2;
+        }
+    }
+
+    /// One value over `cap`, by its policy.
+    fn bound_value(
+        &mut self,
+        value: &Value,
+        tokens: usize,
+        policy: ResultPolicy,
+        tool: Option<&str>,
+        cap: usize,
+    ) -> Result<Value, Unbounded> {
+        let form = match policy {
+            ResultPolicy::Inline => {
+                return Err(Unbounded(format!(
+                    "the run's value is {} result, whose policy is `inline`, and it is {tokens} tokens: over the run's max_inline_tokens of {} (with its logs and error); return less of it, or give the tool another result policy",
+                    tool.map_or("a tool's".to_string(), |t| format!("`{t}`'s")),
+                    self.budget
+                )))
+            }
+            ResultPolicy::Exact if self.store.is_none() => {
+                return Err(Unbounded(format!(
+                    "the run's value is {tokens} tokens, over max_inline_tokens ({}), and its policy is `exact`: with no store it cannot be kept, so it is not replaced",
+                    self.budget
+                )))
+            }
+            ResultPolicy::Page => ResultPolicy::Page,
+            ResultPolicy::Compress => ResultPolicy::Compress,
+            ResultPolicy::Auto | ResultPolicy::Exact => match value {
+                Value::Array(_) | Value::String(_) => ResultPolicy::Page,
+                _ => ResultPolicy::Compress,
+            },
+        };
+        let kept = self.keep(value, Some(tokens), policy_or(policy, form), cap);
+        if policy == ResultPolicy::Exact && !kept.verified {
+            return Err(Unbounded(format!(
+                "the run's value is {tokens} tokens, over max_inline_tokens ({}), and its policy is `exact`, but its copy could not be stored and verified",
+                self.budget
+            )));
+        }
+        let bare = kept.envelope(form, tokens);
+        let with = |fields: Vec<(&str, Value)>| {
+            let mut envelope = bare.clone();
+            envelope.extend(fields.into_iter().map(|(k, v)| (k.to_string(), v)));
+            Value::Object(envelope)
+        };
+        // The first page, or the most detailed summary, that fits with the map around it.
+        let filled = match form {
+            ResultPolicy::Page => kept.first.clone().and_then(|first| {
+                let field = if first.is_array() { "items" } else { "text" };
+                let page = with(vec![("page", json!(0)), (field, first)]);
+                fits(&canonical(&page), cap).then_some(page)
+            }),
+            _ => summaries(value)
+                .map(|summary| with(vec![("summary", summary)]))
+                .find(|envelope| fits(&canonical(envelope), cap)),
+        };
+        Ok(filled.unwrap_or(Value::Object(bare)))
+    }
+
+    /// Stores `value` (of `tokens`, when they are counted already) as an artifact (once per
+    /// run), paged for `cap`.
+    fn keep(
+        &mut self,
+        value: &Value,
+        tokens: Option<usize>,
+        policy: ResultPolicy,
+        cap: usize,
+    ) -> Kept {
+        let text = canonical(value);
+        let sha256 = sha256_hex(&text);
+        // The id is the hash's first half: content-addressed, and shorter in the output.
+        let id = sha256[..32].to_string();
+        let page_tokens = cap.saturating_sub(ENVELOPE).max(1);
+        let all = pages(value, page_tokens);
+        let pages = all.len() as u64;
+        let first = all.into_iter().next();
+        let Some(store) = self.store else {
+            return Kept {
+                id: None,
+                pages,
+                first,
+                bytes: text.len() as u64,
+                verified: false,
+            };
+        };
+        let stored = store
+            .put_artifact(
+                &id,
+                self.run_id,
+                policy.as_str(),
+                page_tokens,
+                text.as_bytes(),
+            )
+            .and_then(|()| store.artifact(&id));
+        let verified = matches!(&stored, Ok(Some(a)) if sha256_hex_bytes(&a.content) == sha256);
+        if let Err(e) = &stored {
+            tracing::error!(error = %e, "an artifact could not be stored");
+        }
+        if verified && !self.artifacts.iter().any(|a| a.id == id) {
+            self.artifacts.push(Artifact {
+                id: id.clone(),
+                sha256: sha256.clone(),
+                bytes: text.len() as u64,
+                tokens: tokens.unwrap_or_else(|| count(&text)) as u64,
+                pages,
+                policy,
+            });
+        }
+        Kept {
+            id: verified.then_some(id),
+            pages,
+            first,
+            bytes: text.len() as u64,
+            verified,
+        }
+    }
+}
+
+fn policy_or(policy: ResultPolicy, form: ResultPolicy) -> ResultPolicy {
+    match policy {
+        ResultPolicy::Auto | ResultPolicy::Inline => form,
+        other => other,
+    }
+}
+
+/// SHA-256 of raw bytes, as lowercase hex.
+fn sha256_hex_bytes(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What [`Bounder::keep`] did with a value.
+struct Kept {
+    /// The artifact's id; `None` when nothing was kept (no store, or the store failed).
+    id: Option<String>,
+    pages: u64,
+    /// The first page.
+    first: Option<Value>,
+    bytes: u64,
+    verified: bool,
+}
+
+impl Kept {
+    /// Where the rest is, in few words.
+    fn short(&self) -> String {
+        match &self.id {
+            Some(id) => format!("artifact {id}"),
+            None => "the rest was not kept".to_string(),
+        }
+    }
+
+    /// Where the rest is, for a person or a model.
+    fn where_(&self) -> String {
+        match &self.id {
+            Some(id) => format!("in artifact {id}: ts_artifact(#{{id: \"{id}\"}})"),
+            None => "not kept: the run has no store".to_string(),
+        }
+    }
+
+    fn envelope(&self, form: ResultPolicy, tokens: usize) -> Map<String, Value> {
+        let mut map = Map::new();
+        map.insert("artifact".into(), json!(self.id));
+        map.insert("policy".into(), json!(form.as_str()));
+        map.insert("bytes".into(), json!(self.bytes));
+        map.insert("tokens".into(), json!(tokens));
+        map.insert("pages".into(), json!(self.pages));
+        let rest = match &self.id {
+            Some(id) if form == ResultPolicy::Page => format!(
+                "page N of {}: ts_artifact(#{{id: \"{id}\", page: N}}) in a script, or `toolscript artifact {id} --page N`",
+                self.pages
+            ),
+            Some(id) => format!(
+                "the whole value: ts_artifact(#{{id: \"{id}\"}}) in a script, or `toolscript artifact {id}`"
+            ),
+            None => "the rest was not kept: the run has no store".to_string(),
+        };
+        map.insert("rest".into(), json!(rest));
+        map
+    }
+}
+
+/// The pages of a value, each at most `page_tokens` tokens as canonical JSON: an array's items,
+/// a string's characters, or else the characters of its canonical JSON. Concatenated, the
+/// pages' items (or text) are the whole. The same value and budget always give the same pages.
+pub(crate) fn pages(value: &Value, page_tokens: usize) -> Vec<Value> {
+    if let Value::Array(items) = value {
+        if let Some(pages) = item_pages(items, page_tokens) {
+            return pages;
+        }
+    }
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => canonical(other),
+    };
+    text_pages(&text, page_tokens)
+}
+
+/// An array's pages at item boundaries; `None` when one item alone is over the page budget.
+fn item_pages(items: &[Value], page_tokens: usize) -> Option<Vec<Value>> {
+    let mut pages = Vec::new();
+    let (mut page, mut tokens): (Vec<Value>, usize) = (Vec::new(), 2);
+    for item in items {
+        let t = count(&canonical(item)) + 1;
+        if t + 2 > page_tokens {
+            return None;
+        }
+        if tokens + t > page_tokens && !page.is_empty() {
+            pages.push(std::mem::take(&mut page));
+            tokens = 2;
+        }
+        page.push(item.clone());
+        tokens += t;
+    }
+    if !page.is_empty() || pages.is_empty() {
+        pages.push(page);
+    }
+    // Tokens of a whole page may differ from the sum of its items' (merges across commas):
+    // a page over the budget is split until none is.
+    let mut checked = Vec::with_capacity(pages.len());
+    pages.reverse();
+    while let Some(page) = pages.pop() {
+        if page.len() > 1 && !fits(&canonical(&json!(page)), page_tokens) {
+            let (a, b) = page.split_at(page.len() / 2);
+            pages.push(b.to_vec());
+            pages.push(a.to_vec());
+            continue;
+        }
+        checked.push(Value::Array(page));
+    }
+    Some(checked)
+}
+
+/// A text's pages at character boundaries, each within `page_tokens` as a JSON string.
+fn text_pages(text: &str, page_tokens: usize) -> Vec<Value> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut pages = Vec::new();
+    let (mut start, mut guess) = (0, (page_tokens * 3).max(1));
+    while start < chars.len() || pages.is_empty() {
+        let mut len = guess.min(chars.len() - start);
+        loop {
+            let page: String = chars[start..start + len].iter().collect();
+            let as_json = Value::String(page);
+            if len <= 1 || fits(&canonical(&as_json), page_tokens) {
+                pages.push(as_json);
+                break;
+            }
+            len = (len * 9 / 10).max(1);
+        }
+        start += len;
+        guess = (len + len / 16).max(1);
+    }
+    pages
+}
+
+/// Summaries of a value, from the most detailed to the least: long strings become their head,
+/// length and hash; long arrays their first items and count; maps past a depth their keys.
+fn summaries(value: &Value) -> impl Iterator<Item = Value> + '_ {
+    [(8, 200, 4), (4, 80, 3), (2, 40, 2), (1, 16, 1), (0, 0, 0)]
+        .into_iter()
+        .map(move |(items, chars, depth)| summary(value, items, chars, depth))
+}
+
+/// The summary of `value` showing at most `items` items (and `4 * items` keys) of each array
+/// (map), `chars` characters of each string, to `depth` levels:
+/// - a longer string: `{"head": FIRST_CHARS, "chars": N, "sha256": HASH}`;
+/// - a longer array: `{"first": [SUMMARIES], "count": N}`;
+/// - a map with more keys: its first keys summarised, and `"…": "N keys in all"`;
+/// - below `depth`: an array is `{"count": N}`, a map `{"keys": [FIRST_KEYS], "count": N}`
+///   (`{"count": N}` when no item is shown).
+pub(crate) fn summary(value: &Value, items: usize, chars: usize, depth: usize) -> Value {
+    match value {
+        Value::String(s) if s.chars().count() > chars => json!({
+            "head": s.chars().take(chars).collect::<String>(),
+            "chars": s.chars().count(),
+            "sha256": sha256_hex(s),
+        }),
+        Value::Array(a) if depth == 0 => json!({ "count": a.len() }),
+        Value::Array(a) => {
+            let shown: Vec<Value> = a
+                .iter()
+                .take(items)
+                .map(|v| summary(v, items, chars, depth - 1))
+                .collect();
+            if a.len() > items {
+                json!({ "first": shown, "count": a.len() })
+            } else {
+                Value::Array(shown)
+            }
+        }
+        Value::Object(m) if depth == 0 && items == 0 => json!({ "count": m.len() }),
+        Value::Object(m) if depth == 0 => json!({
+            "keys": m.keys().take(items * 4).collect::<Vec<_>>(),
+            "count": m.len(),
+        }),
+        Value::Object(m) => {
+            let mut out: Map<String, Value> = m
+                .iter()
+                .take(items * 4)
+                .map(|(k, v)| (k.clone(), summary(v, items, chars, depth - 1)))
+                .collect();
+            if m.len() > items * 4 {
+                out.insert("…".into(), json!(format!("{} keys in all", m.len())));
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
+/// The name of the runtime's own tool that reads artifacts.
+pub(crate) const ARTIFACT_TOOL: &str = "ts_artifact";
+
+/// An artifact of `store` as a value: the whole of it, or its page `page`.
+///
+/// # Errors
+///
+/// `not_found` for an unknown id or page; `internal` when the store fails.
+pub(crate) fn read_artifact(
+    store: &Store,
+    id: &str,
+    page: Option<usize>,
+) -> Result<Value, crate::error::ToolError> {
+    use crate::error::ToolError;
+    let artifact = store
+        .artifact(id)
+        .map_err(|e| ToolError::internal(e.to_string()))?
+        .ok_or_else(|| ToolError::not_found(format!("no artifact `{id}` in this store")))?;
+    let text = String::from_utf8_lossy(&artifact.content);
+    match page {
+        Some(n) => page_of(&text, artifact.page_tokens, n).map_err(ToolError::not_found),
+        None => serde_json::from_str(&text)
+            .map_err(|e| ToolError::internal(format!("the artifact is not JSON: {e}"))),
+    }
+}
+
+/// Every page of the artifact `content` (canonical JSON) paged for `page_tokens`: what
+/// [`page_of`] gives one at a time.
+///
+/// # Errors
+///
+/// When `content` is not JSON.
+pub fn pages_of(content: &str, page_tokens: usize) -> Result<Vec<Value>, String> {
+    let value: Value =
+        serde_json::from_str(content).map_err(|e| format!("the artifact is not JSON: {e}"))?;
+    Ok(pages(&value, page_tokens))
+}
+
+/// Page `n` of the artifact `content` (canonical JSON) paged for `page_tokens`, as
+/// `{"page", "pages", "items" | "text"}`.
+///
+/// # Errors
+///
+/// When `content` is not JSON, or has no page `n`.
+pub fn page_of(content: &str, page_tokens: usize, n: usize) -> Result<Value, String> {
+    let value: Value =
+        serde_json::from_str(content).map_err(|e| format!("the artifact is not JSON: {e}"))?;
+    let pages = pages(&value, page_tokens);
+    let total = pages.len();
+    let page = pages.into_iter().nth(n).ok_or_else(|| {
+        format!(
+            "the artifact has {total} pages (0 to {}), not {n}",
+            total - 1
+        )
+    })?;
+    let field = if page.is_array() { "items" } else { "text" };
+    Ok(json!({ "page": n, "pages": total, field: page }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_of_arrays_and_text_concatenate_to_the_whole() {
+        let array: Value = (0..500)
+            .map(|i| json!({"id": i, "name": format!("n{i}")}))
+            .collect();
+        let pages = pages(&array, 100);
+        assert!(pages.len() > 5);
+        let joined: Vec<Value> = pages
+            .iter()
+            .flat_map(|p| p.as_array().unwrap().clone())
+            .collect();
+        assert_eq!(Value::Array(joined), array);
+        for page in &pages {
+            assert!(count(&canonical(page)) <= 100);
+        }
+        let text = "é word ".repeat(3000);
+        let pages = super::pages(&json!(text), 150);
+        let joined: String = pages.iter().map(|p| p.as_str().unwrap()).collect();
+        assert_eq!(joined, text);
+        assert!(pages.iter().all(|p| count(&canonical(p)) <= 150));
+    }
+
+    #[test]
+    fn summaries_shrink_to_nothing_but_counts() {
+        let deep = json!({"a": {"b": {"c": {"d": {"e": [1, 2, 3]}}}}, "s": "x".repeat(500)});
+        let last = summaries(&deep).last().unwrap();
+        assert_eq!(last, json!({"count": 2}));
+        let keys = summary(&deep, 1, 16, 0);
+        assert_eq!(keys, json!({"keys": ["a", "s"], "count": 2}));
+        let first = summaries(&deep).next().unwrap();
+        assert_eq!(first["s"]["chars"], 500);
+    }
+}

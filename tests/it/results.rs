@@ -1,0 +1,394 @@
+//! Result policies: a run's output (value, logs, error) within `max_inline_tokens`, what does
+//! not fit kept byte-exact as an artifact, every page within the budget and the pages together
+//! the whole.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use toolscript::receipts::canonical_json as canonical;
+use toolscript::{
+    artifact_page, artifact_pages, Effect, Limits, Registry, ResultPolicy, RunOptions, RunOutcome,
+    Runtime, Store, Tool,
+};
+
+use crate::support::sha256;
+
+fn tokens(value: &Value) -> usize {
+    tiktoken_rs::o200k_base_singleton()
+        .encode_ordinary(&canonical(value))
+        .len()
+}
+
+/// The tokens of the output a model receives: value, logs and error.
+fn output_tokens(out: &Value) -> usize {
+    ["value", "logs", "error"]
+        .iter()
+        .filter_map(|k| out.get(*k))
+        .map(tokens)
+        .sum()
+}
+
+/// Every page of an artifact, each checked against the budget; their items (or text) joined.
+fn all_pages(store: &Store, id: &str, budget: usize) -> Value {
+    let stored = store.artifact(id).unwrap().expect("the artifact is stored");
+    let text = String::from_utf8(stored.content).unwrap();
+    let all = artifact_pages(&text, stored.page_tokens).unwrap();
+    let pages = all.len();
+    // One page as `artifact --page N` and `ts_artifact` give it: the same as in the list.
+    let last = artifact_page(&text, stored.page_tokens, pages - 1).unwrap();
+    assert_eq!(last["pages"], json!(pages));
+    assert_eq!(last.get("items").or(last.get("text")), all.last());
+    let (mut items, mut joined) = (Vec::new(), String::new());
+    for (n, body) in all.into_iter().enumerate() {
+        assert!(
+            tokens(&body) <= budget,
+            "page {n} of {pages} is {} tokens, over {budget}",
+            tokens(&body)
+        );
+        match body {
+            Value::Array(a) => items.extend(a),
+            Value::String(s) => joined.push_str(&s),
+            other => panic!("a page is items or text, not {other}"),
+        }
+    }
+    assert!(artifact_page(&text, stored.page_tokens, pages).is_err());
+    if items.is_empty() && !joined.is_empty() {
+        Value::String(joined)
+    } else {
+        Value::Array(items)
+    }
+}
+
+fn bounded_runtime(dir: &TempDir, tools: Vec<Tool>, budget: usize) -> (Runtime, Arc<Store>) {
+    let store = Arc::new(Store::open(&dir.path().join("store.sqlite3")).unwrap());
+    let mut limits = Limits::default();
+    limits.max_inline_tokens = budget;
+    // Rhai measures a container whole after every change when these are set (quadratic for a
+    // large result): 0 lifts them, and the memory budget still holds.
+    limits.max_array_size = 0;
+    limits.max_map_size = 0;
+    limits.max_string_size = 0;
+    limits.max_operations = 50_000_000;
+    let runtime = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
+        .limits(limits)
+        .store(Arc::clone(&store))
+        .build();
+    (runtime, store)
+}
+
+/// A tool that returns `value`, with `policy`.
+fn giving(value: Value, policy: ResultPolicy) -> Tool {
+    Tool::builder("give", Effect::Read)
+        .result_policy(policy)
+        .handler(move |_| {
+            let value = value.clone();
+            async move { Ok(value) }
+        })
+}
+
+fn artifact_of(outcome: &RunOutcome) -> String {
+    assert_eq!(outcome.artifacts.len(), 1, "{:?}", outcome.artifacts);
+    outcome.artifacts[0].id.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_100000_item_array_is_paged_and_kept_whole() {
+    let dir = TempDir::new().unwrap();
+    let (runtime, store) = bounded_runtime(&dir, vec![], 1200);
+    let outcome = runtime
+        .run("let xs = []; for i in 0..100000 { xs.push(#{id: i, name: `user${i}`}); } xs")
+        .await;
+    let whole: Value = (0..100_000)
+        .map(|i| json!({"id": i, "name": format!("user{i}")}))
+        .collect();
+    assert_eq!(
+        outcome.result.as_ref().unwrap(),
+        &whole,
+        "the library gets it whole"
+    );
+    let out = outcome.to_json();
+    assert!(
+        output_tokens(&out) <= 1200,
+        "{} tokens",
+        output_tokens(&out)
+    );
+    let value = &out["value"];
+    assert_eq!(value["policy"], "page");
+    assert_eq!(value["page"], 0);
+    assert!(value["items"].as_array().unwrap().len() > 5);
+    let id = artifact_of(&outcome);
+    assert_eq!(value["artifact"], json!(id));
+    let stored = store.artifact(&id).unwrap().unwrap();
+    assert_eq!(
+        sha256(std::str::from_utf8(&stored.content).unwrap()),
+        sha256(&canonical(&whole))
+    );
+    assert_eq!(outcome.artifacts[0].sha256, sha256(&canonical(&whole)));
+    assert_eq!(all_pages(&store, &id, 1200), whole);
+    assert_eq!(value["pages"].as_u64(), Some(outcome.artifacts[0].pages));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_map_is_summarised_deterministically() {
+    let dir = TempDir::new().unwrap();
+    let (runtime, store) = bounded_runtime(&dir, vec![], 300);
+    let script = r#"
+        let m = #{};
+        for i in 0..200 {
+            m[`k${i}`] = #{ a: #{ b: #{ c: #{ d: [i, i + 1, `${i} deep`] } } }, text: `value number ${i}` };
+        }
+        m
+    "#;
+    let outcome = runtime.run(script).await;
+    let out = outcome.to_json();
+    assert!(output_tokens(&out) <= 300, "{} tokens", output_tokens(&out));
+    assert_eq!(out["value"]["policy"], "compress");
+    assert!(out["value"]["summary"].is_object(), "{:#}", out["value"]);
+    let again = runtime.run(script).await.to_json();
+    assert_eq!(
+        again["value"], out["value"],
+        "the same value, the same summary"
+    );
+    let id = artifact_of(&outcome);
+    let stored = store.artifact(&id).unwrap().unwrap();
+    assert_eq!(
+        stored.content,
+        canonical(outcome.result.as_ref().unwrap()).into_bytes()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_tool_over_the_cap_fails_the_run_instead_of_cutting_it() {
+    let dir = TempDir::new().unwrap();
+    let big: Value = (0..2000).map(|i| json!({"line": i})).collect();
+    let (runtime, _) = bounded_runtime(&dir, vec![giving(big.clone(), ResultPolicy::Inline)], 1200);
+    let outcome = runtime.run("give()").await;
+    let error = outcome.result.as_ref().unwrap_err();
+    assert_eq!(error.kind.as_str(), "limit_exceeded");
+    assert!(
+        error.message.contains("`give`") && error.message.contains("1200"),
+        "{}",
+        error.message
+    );
+    let out = outcome.to_json();
+    assert!(output_tokens(&out) <= 1200);
+    // Under the cap, an inline result is the value itself.
+    let small = runtime.run("give().extract(0, 3)").await;
+    assert_eq!(
+        small.result.unwrap(),
+        json!([{"line": 0}, {"line": 1}, {"line": 2}])
+    );
+    // A page policy on the tool applies when the run's value is its result.
+    let (paged, _) = bounded_runtime(&dir, vec![giving(big, ResultPolicy::Page)], 1200);
+    let out = paged.run("give()").await.to_json();
+    assert_eq!(out["value"]["policy"], "page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_store_the_output_is_bounded_and_says_the_rest_was_not_kept() {
+    let mut limits = Limits::default();
+    limits.max_inline_tokens = 400;
+    let runtime = Runtime::builder(Registry::builder().build().unwrap())
+        .limits(limits)
+        .build();
+    let outcome = runtime
+        .run("let xs = []; for i in 0..5000 { xs.push(i); } xs")
+        .await;
+    let out = outcome.to_json();
+    assert!(output_tokens(&out) <= 400);
+    assert_eq!(out["value"]["artifact"], Value::Null);
+    assert!(out["value"]["rest"].as_str().unwrap().contains("not kept"));
+    assert!(out.get("artifacts").is_none());
+    // `exact` loses nothing: with no store it fails rather than replace the value.
+    let exact = runtime
+        .run_with(
+            "let xs = []; for i in 0..5000 { xs.push(i); } xs",
+            RunOptions::default().result_policy(ResultPolicy::Exact),
+        )
+        .await;
+    assert_eq!(exact.result.unwrap_err().kind.as_str(), "limit_exceeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_error_message_keeps_its_kind_and_start() {
+    let dir = TempDir::new().unwrap();
+    let (runtime, _) = bounded_runtime(&dir, vec![], 400);
+    let outcome = runtime
+        .run(r#"let s = ""; for i in 0..20000 { s += `${i} `; } throw #{kind: "failed", message: s};"#)
+        .await;
+    let out = outcome.to_json();
+    assert!(output_tokens(&out) <= 400, "{}", output_tokens(&out));
+    assert_eq!(out["error"]["kind"], "failed");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("0 1 2 3"), "{message}");
+    assert!(message.contains("artifact"), "{message}");
+}
+
+// ---- The command line ----
+
+fn toolscript(args: &[&str], store: &Path) -> (i32, Vec<u8>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(args)
+        .arg("--store")
+        .arg(store)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_1_mb_string_and_10000_printed_lines_stay_within_the_budget_on_stdout() {
+    let dir = TempDir::new().unwrap();
+    let store_path = dir.path().join("store.sqlite3");
+    let script = dir.path().join("big.rhai");
+    std::fs::write(
+        &script,
+        r#"let s = ""; for i in 0..205000 { s += `w${i % 1000} `; }
+           for i in 0..10000 { print(`line ${i}`); }
+           s"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = toolscript(
+        &[
+            "run",
+            script.to_str().unwrap(),
+            "--json",
+            "--max-inline-tokens",
+            "1200",
+        ],
+        &store_path,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let out: Value = serde_json::from_slice(&stdout).unwrap();
+    assert!(
+        output_tokens(&out) <= 1200,
+        "{} tokens",
+        output_tokens(&out)
+    );
+    let whole: String = (0..205_000).map(|i| format!("w{} ", i % 1000)).collect();
+    assert!(whole.len() > 1_000_000);
+    let lines: Vec<String> = (0..10_000).map(|i| format!("line {i}")).collect();
+    // The logs: the oldest and newest lines, and where the middle went.
+    let logs = out["logs"].as_array().unwrap();
+    assert_eq!(logs[0], "line 0");
+    assert_eq!(logs[logs.len() - 1], "line 9999");
+    let artifacts = out["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 2, "{artifacts:?}");
+    let store = Store::open(&store_path).unwrap();
+    for (artifact, expected) in artifacts.iter().zip([json!(whole), json!(lines)]) {
+        let id = artifact["id"].as_str().unwrap();
+        // `toolscript artifact ID` prints exactly the stored bytes: their hash is the id.
+        let (code, printed, stderr) = toolscript(&["artifact", id], &store_path);
+        assert_eq!(code, 0, "{stderr}");
+        let printed = String::from_utf8(printed).unwrap();
+        assert_eq!(sha256(&printed), artifact["sha256"].as_str().unwrap());
+        assert_eq!(
+            printed,
+            canonical(&expected),
+            "byte-identical to the unbounded value"
+        );
+        assert_eq!(all_pages(&store, id, 1200), expected);
+        let (code, page, _) = toolscript(&["artifact", id, "--page", "1"], &store_path);
+        assert_eq!(code, 0);
+        let page: Value = serde_json::from_slice(&page).unwrap();
+        assert_eq!(page["page"], 1);
+    }
+    let value = &out["value"];
+    assert_eq!(value["policy"], "page");
+    assert!(whole.starts_with(value["text"].as_str().unwrap()));
+}
+
+#[test]
+fn an_unknown_artifact_is_a_clear_error() {
+    let dir = TempDir::new().unwrap();
+    let (code, _, stderr) = toolscript(&["artifact", "nope"], &dir.path().join("s.sqlite3"));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("no artifact `nope`"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_script_reads_an_artifact_page_by_page() {
+    let dir = TempDir::new().unwrap();
+    let (runtime, _) = bounded_runtime(&dir, vec![], 300);
+    let first = runtime
+        .run("let xs = []; for i in 0..3000 { xs.push(i); } xs")
+        .await;
+    let out = first.to_json();
+    let id = out["value"]["artifact"].as_str().unwrap().to_string();
+    let pages = out["value"]["pages"].as_u64().unwrap();
+    let script = format!(
+        r#"let all = []; for p in 0..{pages} {{ all += ts_artifact(#{{id: "{id}", page: p}}).items; }} all.len()"#
+    );
+    let second = runtime.run(&script).await;
+    assert_eq!(second.result.unwrap(), json!(3000));
+    let whole = runtime
+        .run(&format!(r#"ts_artifact(#{{id: "{id}"}}).len()"#))
+        .await;
+    assert_eq!(whole.result.unwrap(), json!(3000));
+}
+
+/// Random JSON: the shapes a tool returns.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[a-z é0-9]{0,300}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 2000, 200, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..200).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z]{1,8}", inner, 0..40)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+#[test]
+fn random_values_and_budgets_are_bounded_and_restored_exactly() {
+    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let dir = TempDir::new().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(value in json_value(), budget in 200usize..700, policy in prop_oneof![
+        Just(ResultPolicy::Auto), Just(ResultPolicy::Page), Just(ResultPolicy::Compress), Just(ResultPolicy::Exact)
+    ])| {
+        let (runtime, store) = bounded_runtime(&dir, vec![giving(value.clone(), policy)], budget);
+        let outcome = rt.block_on(runtime.run("give()"));
+        let out = outcome.to_json();
+        prop_assert!(output_tokens(&out) <= budget, "{} tokens over {budget}: {out}", output_tokens(&out));
+        match outcome.artifacts.first() {
+            None => prop_assert_eq!(&out["value"], &value),
+            Some(artifact) => {
+                let stored = store.artifact(&artifact.id).unwrap().unwrap();
+                prop_assert_eq!(stored.content, canonical(&value).into_bytes());
+                if out["value"]["policy"] == "page" {
+                    let joined = all_pages(&store, &artifact.id, budget);
+                    let restored = match (&value, joined) {
+                        (Value::Array(_), j @ Value::Array(_)) | (Value::String(_), j @ Value::String(_)) => j,
+                        (_, Value::String(text)) => serde_json::from_str(&text).unwrap(),
+                        (_, j) => j,
+                    };
+                    prop_assert_eq!(restored, value);
+                }
+            }
+        }
+    });
+}
