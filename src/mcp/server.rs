@@ -68,6 +68,9 @@ ok=false and an `error` saying what went wrong and where.";
 /// [`Error::Mcp`] when the transport fails or the client never initialises the session.
 pub async fn serve_stdio(runtime: Runtime) -> Result<(), Error> {
     let server = Server::new(Arc::new(runtime));
+    // Building the tokenizer's vocabulary takes a moment: a server does it before its first
+    // large answer needs it.
+    std::thread::spawn(|| crate::policy::count(""));
     // `stdio_pipes` reads stdin through the IO reactor when it is a pipe (as MCP clients start
     // servers), so a pending read does not hold the process at exit the way `tokio::io::stdin`
     // does.
