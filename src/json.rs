@@ -61,10 +61,10 @@ fn write_string(text: &str, out: &mut String) {
     }
 }
 
-/// SHA-256 of `text`, as lowercase hex.
-pub(crate) fn sha256_hex(text: &str) -> String {
+/// SHA-256 of `text` (or of any bytes), as lowercase hex.
+pub(crate) fn sha256_hex(text: impl AsRef<[u8]>) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(text.as_bytes());
+    let digest = Sha256::digest(text.as_ref());
     let mut out = String::with_capacity(64);
     for b in digest {
         out.push(char::from(HEX[usize::from(b >> 4)]));

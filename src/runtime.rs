@@ -765,7 +765,10 @@ impl Runtime {
         }
         // The output as a model receives it, within the inline budget.
         let tool_result = |value: &Value| {
-            let hash = crate::json::sha256_hex(&crate::json::canonical(value));
+            if execution.results.is_empty() {
+                return None;
+            }
+            let hash = crate::json::sha256_hex(crate::json::canonical(value));
             execution.results.get(&hash).cloned()
         };
         let store = self.store.as_deref().filter(|_| journal.is_some());

@@ -124,8 +124,11 @@ impl<'a> Bounder<'a> {
         error: Option<Value>,
     ) -> Result<Bounded, Unbounded> {
         // A token is at least a byte: output that fits in bytes is not counted.
-        let bytes = value.map_or(0, |(v, _, _)| canonical(v).len())
-            + canonical(&json!(logs)).len()
+        let value_text = value.map(|(v, _, _)| canonical(v));
+        let logs_value = json!(logs);
+        let logs_text = canonical(&logs_value);
+        let bytes = value_text.as_ref().map_or(0, String::len)
+            + logs_text.len()
             + error.as_ref().map_or(0, |e| canonical(e).len());
         if bytes <= self.budget {
             return Ok(Bounded {
@@ -138,9 +141,8 @@ impl<'a> Bounder<'a> {
         let error = error.map(|e| self.bound_error(e));
         let used = error.as_ref().map_or(0, |e| count(&canonical(e)));
         let rest = self.budget.saturating_sub(used);
-        let value_tokens = value.map_or(0, |(v, _, _)| count(&canonical(v)));
-        let logs_value = json!(logs);
-        let logs_tokens = count(&canonical(&logs_value));
+        let value_tokens = value_text.as_deref().map_or(0, count);
+        let logs_tokens = count(&logs_text);
         let (value_cap, logs_cap) = if value_tokens + logs_tokens <= rest {
             (rest, rest)
         } else {
@@ -306,7 +308,7 @@ impl<'a> Bounder<'a> {
                 text.as_bytes(),
             )
             .and_then(|()| store.artifact(&id));
-        let verified = matches!(&stored, Ok(Some(a)) if sha256_hex_bytes(&a.content) == sha256);
+        let verified = matches!(&stored, Ok(Some(a)) if sha256_hex(&a.content) == sha256);
         if let Err(e) = &stored {
             tracing::error!(error = %e, "an artifact could not be stored");
         }
@@ -335,15 +337,6 @@ fn policy_or(policy: ResultPolicy, form: ResultPolicy) -> ResultPolicy {
         ResultPolicy::Auto | ResultPolicy::Inline => form,
         other => other,
     }
-}
-
-/// SHA-256 of raw bytes, as lowercase hex.
-fn sha256_hex_bytes(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// What [`Bounder::keep`] did with a value.
