@@ -265,7 +265,7 @@ impl InProgress {
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
             args_sha256: std::mem::take(&mut self.args_sha256),
-            result_sha256: result.as_ref().ok().map(|v| sha256_hex(&canonical(v))),
+            result_sha256: result.as_ref().ok().map(|v| sha256_hex(canonical(v))),
             error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,

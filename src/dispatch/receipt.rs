@@ -80,7 +80,7 @@ fn hash_without_field(value: &mut Value) -> String {
     if let Some(map) = value.as_object_mut() {
         map.remove("hash");
     }
-    sha256_hex(&canonical(value))
+    sha256_hex(canonical(value))
 }
 
 /// The fields of a receipt that its call knows; the log adds position and chain.
