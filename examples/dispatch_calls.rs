@@ -25,10 +25,10 @@ fn main() {
         .tool(record)
         .build()
         .expect("valid tools");
-    let mut budget = toolscript::Budget::default();
-    budget.max_tool_calls = n + 1;
+    let mut budget = toolscript::Limits::default();
+    budget.max_calls = n + 1;
     budget.max_speculative_calls = n + 1;
-    let runtime = Runtime::builder(registry).budget(budget).build();
+    let runtime = Runtime::builder(registry).limits(budget).build();
     let (call, mode) = match what.as_str() {
         "read" => ("echo(#{i: i}).i", Mode::Sequential),
         "spec-read" => ("echo(#{i: i}).i", Mode::Speculative),

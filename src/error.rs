@@ -383,6 +383,9 @@ pub enum Error {
         /// Why not.
         message: String,
     },
+    /// A limit's name or value is wrong (see [`Limits::set`](crate::Limits::set)).
+    #[error("{0}")]
+    Limit(String),
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {

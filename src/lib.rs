@@ -70,8 +70,8 @@ mod store;
 mod sync;
 mod tool;
 
-pub use dispatch::{BreakerConfig, Budget, EffectRecord, Progress};
-pub use engine::{set_memory_probe, Limits};
+pub use dispatch::{BreakerConfig, EffectRecord, Progress};
+pub use engine::{set_memory_probe, LimitKey, Limits};
 pub use error::{Error, ErrorKind, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::dispatch::{
-    BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
+    raise, BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
 };
 use crate::engine::{self, Limits};
 use crate::error::{ErrorKind, RunError};
@@ -58,7 +58,6 @@ pub struct Runtime {
     registry: Arc<Registry>,
     breakers: Arc<Breakers>,
     limits: Limits,
-    budget: Budget,
     speculation: SpeculationLimits,
     /// Compiles scripts and answers `check`; runs get engines of their own.
     compiler: Engine,
@@ -75,7 +74,6 @@ impl std::fmt::Debug for Runtime {
         f.debug_struct("Runtime")
             .field("registry", &self.registry)
             .field("limits", &self.limits)
-            .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +84,6 @@ impl std::fmt::Debug for Runtime {
 pub struct RuntimeBuilder {
     registry: Registry,
     limits: Limits,
-    budget: Budget,
     breaker: BreakerConfig,
     speculation: SpeculationLimits,
     store: Option<Arc<Store>>,
@@ -100,15 +97,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Sets the script limits of every run.
+    /// Sets the limits and budgets of every run.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
-        self
-    }
-
-    /// Sets the budget of every run.
-    pub fn budget(mut self, budget: Budget) -> Self {
-        self.budget = budget;
         self
     }
 
@@ -149,7 +140,6 @@ impl RuntimeBuilder {
             registry: Arc::new(self.registry),
             breakers: Arc::new(Breakers::new(self.breaker)),
             limits: self.limits,
-            budget: self.budget,
         }
     }
 }
@@ -394,7 +384,7 @@ impl RunOutcome {
 }
 
 impl Runtime {
-    /// A runtime over `registry` with default limits, budget and breakers.
+    /// A runtime over `registry` with default limits and breakers.
     pub fn new(registry: Registry) -> Runtime {
         Runtime::builder(registry).build()
     }
@@ -429,9 +419,10 @@ impl Runtime {
             return Err(RunError::new(
                 ErrorKind::LimitExceeded,
                 format!(
-                    "the script is {} bytes; at most {} may be compiled",
+                    "the script is {} bytes; at most {} may be compiled ({})",
                     source.len(),
-                    self.limits.max_script_bytes
+                    self.limits.max_script_bytes,
+                    raise("max_script_bytes")
                 ),
             ));
         }
@@ -652,16 +643,19 @@ impl Runtime {
         let _entered = span.enter();
         let started = std::time::Instant::now();
         // The run's one deadline, from now: the script, the scout and every call meet the same.
-        let mut limits = self.limits.clone();
-        limits.max_duration = limits.max_duration.min(self.budget.wall_clock);
-        let deadline = started + limits.max_duration;
+        let limits = self.limits.clone();
+        let deadline = started + limits.timeout;
         let sink = options.receipts.as_ref().and_then(|s| lock(s).take());
         let ctx = Arc::new(
             RunContext::new(
                 Arc::clone(&self.registry),
                 Arc::clone(&self.breakers),
-                self.budget.clone(),
-                limits.max_duration,
+                Budget {
+                    max_calls: limits.max_calls,
+                    max_speculative_calls: limits.max_speculative_calls,
+                    max_in_flight: limits.max_in_flight,
+                },
+                limits.timeout,
                 run_id.clone(),
                 options.progress.unwrap_or_default(),
                 sink,

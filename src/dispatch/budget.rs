@@ -8,31 +8,23 @@ use tokio::time::Instant;
 use crate::error::{ErrorKind, ToolError};
 use crate::sync::lock;
 
-/// Limits on what one run may spend on tool calls. The calls a sequential run would make count
-/// against `max_tool_calls` (a speculative outcome is charged when the executor claims it);
-/// reads the scout starts count against `max_speculative_calls` alone.
+/// What one run may spend on tool calls, from its [`Limits`](crate::Limits). The calls a
+/// sequential run would make count against `max_calls` (a speculative outcome is charged when the
+/// executor claims it); reads the scout starts count against `max_speculative_calls` alone.
 #[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct Budget {
-    /// Tool calls dispatched in one run.
-    pub max_tool_calls: u64,
-    /// Of those, calls started speculatively.
-    pub max_speculative_calls: u64,
-    /// Calls running at the same time.
-    pub max_in_flight: u64,
-    /// Wall-clock time from the run's start after which no call starts, and running calls end.
-    /// The run has one deadline, the smaller of this and [`Limits::max_duration`](crate::Limits):
-    /// it ends the script, the scout and every call alike, with `limit_exceeded`.
-    pub wall_clock: Duration,
+pub(crate) struct Budget {
+    pub(crate) max_calls: u64,
+    pub(crate) max_speculative_calls: u64,
+    pub(crate) max_in_flight: u64,
 }
 
+#[cfg(test)]
 impl Default for Budget {
-    fn default() -> Self {
+    fn default() -> Budget {
         Budget {
-            max_tool_calls: 1_000,
+            max_calls: 1_000,
             max_speculative_calls: 1_000,
             max_in_flight: 64,
-            wall_clock: Duration::from_secs(60),
         }
     }
 }
@@ -74,8 +66,9 @@ impl BudgetMeter {
         self.check_calls(&spent, 1)?;
         if spent.in_flight >= self.budget.max_in_flight {
             return Err(exceeded(format!(
-                "at most {} calls may run at once",
-                self.budget.max_in_flight
+                "at most {} calls may run at once ({})",
+                self.budget.max_in_flight,
+                raise("max_in_flight")
             )));
         }
         spent.calls += 1;
@@ -130,10 +123,11 @@ impl BudgetMeter {
     }
 
     fn check_calls(&self, spent: &Spent, calls: u64) -> Result<(), ToolError> {
-        if spent.calls.saturating_add(calls) > self.budget.max_tool_calls {
+        if spent.calls.saturating_add(calls) > self.budget.max_calls {
             return Err(exceeded(format!(
-                "the run may make at most {} tool calls",
-                self.budget.max_tool_calls
+                "the run may make at most {} tool calls ({})",
+                self.budget.max_calls,
+                raise("max_calls")
             )));
         }
         Ok(())
@@ -167,6 +161,15 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// How a limit is named in an error, and how it is raised: `max_calls; raise it with
+/// --max-calls or max_calls in a manifest's [limits]`.
+pub(crate) fn raise(key: &str) -> String {
+    format!(
+        "{key}; raise it with --{} or `{key}` in a manifest's [limits]",
+        key.replace('_', "-")
+    )
+}
+
 pub(crate) fn exceeded(message: String) -> ToolError {
     ToolError::new(ErrorKind::BudgetExceeded, message)
 }
@@ -177,8 +180,9 @@ pub(crate) fn deadline_passed(length: Duration) -> ToolError {
     ToolError::new(
         ErrorKind::LimitExceeded,
         format!(
-            "the run's deadline of {} s passed",
-            crate::json::seconds(length)
+            "the run's deadline of {} s passed ({})",
+            crate::json::seconds(length),
+            raise("timeout_s")
         ),
     )
 }
@@ -188,15 +192,18 @@ mod tests {
     use super::*;
 
     fn meter(budget: Budget) -> (BudgetMeter, Instant) {
+        meter_until(budget, Duration::from_secs(60))
+    }
+
+    fn meter_until(budget: Budget, deadline: Duration) -> (BudgetMeter, Instant) {
         let now = Instant::now();
-        let deadline = budget.wall_clock;
         (BudgetMeter::new(budget, now, deadline), now)
     }
 
     #[test]
     fn counts_calls() {
         let (m, now) = meter(Budget {
-            max_tool_calls: 2,
+            max_calls: 2,
             ..Budget::default()
         });
         drop(m.charge(now).unwrap());
@@ -235,10 +242,7 @@ mod tests {
 
     #[test]
     fn deadline_refuses_new_calls() {
-        let (m, now) = meter(Budget {
-            wall_clock: Duration::from_secs(1),
-            ..Budget::default()
-        });
+        let (m, now) = meter_until(Budget::default(), Duration::from_secs(1));
         assert_eq!(m.remaining(now), Duration::from_secs(1));
         let late = now + Duration::from_secs(1);
         assert!(m
@@ -252,7 +256,7 @@ mod tests {
     #[test]
     fn claims_are_charged_all_or_none() {
         let (m, now) = meter(Budget {
-            max_tool_calls: 3,
+            max_calls: 3,
             ..Budget::default()
         });
         assert!(m.has_room(3, now).is_ok());

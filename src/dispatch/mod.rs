@@ -31,7 +31,7 @@ mod retry;
 mod schema;
 
 pub use breaker::BreakerConfig;
-pub use budget::Budget;
+pub(crate) use budget::{raise, Budget};
 pub use context::{EffectRecord, Progress};
 pub use receipt::{
     verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,

@@ -73,7 +73,7 @@ async fn a_composite_may_call_only_its_declared_tools() {
 #[tokio::test]
 async fn refused_calls_never_reach_the_body_or_the_effect_log() {
     let (ctx, runs) = context(Budget {
-        max_tool_calls: 2,
+        max_calls: 2,
         ..Budget::default()
     });
     let e = dispatch(&ctx, Call::top_level("write", json!({"n": "x"})))

@@ -142,7 +142,7 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
                 return at(RunError::new(ErrorKind::LimitExceeded, message));
             }
             if token == DEADLINE {
-                let e = crate::dispatch::deadline_passed(limits.max_duration);
+                let e = crate::dispatch::deadline_passed(limits.timeout);
                 at(RunError::from_tool(e, None, None))
             } else {
                 at(RunError::new(

@@ -1,32 +1,52 @@
-//! The script's limits: one struct, applied to the engine and checked while it runs.
+//! A run's limits and budgets: one struct, one name for each, whether it is set in the library, in
+//! a manifest's `[limits]` table or by a command-line flag (`max_calls` is `--max-calls`).
 
 use std::time::Duration;
 
-/// Limits on what a script may do. A script that reaches one fails with `limit_exceeded`; it never
-/// hangs or crashes the process.
+use crate::error::Error;
+
+/// What one run may do and spend. A script that reaches a limit fails with `limit_exceeded`, a
+/// call past a budget with `budget_exceeded`; both name the limit and its value. Nothing hangs
+/// or crashes the process.
+///
+/// Every field has a key (its name; `timeout` is `timeout_s`, in seconds) that
+/// [`Limits::set`] takes, as a manifest's `[limits]` table and the command line's flags do.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Limits {
+    /// Tool calls one run may make: the calls a sequential run would make (a speculative read
+    /// counts when the executor claims it; a composite's nested calls count too).
+    pub max_calls: u64,
+    /// Reads the scout may start in one run, claimed or not.
+    pub max_speculative_calls: u64,
+    /// Calls of the executor (and the composites it calls) running at once.
+    pub max_in_flight: u64,
+    /// The run's one deadline, from its start (key `timeout_s`): it ends the script, the scout
+    /// and every call alike.
+    pub timeout: Duration,
     /// Interpreter operations (a loop iteration, an expression, a call are each one or more).
     pub max_operations: u64,
     /// Depth of nested script function calls.
     pub max_call_depth: usize,
     /// Depth of nested expressions at the top level (function bodies get half).
     pub max_expr_depth: usize,
-    /// Bytes in one string.
-    pub max_string_size: usize,
-    /// Items in one array, nested arrays' items included.
+    /// Bytes in one string; 0 for no limit but the memory budget.
     ///
-    /// Rhai re-measures a growing value as a whole, so growing one to `n` items costs about
-    /// `n²` work: keep this in the tens of thousands.
-    pub max_array_size: usize,
-    /// Entries in one object map, nested maps' entries included (measured like arrays).
-    pub max_map_size: usize,
+    /// Any of `max_string_bytes`, `max_array_items` and `max_map_items` set makes Rhai
+    /// re-measure a value, nested items included, every time it grows, so that building a value
+    /// of `n` items costs about `n²` work. They are 0 by default, and `max_memory_mb` bounds
+    /// what a script holds; without a memory probe (see [`set_memory_probe`]), where that
+    /// budget cannot be checked, the engine applies [`Limits::FALLBACK_SIZES`] instead.
+    ///
+    /// [`set_memory_probe`]: crate::set_memory_probe
+    pub max_string_bytes: usize,
+    /// Items in one array, nested arrays' items included; 0 for no limit but the memory budget.
+    pub max_array_items: usize,
+    /// Entries in one object map, nested maps' entries included; 0 for no limit but the memory
+    /// budget.
+    pub max_map_items: usize,
     /// Bytes of captured `print`/`debug` output; later lines are dropped and the cut is noted.
     pub max_log_bytes: usize,
-    /// Wall-clock time for the whole run: the script, its calls and the scout (the run's one
-    /// deadline is the smaller of this and [`Budget::wall_clock`](crate::Budget)).
-    pub max_duration: Duration,
     /// Bytes of script source: compiling is done before any deadline can run, so its size is
     /// what bounds it.
     pub max_script_bytes: usize,
@@ -48,19 +68,201 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_operations: 5_000_000,
+            max_calls: 10_000,
+            max_speculative_calls: 10_000,
+            max_in_flight: 64,
+            timeout: Duration::from_secs(60),
+            max_operations: 20_000_000,
             max_call_depth: 48,
             max_expr_depth: 64,
-            max_string_size: 1 << 20,
-            max_array_size: 20_000,
-            max_map_size: 20_000,
+            max_string_bytes: 0,
+            max_array_items: 0,
+            max_map_items: 0,
             max_log_bytes: 1 << 20,
-            max_duration: Duration::from_secs(60),
             max_script_bytes: 256 << 10,
             max_functions: 1_000,
             max_variables: 5_000,
             max_memory_mb: 2_048,
             max_inline_tokens: 1_200,
         }
+    }
+}
+
+/// One settable limit: its key, what it bounds, and its value's range.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct LimitKey {
+    /// The key: a field of [`Limits`], in a `[limits]` table and (with dashes) a flag.
+    pub name: &'static str,
+    /// What it bounds, in a few words.
+    pub what: &'static str,
+    /// The smallest value it takes.
+    pub min: f64,
+}
+
+const fn key(name: &'static str, what: &'static str, min: f64) -> LimitKey {
+    LimitKey { name, what, min }
+}
+
+impl Limits {
+    /// The per-container sizes applied when no memory probe is installed (strings, array items,
+    /// map entries), so that a script cannot exhaust memory where its budget cannot be checked.
+    pub const FALLBACK_SIZES: (usize, usize, usize) = (16 << 20, 1_000_000, 1_000_000);
+
+    /// Every key [`Limits::set`] takes, in the order `--help` and the README list them.
+    pub const KEYS: &'static [LimitKey] = &[
+        key("max_calls", "tool calls a run may make", 0.0),
+        key(
+            "max_speculative_calls",
+            "reads the scout may start early",
+            0.0,
+        ),
+        key("max_in_flight", "calls running at once", 1.0),
+        key("timeout_s", "seconds a run may take, all told", 0.001),
+        key("max_operations", "interpreter operations", 1.0),
+        key("max_call_depth", "depth of nested function calls", 1.0),
+        key("max_expr_depth", "depth of nested expressions", 8.0),
+        key(
+            "max_string_bytes",
+            "bytes in one string (0: bounded by memory)",
+            0.0,
+        ),
+        key(
+            "max_array_items",
+            "items in one array, nested (0: bounded by memory)",
+            0.0,
+        ),
+        key(
+            "max_map_items",
+            "entries in one map, nested (0: bounded by memory)",
+            0.0,
+        ),
+        key("max_log_bytes", "bytes of print/debug output kept", 0.0),
+        key("max_script_bytes", "bytes of script source", 1.0),
+        key("max_functions", "functions a script may define", 0.0),
+        key("max_variables", "variables in scope at once", 1.0),
+        key("max_memory_mb", "MiB the process may hold", 1.0),
+        key(
+            "max_inline_tokens",
+            "tokens of output handed back inline",
+            crate::policy::MIN_INLINE_TOKENS as f64,
+        ),
+    ];
+
+    /// Sets the limit called `name` (a key of [`Limits::KEYS`]) to `value`: a whole number,
+    /// but for `timeout_s`, which takes fractions of a second.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Limit`] for an unknown key (naming the keys), or a value that is negative, not
+    /// whole where it must be, or below the key's minimum.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<(), Error> {
+        let Some(key) = Self::KEYS.iter().find(|k| k.name == name) else {
+            let known: Vec<&str> = Self::KEYS.iter().map(|k| k.name).collect();
+            return Err(Error::Limit(format!(
+                "unknown limit `{name}`: the limits are {}",
+                known.join(", ")
+            )));
+        };
+        if !value.is_finite() || value < key.min {
+            return Err(Error::Limit(format!(
+                "`{name}` must be at least {}, not {value}",
+                key.min
+            )));
+        }
+        if name == "timeout_s" {
+            self.timeout = Duration::try_from_secs_f64(value)
+                .map_err(|_| Error::Limit(format!("`timeout_s` of {value} is too long")))?;
+            return Ok(());
+        }
+        if value.fract() != 0.0 || value > 2f64.powi(53) {
+            return Err(Error::Limit(format!(
+                "`{name}` takes a whole number up to 2^53, not {value}"
+            )));
+        }
+        let whole = value as u64;
+        let size = usize::try_from(whole).unwrap_or(usize::MAX);
+        match name {
+            "max_calls" => self.max_calls = whole,
+            "max_speculative_calls" => self.max_speculative_calls = whole,
+            "max_in_flight" => self.max_in_flight = whole,
+            "max_operations" => self.max_operations = whole,
+            "max_call_depth" => self.max_call_depth = size,
+            "max_expr_depth" => self.max_expr_depth = size,
+            "max_string_bytes" => self.max_string_bytes = size,
+            "max_array_items" => self.max_array_items = size,
+            "max_map_items" => self.max_map_items = size,
+            "max_log_bytes" => self.max_log_bytes = size,
+            "max_script_bytes" => self.max_script_bytes = size,
+            "max_functions" => self.max_functions = size,
+            "max_variables" => self.max_variables = size,
+            "max_memory_mb" => self.max_memory_mb = whole,
+            "max_inline_tokens" => self.max_inline_tokens = size,
+            _ => unreachable!("every key of KEYS is matched"),
+        }
+        Ok(())
+    }
+
+    /// The value of the limit called `name`, as [`Limits::set`] takes it.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "max_calls" => self.max_calls as f64,
+            "max_speculative_calls" => self.max_speculative_calls as f64,
+            "max_in_flight" => self.max_in_flight as f64,
+            "timeout_s" => self.timeout.as_secs_f64(),
+            "max_operations" => self.max_operations as f64,
+            "max_call_depth" => self.max_call_depth as f64,
+            "max_expr_depth" => self.max_expr_depth as f64,
+            "max_string_bytes" => self.max_string_bytes as f64,
+            "max_array_items" => self.max_array_items as f64,
+            "max_map_items" => self.max_map_items as f64,
+            "max_log_bytes" => self.max_log_bytes as f64,
+            "max_script_bytes" => self.max_script_bytes as f64,
+            "max_functions" => self.max_functions as f64,
+            "max_variables" => self.max_variables as f64,
+            "max_memory_mb" => self.max_memory_mb as f64,
+            "max_inline_tokens" => self.max_inline_tokens as f64,
+            _ => return None,
+        })
+    }
+
+    /// The sizes the engine enforces for strings, arrays and maps (0: none): the set ones, or
+    /// [`Limits::FALLBACK_SIZES`] where none is set and no memory probe is installed.
+    pub(crate) fn container_sizes(&self) -> (usize, usize, usize) {
+        let set = (
+            self.max_string_bytes,
+            self.max_array_items,
+            self.max_map_items,
+        );
+        if set == (0, 0, 0) && super::memory::allocated().is_none() {
+            return Self::FALLBACK_SIZES;
+        }
+        set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Limits;
+
+    #[test]
+    fn every_key_round_trips_and_bad_values_are_refused() {
+        for key in Limits::KEYS {
+            let mut limits = Limits::default();
+            let value = key.min.max(1.0) + 7.0;
+            limits.set(key.name, value).expect(key.name);
+            assert_eq!(limits.get(key.name), Some(value), "{}", key.name);
+            assert!(limits.set(key.name, -1.0).is_err(), "{}", key.name);
+            assert!(limits.set(key.name, f64::NAN).is_err(), "{}", key.name);
+        }
+        let mut limits = Limits::default();
+        assert!(limits.set("max_calls", 1.5).is_err());
+        limits.set("timeout_s", 1.5).unwrap();
+        assert_eq!(limits.timeout.as_millis(), 1500);
+        let e = limits.set("max_tool_calls", 5.0).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown limit `max_tool_calls`") && e.contains("max_calls"),
+            "{e}"
+        );
     }
 }

@@ -53,26 +53,189 @@ pub(crate) fn json_size(value: &Dynamic, limit: usize) -> Option<usize> {
     Some(total)
 }
 
-/// Size-checked versions of the built-ins that allocate before Rhai checks the result's size.
-pub(crate) fn register_checked_builtins(engine: &mut Engine) {
+/// Size-checked versions of the built-ins that allocate before Rhai checks the result's size
+/// (`replace` with a long replacement), or that allocate as much as they are asked for in one
+/// step (`pad`, `blob`): what they would allocate is checked against the engine's size limits
+/// and against what is left of the memory budget of `max_memory` bytes first.
+pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) {
     engine.register_fn(
         "replace",
-        |ctx: NativeCallContext,
-         text: &mut ImmutableString,
-         find: ImmutableString,
-         with: ImmutableString|
-         -> Result<(), Box<EvalAltResult>> { checked_replace(&ctx, text, &find, &with) },
-    );
-    engine.register_fn(
-        "replace",
-        |ctx: NativeCallContext,
-         text: &mut ImmutableString,
-         find: char,
-         with: ImmutableString|
-         -> Result<(), Box<EvalAltResult>> {
-            checked_replace(&ctx, text, &find.to_string(), &with)
+        move |ctx: NativeCallContext,
+              text: &mut ImmutableString,
+              find: ImmutableString,
+              with: ImmutableString|
+              -> Result<(), Box<EvalAltResult>> {
+            checked_replace(&ctx, text, &find, &with, max_memory)
         },
     );
+    engine.register_fn(
+        "replace",
+        move |ctx: NativeCallContext,
+              text: &mut ImmutableString,
+              find: char,
+              with: ImmutableString|
+              -> Result<(), Box<EvalAltResult>> {
+            checked_replace(&ctx, text, &find.to_string(), &with, max_memory)
+        },
+    );
+    engine.register_fn(
+        "pad",
+        move |ctx: NativeCallContext,
+              text: &mut ImmutableString,
+              len: rhai::INT,
+              with: char|
+              -> Result<(), Box<EvalAltResult>> {
+            pad_string(&ctx, text, len, &with.to_string(), max_memory)
+        },
+    );
+    engine.register_fn(
+        "pad",
+        move |ctx: NativeCallContext,
+              text: &mut ImmutableString,
+              len: rhai::INT,
+              with: ImmutableString|
+              -> Result<(), Box<EvalAltResult>> {
+            pad_string(&ctx, text, len, &with, max_memory)
+        },
+    );
+    engine.register_fn(
+        "pad",
+        move |ctx: NativeCallContext,
+              array: &mut rhai::Array,
+              len: rhai::INT,
+              item: Dynamic|
+              -> Result<(), Box<EvalAltResult>> {
+            let len = usize::try_from(len).unwrap_or(0);
+            if len <= array.len() {
+                return Ok(());
+            }
+            let added = len - array.len();
+            let item_bytes = json_size(&item, usize::MAX).unwrap_or(usize::MAX);
+            let bytes = added.saturating_mul(item_bytes.max(std::mem::size_of::<Dynamic>()));
+            fits(
+                &ctx,
+                "Size of array",
+                len,
+                ctx.engine().max_array_size(),
+                bytes,
+                max_memory,
+            )?;
+            array.resize(len, item);
+            Ok(())
+        },
+    );
+    engine.register_fn(
+        "pad",
+        move |ctx: NativeCallContext,
+              blob: &mut rhai::Blob,
+              len: rhai::INT,
+              value: rhai::INT|
+              -> Result<(), Box<EvalAltResult>> {
+            let len = usize::try_from(len).unwrap_or(0);
+            if len <= blob.len() {
+                return Ok(());
+            }
+            let added = len - blob.len();
+            fits(
+                &ctx,
+                "Size of BLOB",
+                len,
+                ctx.engine().max_array_size(),
+                added,
+                max_memory,
+            )?;
+            blob.resize(len, (value & 0xff) as u8);
+            Ok(())
+        },
+    );
+    let blob = move |ctx: NativeCallContext,
+                     len: rhai::INT,
+                     value: rhai::INT|
+          -> Result<rhai::Blob, Box<EvalAltResult>> {
+        let len = usize::try_from(len).unwrap_or(0);
+        fits(
+            &ctx,
+            "Size of BLOB",
+            len,
+            ctx.engine().max_array_size(),
+            len,
+            max_memory,
+        )?;
+        Ok(vec![(value & 0xff) as u8; len])
+    };
+    engine.register_fn("blob", blob);
+    engine.register_fn("blob", move |ctx: NativeCallContext, len: rhai::INT| {
+        blob(ctx, len, 0)
+    });
+}
+
+/// Whether a value of `size` (in the unit `max` counts; 0: no limit) taking `bytes` more fits
+/// the engine's limit and what is left of the memory budget.
+fn fits(
+    ctx: &NativeCallContext,
+    what: &str,
+    size: usize,
+    max: usize,
+    bytes: usize,
+    max_memory: usize,
+) -> Result<(), Box<EvalAltResult>> {
+    if max > 0 && size > max {
+        return Err(Box::new(EvalAltResult::ErrorDataTooLarge(
+            format!("{what} ({size}, at most {max})"),
+            ctx.call_position(),
+        )));
+    }
+    let left = max_memory.saturating_sub(allocated().unwrap_or(0));
+    if bytes > left {
+        return Err(Box::new(EvalAltResult::ErrorDataTooLarge(
+            format!(
+                "{what} ({bytes} bytes, more than the {} MiB the run may hold: max_memory_mb)",
+                max_memory >> 20
+            ),
+            ctx.call_position(),
+        )));
+    }
+    Ok(())
+}
+
+/// `pad` of a string to `len` characters with copies of `with` (the last one cut short).
+fn pad_string(
+    ctx: &NativeCallContext,
+    text: &mut ImmutableString,
+    len: rhai::INT,
+    with: &str,
+    max_memory: usize,
+) -> Result<(), Box<EvalAltResult>> {
+    let len = usize::try_from(len).unwrap_or(0);
+    let chars = text.chars().count();
+    let pad_chars = with.chars().count();
+    if len <= chars || pad_chars == 0 {
+        return Ok(());
+    }
+    let missing = len - chars;
+    let bytes = (missing / pad_chars)
+        .saturating_mul(with.len())
+        .saturating_add(
+            with.chars()
+                .take(missing % pad_chars)
+                .map(char::len_utf8)
+                .sum(),
+        );
+    let total = text.len().saturating_add(bytes);
+    fits(
+        ctx,
+        "Length of string",
+        total,
+        ctx.engine().max_string_size(),
+        bytes,
+        max_memory,
+    )?;
+    let padded = text.make_mut();
+    for _ in 0..missing / pad_chars {
+        padded.push_str(with);
+    }
+    padded.extend(with.chars().take(missing % pad_chars));
+    Ok(())
 }
 
 fn checked_replace(
@@ -80,19 +243,21 @@ fn checked_replace(
     text: &mut ImmutableString,
     find: &str,
     with: &str,
+    max_memory: usize,
 ) -> Result<(), Box<EvalAltResult>> {
     if text.is_empty() {
         return Ok(());
     }
     let count = text.matches(find).count();
     let length = (text.len() - count * find.len()).saturating_add(count.saturating_mul(with.len()));
-    let max = ctx.engine().max_string_size();
-    if max > 0 && length > max {
-        return Err(Box::new(EvalAltResult::ErrorDataTooLarge(
-            format!("Length of string ({length} bytes after `replace`, at most {max})"),
-            ctx.call_position(),
-        )));
-    }
+    fits(
+        ctx,
+        "Length of string after `replace`",
+        length,
+        ctx.engine().max_string_size(),
+        length,
+        max_memory,
+    )?;
     *text = text.replace(find, with).into();
     Ok(())
 }

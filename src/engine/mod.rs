@@ -13,7 +13,7 @@ mod memory;
 mod threads;
 mod value;
 
-pub use limits::Limits;
+pub use limits::{LimitKey, Limits};
 pub use memory::set_memory_probe;
 
 pub(crate) use errors::{
@@ -120,14 +120,15 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
     engine.set_max_operations(limits.max_operations);
     engine.set_max_call_levels(limits.max_call_depth);
     engine.set_max_expr_depths(limits.max_expr_depth, (limits.max_expr_depth / 2).max(8));
-    engine.set_max_string_size(limits.max_string_size);
-    engine.set_max_array_size(limits.max_array_size);
-    engine.set_max_map_size(limits.max_map_size);
+    let (strings, arrays, maps) = limits.container_sizes();
+    engine.set_max_string_size(strings);
+    engine.set_max_array_size(arrays);
+    engine.set_max_map_size(maps);
     engine.set_max_functions(limits.max_functions);
     engine.set_max_variables(limits.max_variables);
-    memory::register_checked_builtins(&mut engine);
     let max_memory =
         usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    memory::register_checked_builtins(&mut engine, max_memory);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
     let flag = cancel.clone();
@@ -156,6 +157,11 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
         if let Some(counter) = &operations {
             counter.store(ops, Ordering::Relaxed);
         }
+        // The count of allocated bytes is one atomic load: it is read at every operation, so
+        // that a value doubling at each step (`s += s`) is stopped one step past the budget.
+        if memory::allocated().is_some_and(|bytes| bytes > max_memory) {
+            return Some(Dynamic::from(MEMORY));
+        }
         if ops % CHECK_EVERY != 0 {
             return None;
         }
@@ -164,9 +170,6 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Some(Dynamic::from(DEADLINE));
-        }
-        if memory::allocated().is_some_and(|bytes| bytes > max_memory) {
-            return Some(Dynamic::from(MEMORY));
         }
         None
     });

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use toolscript::receipts::{verify_receipts, write_receipts};
-use toolscript::{Budget, Effect, ErrorKind, Manifests, Mode, Registry, Runtime, Tool};
+use toolscript::{Effect, ErrorKind, Limits, Manifests, Mode, Registry, Runtime, Tool};
 
 use crate::support::{error_of, fixture_tools, run_in, value_of, Probe};
 
@@ -50,7 +50,7 @@ result
 "#;
 
 /// The fixture catalog, Rust composites, and the manifest's script composites.
-fn runtime(probe: &Probe, budget: Budget) -> Runtime {
+fn runtime(probe: &Probe, budget: Limits) -> Runtime {
     let place_order = Tool::builder("place_order", Effect::Write)
         .nested(["get_user", "create_order"])
         .composite(|args, ctx| async move {
@@ -90,12 +90,12 @@ fn runtime(probe: &Probe, budget: Budget) -> Runtime {
         .tools(manifests.into_tools())
         .build()
         .unwrap();
-    Runtime::builder(registry).budget(budget).build()
+    Runtime::builder(registry).limits(budget).build()
 }
 
 async fn run(script: &str) -> toolscript::RunOutcome {
     run_in(
-        &runtime(&Probe::default(), Budget::default()),
+        &runtime(&Probe::default(), Limits::default()),
         script,
         Mode::Sequential,
     )
@@ -142,8 +142,8 @@ async fn undeclared_tools_are_permission_denied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_calls_spend_the_run_budget() {
-    let mut budget = Budget::default();
-    budget.max_tool_calls = 5;
+    let mut budget = Limits::default();
+    budget.max_calls = 5;
     let runtime = runtime(&Probe::default(), budget);
     // Each summary is three calls: itself and two nested ones.
     let script = "let out = [];\nfor id in 1..=3 {\n  out.push(summary(#{id: id}).name);\n}\nout";
@@ -161,7 +161,7 @@ async fn nested_calls_spend_the_run_budget() {
 async fn a_nested_tool_failing_opens_its_breaker_for_everyone() {
     let probe = Probe::default();
     probe.failing.store(true, Ordering::SeqCst);
-    let runtime = runtime(&probe, Budget::default());
+    let runtime = runtime(&probe, Limits::default());
     let script = "let kinds = [];\nfor i in 0..5 { try { wrap_flaky(#{i: i}); } catch (e) { kinds.push(e.kind); } }\ntry { flaky(#{i: 99}); } catch (e) { kinds.push(e.kind); }\nkinds";
     let outcome = run_in(&runtime, script, Mode::Sequential).await;
     assert_eq!(
@@ -222,7 +222,7 @@ async fn nested_errors_keep_their_kind() {
 #[tokio::test(start_paused = true)]
 async fn the_composite_timeout_bounds_its_body() {
     let outcome = run_in(
-        &runtime(&Probe::default(), Budget::default()),
+        &runtime(&Probe::default(), Limits::default()),
         "slow_wrap()",
         Mode::Sequential,
     )
@@ -254,7 +254,7 @@ async fn nested_writes_follow_their_composite_in_the_effect_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_composites_are_speculated_and_change_nothing() {
-    let runtime = || runtime(&Probe::default(), Budget::default());
+    let runtime = || runtime(&Probe::default(), Limits::default());
     let script = "let out = [];\nfor id in 1..=6 { out.push(summary(#{id: id})); }\nplace_order(#{user: 2});\nout.push(summary(#{id: 2}));\nout";
     let sequential = run_in(&runtime(), script, Mode::Sequential).await;
     let speculative = run_in(&runtime(), script, Mode::Speculative).await;
@@ -284,7 +284,7 @@ async fn read_composites_are_speculated_and_change_nothing() {
 
 #[test]
 fn the_catalog_shows_composites_with_their_nested_tools() {
-    let runtime = runtime(&Probe::default(), Budget::default());
+    let runtime = runtime(&Probe::default(), Limits::default());
     let text = runtime.describe(toolscript::Format::Text);
     assert!(
         text.contains("composite of: get_user, get_orders"),

@@ -343,11 +343,11 @@ fn edge_catalog() -> Runtime {
         .collect();
     let mut breaker = toolscript::BreakerConfig::default();
     breaker.failure_threshold = 3;
-    let mut budget = toolscript::Budget::default();
-    budget.max_tool_calls = 30;
+    let mut budget = toolscript::Limits::default();
+    budget.max_calls = 30;
     Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .breaker(breaker)
-        .budget(budget)
+        .limits(budget)
         .build()
 }
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use toolscript::{Budget, ErrorKind, Manifests, Mode, Runtime};
+use toolscript::{ErrorKind, Limits, Manifests, Mode, Runtime};
 
 use crate::support::{error_of, fixture_registry, run, run_in, Probe};
 
@@ -155,10 +155,10 @@ async fn tool_errors_name_the_tool_and_carry_a_hint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budget_exceeded_after_the_allowed_calls() {
-    let mut budget = Budget::default();
-    budget.max_tool_calls = 3;
+    let mut budget = Limits::default();
+    budget.max_calls = 3;
     let runtime = Runtime::builder(fixture_registry(&Probe::default()))
-        .budget(budget)
+        .limits(budget)
         .build();
     let script = "let n = 0;\nfor i in 1..10 {\n  n += lookup(#{id: i}).id;\n}\nn";
     let outcome = run_in(&runtime, script, Mode::Sequential).await;
@@ -179,8 +179,8 @@ async fn budget_exceeded_after_the_allowed_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budget_wall_clock_ends_a_long_call() {
-    let mut budget = Budget::default();
-    budget.wall_clock = Duration::from_millis(100);
+    let mut budget = Limits::default();
+    budget.timeout = Duration::from_millis(100);
     let mut manifests = Manifests::new();
     manifests
         .load_str(
@@ -189,7 +189,7 @@ async fn budget_wall_clock_ends_a_long_call() {
         )
         .unwrap();
     let runtime = Runtime::builder(manifests.into_registry().unwrap())
-        .budget(budget)
+        .limits(budget)
         .build();
     let started = std::time::Instant::now();
     let outcome = runtime.run("slow()").await;

@@ -229,7 +229,7 @@ fn manifests_never_panic() {
 fn fuzz_runtime() -> Runtime {
     let mut limits = Limits::default();
     limits.max_operations = 50_000;
-    limits.max_duration = Duration::from_secs(5);
+    limits.timeout = Duration::from_secs(5);
     Runtime::builder(
         Registry::builder()
             .tools(fixture_tools(&Probe::default()))

@@ -21,7 +21,7 @@ fn runtime_with(probe: &Probe, limits: Limits) -> Runtime {
 
 fn short_deadline() -> Limits {
     let mut limits = Limits::default();
-    limits.max_duration = Duration::from_millis(300);
+    limits.timeout = Duration::from_millis(300);
     limits
 }
 

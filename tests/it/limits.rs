@@ -6,12 +6,50 @@ use toolscript::{ErrorKind, Limits, Runtime};
 
 use crate::support::{error_of, fixture_registry, run, value_of, Probe};
 
+/// Under the defaults, with the process's allocations counted (as the command line counts
+/// them), containers are bounded by the memory budget and loops by the operation count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runaway_scripts_hit_a_limit() {
+    toolscript::set_memory_probe(|| crate::ALLOCATOR.allocated());
+    // Fewer operations than the default, so that the loops end soon in a debug build.
+    let mut limits = Limits::default();
+    limits.max_operations = 2_000_000;
+    let runtime = Runtime::builder(fixture_registry(&Probe::default()))
+        .limits(limits)
+        .build();
     for (script, message) in [
         ("loop { }", "operations"),
         ("let i = 0; while true { i += 1; }", "operations"),
         ("fn f(n) { f(n + 1) }\nf(0)", "nested deeper"),
+        ("let s = \"x\";\nloop { s += s; }", "memory"),
+        ("let a = [];\nloop { a.push(1); }", "operations"),
+        (
+            "let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }",
+            "operations",
+        ),
+        ("let a = [];\na.pad(1 << 40, 0);", "memory"),
+        ("let s = \"\";\ns.pad(1 << 40, \"ab\");", "memory"),
+        ("let b = blob(1 << 40);", "memory"),
+    ] {
+        let outcome = runtime.run(script).await;
+        let e = error_of(&outcome);
+        assert_eq!(e.kind, ErrorKind::LimitExceeded, "{script}: {e}");
+        assert!(e.message.contains(message), "{script}: {}", e.message);
+        assert!(e.line.is_some(), "{script}: a limit names where it was hit");
+    }
+}
+
+/// The per-container sizes, when they are set, apply as Rhai measures them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_sizes_apply_when_set() {
+    let mut limits = Limits::default();
+    limits.max_string_bytes = 1_000;
+    limits.max_array_items = 1_000;
+    limits.max_map_items = 1_000;
+    let runtime = Runtime::builder(fixture_registry(&Probe::default()))
+        .limits(limits)
+        .build();
+    for (script, message) in [
         ("let s = \"x\";\nloop { s += s; }", "Length of string"),
         ("let a = [];\nloop { a.push(1); }", "Size of array"),
         // Rhai checks a map's size when the map is used, not on every insertion.
@@ -19,13 +57,30 @@ async fn runaway_scripts_hit_a_limit() {
             "let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }",
             "Size of object map",
         ),
+        ("let s = \"\";\ns.pad(2000, \"ab\");", "Length of string"),
+        ("let a = [];\na.pad(2000, 0);", "Size of array"),
     ] {
-        let outcome = run(script).await;
+        let outcome = runtime.run(script).await;
         let e = error_of(&outcome);
         assert_eq!(e.kind, ErrorKind::LimitExceeded, "{script}: {e}");
         assert!(e.message.contains(message), "{script}: {}", e.message);
-        assert!(e.line.is_some(), "{script}: a limit names where it was hit");
     }
+}
+
+/// `pad` and `blob`, which allocate what they are asked for in one step, are the built-ins'
+/// own below the limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn padding_keeps_its_meaning() {
+    let outcome = run(
+        "let s = \"ab\"; s.pad(7, \"xyz\"); let t = \"é\"; t.pad(3, '*'); \
+         let a = [1]; a.pad(3, 0); let b = blob(2, 0x41); b.pad(3, 0x42); \
+         let r = \"abc\"; r.replace(\"b\", \"BB\"); [s, t, a, b.len(), b[2], r]",
+    )
+    .await;
+    assert_eq!(
+        value_of(&outcome),
+        &serde_json::json!(["abxyzxy", "é**", [1, 0, 0], 3, 0x42, "aBBc"])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,7 +93,7 @@ async fn a_limit_cannot_be_caught() {
 async fn the_deadline_ends_a_script() {
     let mut limits = Limits::default();
     limits.max_operations = u64::MAX;
-    limits.max_duration = Duration::from_millis(200);
+    limits.timeout = Duration::from_millis(200);
     let runtime = Runtime::builder(fixture_registry(&Probe::default()))
         .limits(limits)
         .build();

@@ -9,7 +9,7 @@ use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Imple
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
-use toolscript::{Budget, Effect, Mode, Registry, RunOptions, Runtime, Tool};
+use toolscript::{Effect, Limits, Mode, Registry, RunOptions, Runtime, Tool};
 
 /// 10,000 reads of a zero-latency tool in one run, in both modes: every call dispatched and
 /// receipted, the same value, and the memory the run held.
@@ -17,11 +17,11 @@ use toolscript::{Budget, Effect, Mode, Registry, RunOptions, Runtime, Tool};
 async fn ten_thousand_reads_in_one_run() {
     const N: u64 = 10_000;
     let echo = Tool::builder("echo", Effect::Read).handler(|args: Value| async move { Ok(args) });
-    let mut budget = Budget::default();
-    budget.max_tool_calls = N;
+    let mut budget = Limits::default();
+    budget.max_calls = N;
     budget.max_speculative_calls = N;
     let runtime = Runtime::builder(Registry::builder().tool(echo).build().unwrap())
-        .budget(budget)
+        .limits(budget)
         .build();
     let script = format!("let s = 0; for i in 0..{N} {{ s += echo(#{{i: i}}).i }} s");
     for mode in [Mode::Sequential, Mode::Speculative] {

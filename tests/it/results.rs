@@ -69,9 +69,9 @@ fn bounded_runtime(dir: &TempDir, tools: Vec<Tool>, budget: usize) -> (Runtime, 
     limits.max_inline_tokens = budget;
     // Rhai measures a container whole after every change when these are set (quadratic for a
     // large result): 0 lifts them, and the memory budget still holds.
-    limits.max_array_size = 0;
-    limits.max_map_size = 0;
-    limits.max_string_size = 0;
+    limits.max_array_items = 0;
+    limits.max_map_items = 0;
+    limits.max_string_bytes = 0;
     limits.max_operations = 50_000_000;
     let runtime = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .limits(limits)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolscript::bench::observable;
-use toolscript::{Budget, Effect, Mode, Registry, Runtime, SpeculationLimits, Tool};
+use toolscript::{Effect, Limits, Mode, Registry, Runtime, SpeculationLimits, Tool};
 
 use crate::support::{fixture_tools, run_in, sha256, value_of, Probe};
 
@@ -140,7 +140,7 @@ async fn reads_nobody_needed_are_cancelled_when_the_run_ends() {
 async fn caps_bound_speculation_without_changing_results() {
     let script = "let out = [];\nfor id in 1..=12 { let u = lookup(#{id: id}); if u.active { out.push(orders_of(#{id: u.id})); } }\nout";
     let capped = {
-        let mut budget = Budget::default();
+        let mut budget = Limits::default();
         budget.max_speculative_calls = 3;
         let mut limits = SpeculationLimits::default();
         limits.max_passes = 1;
@@ -151,7 +151,7 @@ async fn caps_bound_speculation_without_changing_results() {
                 .build()
                 .unwrap(),
         )
-        .budget(budget)
+        .limits(budget)
         .speculation(limits)
         .build()
     };
@@ -186,14 +186,14 @@ fn fragile() -> Tool {
 /// returns the sequential outcome's value, checking the speculative one is the same.
 async fn same_in_both_modes(
     tools: &dyn Fn() -> Vec<Tool>,
-    budget: Budget,
+    budget: Limits,
     script: &str,
 ) -> serde_json::Value {
     let make = || {
         let mut breaker = toolscript::BreakerConfig::default();
         breaker.failure_threshold = 3;
         Runtime::builder(Registry::builder().tools(tools()).build().unwrap())
-            .budget(budget.clone())
+            .limits(budget.clone())
             .breaker(breaker)
             .build()
     };
@@ -220,7 +220,7 @@ async fn a_claimed_refusal_leaves_the_breaker_as_a_sequential_run_does() {
     let script = EACH_KIND
         .replace("ARGS", r#"[#{n: 1, fail: true}, #{n: 2, fail: true}, #{n: "x"}, #{n: 3, fail: true}, #{n: 4}]"#)
         .replace("CALL", "fragile");
-    let observed = same_in_both_modes(&|| vec![fragile()], Budget::default(), &script).await;
+    let observed = same_in_both_modes(&|| vec![fragile()], Limits::default(), &script).await;
     assert_eq!(
         observed["result"]["value"],
         json!([
@@ -243,7 +243,7 @@ async fn nested_calls_of_a_claimed_composite_count_in_their_breakers() {
             .composite(|args, ctx| async move { ctx.call("fragile", args).await })
     };
     let script = "let out = [];\nfor i in 1..=3 { try { wrap(#{n: i, fail: true}); } catch (e) { out.push(e.kind); } }\ntry { out.push(fragile(#{n: 9})); } catch (e) { out.push(e.kind); }\nout";
-    let observed = same_in_both_modes(&|| vec![fragile(), wrap()], Budget::default(), script).await;
+    let observed = same_in_both_modes(&|| vec![fragile(), wrap()], Limits::default(), script).await;
     assert_eq!(
         observed["result"]["value"],
         json!(["unavailable", "unavailable", "unavailable", "circuit_open"])
@@ -263,8 +263,8 @@ async fn a_composite_near_the_budget_end_sees_what_a_sequential_run_sees() {
                 Ok(json!([a.is_ok(), b.map_err(|e| e.kind.to_string()).err()]))
             })
     };
-    let mut budget = Budget::default();
-    budget.max_tool_calls = 5;
+    let mut budget = Limits::default();
+    budget.max_calls = 5;
     let observed = same_in_both_modes(
         &|| vec![fragile(), pair()],
         budget,
