@@ -55,10 +55,14 @@ enum Command {
         #[command(flatten)]
         store: StoreArg,
         #[command(flatten)]
-        output: OutputArg,
+        limits: LimitsArg,
         /// What happens to a value too large for the output that is no tool's result.
         #[arg(long, value_enum, default_value_t = PolicyArg::Auto)]
         result: PolicyArg,
+        /// The script's input, as JSON or `@FILE` (a file of JSON): the script reads it as
+        /// `input` (without it, `input` is `()`).
+        #[arg(long, value_name = "JSON|@FILE")]
+        input: Option<String>,
     },
     /// Resume a paused run, or one whose process died: replay it from its journal, then go on.
     Resume {
@@ -86,7 +90,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         receipts: Option<PathBuf>,
         #[command(flatten)]
-        output: OutputArg,
+        limits: LimitsArg,
         /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
         /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
         #[arg(long, value_name = "PATH")]
@@ -149,6 +153,8 @@ enum Command {
         /// unless given: it measures speculation, not the disk).
         #[arg(long, value_name = "PATH")]
         store: Option<PathBuf>,
+        #[command(flatten)]
+        limits: LimitsArg,
     },
     /// Serve toolscript as an MCP server on stdio: `run_script`, `describe_tools`, `resume_run`
     /// and `list_runs`.
@@ -158,7 +164,7 @@ enum Command {
         #[command(flatten)]
         store: StoreArg,
         #[command(flatten)]
-        output: OutputArg,
+        limits: LimitsArg,
     },
     /// Check every hash and the chain of a receipts file.
     Verify {
@@ -191,13 +197,63 @@ struct StoreArg {
     no_store: bool,
 }
 
-#[derive(clap::Args)]
-struct OutputArg {
-    /// Tokens (o200k_base) the output's value, logs and error may take together; what does
-    /// not fit becomes an artifact in the store. At least 200.
-    #[arg(long, value_name = "N", default_value_t = 1200,
-          value_parser = clap::value_parser!(u64).range(200..=10_000_000))]
-    max_inline_tokens: u64,
+/// A flag for every limit of `Limits::KEYS` (`--max-calls N`, `--timeout-s S`, ...), each
+/// overriding the manifests' `[limits]` and the default.
+#[derive(Clone, Default)]
+struct LimitsArg {
+    set: Vec<(&'static str, f64)>,
+}
+
+impl clap::FromArgMatches for LimitsArg {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let set = Limits::KEYS
+            .iter()
+            .filter_map(|key| matches.get_one::<f64>(key.name).map(|v| (key.name, *v)))
+            .collect();
+        Ok(LimitsArg { set })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = LimitsArg::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for LimitsArg {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        let defaults = Limits::default();
+        Limits::KEYS.iter().fold(command, |command, key| {
+            let default = defaults.get(key.name).unwrap_or_default();
+            command.arg(
+                clap::Arg::new(key.name)
+                    .long(key.name.replace('_', "-"))
+                    .value_name(if key.name == "timeout_s" { "S" } else { "N" })
+                    .value_parser(clap::value_parser!(f64))
+                    .allow_negative_numbers(true)
+                    .help(format!(
+                        "Limit: {} (default {default}; also `{}` in [limits])",
+                        key.what, key.name
+                    ))
+                    .help_heading("Limits"),
+            )
+        })
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        LimitsArg::augment_args(command)
+    }
+}
+
+impl LimitsArg {
+    /// `limits` with the flags applied over them.
+    fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
+        for (name, value) in &self.set {
+            limits
+                .set(name, *value)
+                .map_err(|e| format!("--{}: {e}", name.replace('_', "-")))?;
+        }
+        Ok(limits)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -266,17 +322,22 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             json,
             receipts,
             store,
-            output,
+            limits,
             result,
+            input,
         } => {
+            let input = input.as_deref().map(read_input).transpose()?;
             let store = if store.no_store {
                 None
             } else {
                 Some(open_store(store.store)?)
             };
-            let runtime = runtime(&tools, store, &output).await?;
-            let options = RunOptions::with_mode(Mode::sequential_if(sequential))
+            let runtime = runtime(&tools, store, &limits).await?;
+            let mut options = RunOptions::with_mode(Mode::sequential_if(sequential))
                 .result_policy(result.policy());
+            if let Some(input) = input {
+                options = options.input(input);
+            }
             run(&script, &runtime, options, json, receipts.as_deref()).await
         }
         Command::Resume {
@@ -289,7 +350,7 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             json,
             receipts,
             store,
-            output,
+            limits,
         } => {
             let decision = match (approve, reject, resolve) {
                 (true, _, _) => Some(Decision::Approve),
@@ -303,7 +364,7 @@ async fn command(command: Command) -> Result<ExitCode, String> {
                 &run_id,
                 decision,
                 &tools,
-                &output,
+                &limits,
                 json,
                 receipts.as_deref(),
                 store,
@@ -333,21 +394,22 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             runs,
             json,
             store,
+            limits,
         } => {
             let store = store.map(|path| open_store(Some(path))).transpose()?;
-            bench(&scripts, &tools, runs as usize, json, store).await
+            bench(&scripts, &tools, &limits, runs as usize, json, store).await
         }
         Command::Serve {
             tools,
             store,
-            output,
+            limits,
         } => {
             let store = if store.no_store {
                 None
             } else {
                 Some(open_store(store.store)?)
             };
-            let runtime = runtime(&tools, store, &output).await?;
+            let runtime = runtime(&tools, store, &limits).await?;
             serve_stdio(runtime).await.map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -397,18 +459,34 @@ fn init_tracing(verbose: u8) {
 
 /// The registry of `--tools` (starting their MCP servers), or the demo catalog.
 async fn registry(tools: &ToolsArg) -> Result<Registry, String> {
-    new_registry(tools).await.map_err(|e| e.to_string())
+    Ok(new_registry(tools).await.map_err(|e| e.to_string())?.0)
 }
 
-async fn new_registry(tools: &ToolsArg) -> Result<Registry, Error> {
+/// The registry of `--tools` and the limits of their `[limits]` tables over the defaults.
+async fn new_registry(tools: &ToolsArg) -> Result<(Registry, Limits), Error> {
     if tools.manifests.is_empty() {
-        return demo_catalog();
+        return Ok((demo_catalog()?, Limits::default()));
     }
     let mut manifests = Manifests::new();
     for path in &tools.manifests {
         manifests.load_file(path)?;
     }
-    manifests.build().await
+    let limits = manifests.limits().clone();
+    Ok((manifests.build().await?, limits))
+}
+
+/// `--input`: JSON, or `@FILE` for a file of JSON.
+fn read_input(text: &str) -> Result<serde_json::Value, String> {
+    let (json, from) = match text.strip_prefix('@') {
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|e| format!("--input {text}: {e}"))?,
+            path,
+        ),
+        None => (text.to_string(), "the argument"),
+    };
+    serde_json::from_str(&json).map_err(|e| {
+        format!("--input: {from} is not JSON ({e}); give a JSON value, e.g. --input '{{\"id\": 3}}', or @FILE")
+    })
 }
 
 fn read_script(path: &Path) -> Result<String, String> {
@@ -442,11 +520,10 @@ fn open_store(path: Option<PathBuf>) -> Result<Arc<Store>, String> {
 async fn runtime(
     tools: &ToolsArg,
     store: Option<Arc<Store>>,
-    output: &OutputArg,
+    flags: &LimitsArg,
 ) -> Result<Runtime, String> {
-    let mut limits = Limits::default();
-    limits.max_inline_tokens = output.max_inline_tokens as usize;
-    let mut builder = Runtime::builder(registry(tools).await?).limits(limits);
+    let (registry, limits) = new_registry(tools).await.map_err(|e| e.to_string())?;
+    let mut builder = Runtime::builder(registry).limits(flags.apply(limits)?);
     if let Some(store) = store {
         builder = builder.store(store);
     }
@@ -477,7 +554,7 @@ async fn resume(
     run_id: &str,
     decision: Option<Decision>,
     tools: &ToolsArg,
-    output: &OutputArg,
+    flags: &LimitsArg,
     json: bool,
     receipts: Option<&Path>,
     store: Arc<Store>,
@@ -502,7 +579,7 @@ async fn resume(
         }
         return Ok(exit_for(record.status));
     }
-    let runtime = runtime(tools, Some(store), output).await?;
+    let runtime = runtime(tools, Some(store), flags).await?;
     let mut options = RunOptions::default();
     if let Some(path) = receipts {
         options = options.append_receipts(path).map_err(|e| e.to_string())?;
@@ -759,6 +836,7 @@ async fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, 
 async fn bench(
     scripts: &[PathBuf],
     tools: &ToolsArg,
+    flags: &LimitsArg,
     runs: usize,
     json: bool,
     store: Option<Arc<Store>>,
@@ -769,15 +847,17 @@ async fn bench(
         .collect::<Result<Vec<_>, String>>()?;
     // Check the manifests once, up front: every run builds a fresh runtime from them, so that
     // tools' state (and MCP servers) start afresh.
-    registry(tools).await?;
+    let (_, limits) = new_registry(tools).await.map_err(|e| e.to_string())?;
+    let limits = flags.apply(limits)?;
     let manifests = tools.manifests.clone();
     let make_runtime = move || -> futures::future::BoxFuture<'static, Result<Runtime, Error>> {
         let tools = ToolsArg {
             manifests: manifests.clone(),
         };
         let store = store.clone();
+        let limits = limits.clone();
         Box::pin(async move {
-            let mut builder = Runtime::builder(new_registry(&tools).await?);
+            let mut builder = Runtime::builder(new_registry(&tools).await?.0).limits(limits);
             if let Some(store) = store {
                 builder = builder.store(store);
             }

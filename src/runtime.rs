@@ -171,6 +171,10 @@ pub struct RunOptions {
     script_name: Option<String>,
     /// What happens to a value that does not fit in the run's output and is no tool's result.
     result_policy: crate::policy::ResultPolicy,
+    /// The script's `input`.
+    input: Option<Arc<Value>>,
+    /// The value every tool body of the run is given.
+    context: Option<Arc<Value>>,
 }
 
 impl RunOptions {
@@ -200,6 +204,22 @@ impl RunOptions {
     /// by default.
     pub fn result_policy(mut self, policy: crate::policy::ResultPolicy) -> RunOptions {
         self.result_policy = policy;
+        self
+    }
+
+    /// Gives the script `input`, which it reads as the constant `input` (without it, `input`
+    /// is `()`). A durable run keeps it: a resume gives the script the same input.
+    pub fn input(mut self, input: Value) -> RunOptions {
+        self.input = Some(Arc::new(input));
+        self
+    }
+
+    /// Gives every tool body of the run `context` as [`ToolContext::context`](crate::ToolContext)
+    /// (a tenant, credentials, a request id; script tools read it as `ctx.context`). It is
+    /// never shown to the script, written to receipts or kept in the store: a resume is given
+    /// it again by its caller.
+    pub fn context(mut self, context: Value) -> RunOptions {
+        self.context = Some(Arc::new(context));
         self
     }
 
@@ -487,6 +507,7 @@ impl Runtime {
                     updated_ms: 0,
                     pending: None,
                     outcome: None,
+                    input: options.input.as_deref().cloned(),
                 };
                 let opened = store
                     .create_run(&record)
@@ -622,6 +643,7 @@ impl Runtime {
         }
         let mut options = options;
         options.mode = Mode::sequential_if(record.mode == Mode::Sequential.as_str());
+        options.input = record.input.map(Arc::new);
         let script = self
             .compile(&record.script)
             .map_err(|e| refuse(format!("its stored script no longer compiles: {e}")))?;
@@ -660,7 +682,8 @@ impl Runtime {
                 options.progress.unwrap_or_default(),
                 sink,
             )
-            .with_journal(journal.clone()),
+            .with_journal(journal.clone())
+            .with_values(options.input.clone(), options.context.clone()),
         );
         let handle = tokio::runtime::Handle::current();
         let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), self.speculation.clone()));

@@ -100,6 +100,10 @@ pub(crate) struct RunContext {
     all_closed: tokio::sync::Notify,
     /// The run's journal, when the run is durable.
     pub(crate) journal: Option<Arc<Journal>>,
+    /// The script's `input` (`None`: it was given none, and reads `()`).
+    pub(crate) input: Option<Arc<Value>>,
+    /// The value every tool body of the run is given (`ToolContext::context`).
+    pub(crate) context: Option<Arc<Value>>,
 }
 
 impl RunContext {
@@ -129,12 +133,25 @@ impl RunContext {
             open: AtomicU64::new(0),
             all_closed: tokio::sync::Notify::new(),
             journal: None,
+            input: None,
+            context: None,
         }
     }
 
     /// Makes the run durable: its non-read calls' intents are committed to `journal`.
     pub(crate) fn with_journal(mut self, journal: Option<Arc<Journal>>) -> RunContext {
         self.journal = journal;
+        self
+    }
+
+    /// The run's `input` for the script and the `context` for its tools.
+    pub(crate) fn with_values(
+        mut self,
+        input: Option<Arc<Value>>,
+        context: Option<Arc<Value>>,
+    ) -> RunContext {
+        self.input = input;
+        self.context = context;
         self
     }
 

@@ -483,6 +483,7 @@ async fn run_body(
             flight.call_id,
             flight.attempts,
             call.idempotency_key.clone(),
+            ctx.context.clone(),
             nested.clone(),
             Arc::clone(slot),
         );

@@ -100,6 +100,15 @@ fn terminated(token: &str, position: rhai::Position) -> Box<rhai::EvalAltResult>
     ))
 }
 
+/// The scope a run's script starts in: its `input`, a constant (`()` when it was given none).
+/// The executor and every scout pass start in the same one.
+pub(crate) fn run_scope(ctx: &crate::dispatch::RunContext) -> rhai::Scope<'static> {
+    let mut scope = rhai::Scope::new();
+    let input = ctx.input.as_deref().map_or(Dynamic::UNIT, to_dynamic);
+    scope.push_constant("input", input);
+    scope
+}
+
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
 pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
     let Watch {

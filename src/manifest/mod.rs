@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
+use crate::engine::Limits;
 use crate::error::Error;
 use crate::mcp::McpServerSpec;
 use crate::tool::{Approval, Effect, Registry, Tool, ToolSpec};
@@ -41,6 +42,9 @@ struct ManifestFile {
     tool: Vec<Spanned<ToolEntry>>,
     #[serde(default)]
     mcp: Vec<Spanned<McpEntry>>,
+    /// Limits and budgets of every run (see [`Limits::set`]).
+    #[serde(default)]
+    limits: std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>,
 }
 
 /// An `[[mcp]]` table: a server to start, whose tools become tools of the registry.
@@ -102,6 +106,8 @@ pub struct Manifests {
     /// MCP servers declared but not started yet.
     servers: Vec<(McpServerSpec, Declared)>,
     host: Arc<ScriptHost>,
+    /// The defaults, with every `[limits]` key loaded so far applied in order.
+    limits: Limits,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -126,6 +132,7 @@ impl Manifests {
             declared: Vec::new(),
             servers: Vec::new(),
             host: Arc::new(ScriptHost::new()),
+            limits: Limits::default(),
         }
     }
 
@@ -156,6 +163,27 @@ impl Manifests {
         };
         let parsed: ManifestFile =
             toml::from_str(text).map_err(|e| error(e.span(), e.message().trim().to_string()))?;
+        // A later manifest's key wins over an earlier one's; a file with a bad key changes none.
+        let mut limits = self.limits.clone();
+        for (key, value) in &parsed.limits {
+            let number = match value.get_ref() {
+                toml::Value::Integer(n) => *n as f64,
+                toml::Value::Float(x) => *x,
+                other => {
+                    return Err(error(
+                        Some(value.span()),
+                        format!(
+                            "`[limits]` `{}` takes a number, not a {}",
+                            key.get_ref(),
+                            other.type_str()
+                        ),
+                    ))
+                }
+            };
+            limits
+                .set(key.get_ref(), number)
+                .map_err(|e| error(Some(key.span()), format!("`[limits]`: {e}")))?;
+        }
         for entry in parsed.mcp {
             let span = entry.span();
             let entry = entry.into_inner();
@@ -228,7 +256,14 @@ impl Manifests {
             });
             self.tools.push(self.script_tool(entry, ast));
         }
+        self.limits = limits;
         Ok(())
+    }
+
+    /// The limits of the manifests' `[limits]` tables over the defaults: where several set a
+    /// key, the last loaded wins.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The MCP servers the manifests declare.

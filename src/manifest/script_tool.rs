@@ -1,6 +1,7 @@
 //! Script tools: tools whose body is a Rhai script from a manifest. Their bodies see `args`
 //! (validated input), `state`, an object map shared by all script tools loaded together, and
-//! `ctx`: `#{tool, attempt, idempotency_key}` (the key is `()` for a read).
+//! `ctx`: `#{tool, attempt, idempotency_key, context}` (the key is `()` for a read; `context` is
+//! the run's context value, `()` when it has none).
 //!
 //! A body runs on a script-sized thread, never on an async worker or tokio's blocking pool
 //! (whose default stack a deep recursion in a body would overflow): an ordinary body on the
@@ -249,6 +250,12 @@ fn call_map(ctx: &ToolContext) -> Map {
         ctx.idempotency_key
             .clone()
             .map_or(Dynamic::UNIT, Into::into),
+    );
+    map.insert(
+        "context".into(),
+        ctx.context
+            .as_deref()
+            .map_or(Dynamic::UNIT, crate::engine::to_dynamic),
     );
     map
 }

@@ -12,7 +12,7 @@ pub(crate) use check::{check, known_functions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rhai::{Dynamic, Engine, Scope, AST};
+use rhai::{Dynamic, Engine, AST};
 use serde_json::Value;
 
 use crate::dispatch::{dispatch, Call, RunContext};
@@ -406,7 +406,7 @@ pub(crate) fn execute(
 
     let _span = tracing::debug_span!("script").entered();
     let result = engine
-        .eval_ast_with_scope::<Dynamic>(&mut Scope::new(), ast)
+        .eval_ast_with_scope::<Dynamic>(&mut engine::run_scope(&executor.ctx), ast)
         .map_err(
             |e| match unknown_function(&e, &engine, ast, &executor.ctx.registry) {
                 Some(error) => error,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rhai::{Dynamic, Engine, EvalAltResult, Position, Scope, AST};
+use rhai::{Dynamic, Engine, EvalAltResult, Position, AST};
 use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -232,7 +232,8 @@ impl Scout {
         let pass = Arc::new(Mutex::new(Pass::default()));
         self.register_tools(&mut engine, &pass);
         placeholder::begin_notes();
-        let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &self.ast);
+        let result =
+            engine.eval_ast_with_scope::<Dynamic>(&mut engine::run_scope(&self.ctx), &self.ast);
         let notes = placeholder::take_notes();
         if lock(&pass).capped {
             let cap = self.depth_cap.load(Ordering::Relaxed);

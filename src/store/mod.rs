@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, ToolError};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// How long a writer waits for another process's transaction before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     pending TEXT,
-    outcome TEXT
+    outcome TEXT,
+    input TEXT
 );
 CREATE TABLE IF NOT EXISTS writes (
     run_id TEXT NOT NULL,
@@ -142,6 +143,8 @@ pub struct RunRecord {
     pub pending: Option<Value>,
     /// What the run's last process printed with `--json` (a final or paused run).
     pub outcome: Option<Value>,
+    /// The script's `input`, which a resume gives it again (`None`: the script had none).
+    pub input: Option<Value>,
 }
 
 impl RunRecord {
@@ -214,7 +217,7 @@ impl Store {
             std::fs::create_dir_all(dir)
                 .map_err(|e| fail(format!("cannot create its folder: {e}")))?;
         }
-        let conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+        let mut conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| fail(e.to_string()))?;
         // Several processes may open a new store at once: switching to WAL can be refused
@@ -245,11 +248,21 @@ impl Store {
         }
         if version < SCHEMA_VERSION {
             // One writer sets the schema up; the others wait for it (`IMMEDIATE` takes the
-            // write lock at once, through the busy handler).
-            conn.execute_batch(&format!(
-                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            ))
-            .map_err(|e| fail(format!("not a store: {e}")))?;
+            // write lock at once, through the busy handler), then find it done.
+            let mut upgrade = || -> rusqlite::Result<()> {
+                let tx =
+                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let now: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+                if now < SCHEMA_VERSION {
+                    // Version 3 keeps each run's input.
+                    if (1..3).contains(&now) {
+                        tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
+                    }
+                    tx.execute_batch(&format!("{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"))?;
+                }
+                tx.commit()
+            };
+            upgrade().map_err(|e| fail(format!("not a store: {e}")))?;
         }
         Ok(Store {
             path: path.to_path_buf(),
@@ -316,7 +329,8 @@ impl Store {
         let conn = lock(&self.conn);
         conn.execute(
             "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
-             owner_pid, started_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7)",
+             owner_pid, started_ms, updated_ms, input) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?8)",
             params![
                 record.run_id,
                 record.script_name,
@@ -325,6 +339,7 @@ impl Store {
                 record.mode,
                 std::process::id(),
                 record.started_ms,
+                record.input.as_ref().map(Value::to_string),
             ],
         )
         .map_err(|e| self.fail(e))?;
@@ -578,7 +593,7 @@ pub(crate) enum TakeRefused {
 }
 
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
-                          owner_pid, started_ms, updated_ms, pending, outcome FROM runs";
+                          owner_pid, started_ms, updated_ms, pending, outcome, input FROM runs";
 
 fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let json = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
@@ -594,6 +609,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         updated_ms: row.get(8)?,
         pending: json(row.get(9)?),
         outcome: json(row.get(10)?),
+        input: json(row.get(11)?),
     })
 }
 
@@ -658,6 +674,7 @@ mod tests {
             updated_ms: now_ms(),
             pending: None,
             outcome: None,
+            input: None,
         }
     }
 

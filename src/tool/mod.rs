@@ -166,6 +166,9 @@ pub struct ToolContext {
     /// across a resume (`RUN_ID:SEQ`; `RUN_ID:SEQ.N` for the `N`th non-read call nested in a
     /// composite). A tool that remembers the keys it has seen can make each call once.
     pub idempotency_key: Option<String>,
+    /// The run's context value (see [`RunOptions::context`](crate::RunOptions::context)): the
+    /// same for every call of the run, nested ones included; `None` when the run was given none.
+    pub context: Option<Arc<Value>>,
     /// How a composite's body calls its nested tools.
     nested: Option<Arc<dyn NestedCaller>>,
     /// The slot this call holds (see [`ToolSpec::max_concurrency`]), for a body that is done
@@ -199,6 +202,7 @@ impl ToolContext {
         call_id: u64,
         attempt: u32,
         idempotency_key: Option<String>,
+        context: Option<Arc<Value>>,
         nested: Option<Arc<dyn NestedCaller>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
     ) -> ToolContext {
@@ -207,6 +211,7 @@ impl ToolContext {
             call_id,
             attempt,
             idempotency_key,
+            context,
             nested,
             slot,
         }

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 /// What one invocation of the binary produced.
-struct Output {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Output {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl std::fmt::Debug for Output {
@@ -37,7 +37,7 @@ fn command(args: &[&str]) -> Command {
 }
 
 /// Runs the binary with `args` and an empty stdin.
-fn toolscript(args: &[&str]) -> Output {
+pub(crate) fn toolscript(args: &[&str]) -> Output {
     toolscript_with_stdin(args, "")
 }
 

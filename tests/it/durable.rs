@@ -112,6 +112,38 @@ async fn pause_then_approve_completes_making_each_call_once() {
     assert!(record.pending.is_none());
 }
 
+/// A run's input is kept with it: the resumed script reads the same `input`, and takes the
+/// same path, whatever the resume's own options say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_gives_the_script_its_input_again() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let script =
+        "let a = lookup(#{n: input.n});\nlet r = refund(#{n: a.twice});\n[input.n, r.done.n]";
+    let paused = runtime
+        .run_with(script, RunOptions::default().input(json!({"n": 5})))
+        .await;
+    assert_eq!(paused.status(), RunStatus::Paused, "{:?}", paused.result);
+    let record = runtime
+        .store()
+        .unwrap()
+        .run(&paused.run_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.input, Some(json!({"n": 5})));
+    let options = RunOptions::default().input(json!({"n": 7}));
+    let done = runtime
+        .resume(&paused.run_id, Some(Decision::Approve), options)
+        .await
+        .unwrap();
+    assert_eq!(done.result.clone().unwrap(), json!([5, 10]));
+    assert_eq!(
+        done.stats.replayed, 1,
+        "the read is the journal's, its input unchanged"
+    );
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_idempotency_key_is_the_run_and_the_calls_place() {
     let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));

@@ -18,6 +18,8 @@ mod equivalence;
 mod errors;
 mod fuzz;
 mod hardening;
+#[cfg(feature = "cli")]
+mod inputs;
 mod layering;
 mod limits;
 #[cfg(feature = "cli")]
