@@ -327,6 +327,63 @@ async fn rust_client_gets_progress_notifications_while_a_script_runs() {
     client.cancel().await.expect("the session closes");
 }
 
+/// Progress is the handler's, not the transport's: the same notifications come over stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_notifications_come_over_stdio_too() {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
+    cmd.arg("serve")
+        .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store());
+    let (transport, _stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolscript serve starts");
+    let client = tokio::time::timeout(DEADLINE, Recorder::default().serve(transport))
+        .await
+        .unwrap()
+        .expect("the session initialises");
+    let result = call(
+        &client,
+        "run_script",
+        json!({"script": SLOW, "sequential": true}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome(&result)["value"], 6);
+    let progress = client.service().progress.lock().unwrap().clone();
+    assert_progress(
+        &progress
+            .iter()
+            .map(|p| (p.progress, p.message.clone().unwrap_or_default()))
+            .collect::<Vec<_>>(),
+        6.0,
+    );
+    client.cancel().await.expect("the session closes");
+}
+
+/// SIGTERM (as a service manager sends) ends the server cleanly: status 0, soon.
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let mut served = Served::start("127.0.0.1:0", &crate::support::test_store(), &[]);
+    let status = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = served.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the server did not stop within 10 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}\n{}", served.stderr());
+}
+
 /// At least two notifications, their progress increasing, up to `done` (the calls the run
 /// made; the last is sent before the result), each saying `N calls done, M in flight`.
 #[track_caller]
