@@ -361,27 +361,34 @@ async fn progress_notifications_come_over_stdio_too() {
     client.cancel().await.expect("the session closes");
 }
 
-/// SIGTERM (as a service manager sends) ends the server cleanly: status 0, soon.
+/// SIGTERM (as a service manager sends) and SIGINT (Ctrl-C) end the server cleanly: status 0,
+/// soon.
 #[test]
-fn sigterm_stops_the_server_cleanly() {
-    let mut served = Served::start("127.0.0.1:0", &crate::support::test_store(), &[]);
-    let status = Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = served.child.try_wait().unwrap() {
-            break status;
-        }
+fn sigterm_and_sigint_stop_the_server_cleanly() {
+    for signal in ["-TERM", "-INT"] {
+        let mut served = Served::start("127.0.0.1:0", &crate::support::test_store(), &[]);
+        let status = Command::new("kill")
+            .args([signal, &served.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = served.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the server did not stop within 10 s of {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
         assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the server did not stop within 10 s of SIGTERM"
+            status.success(),
+            "{signal}: {status:?}\n{}",
+            served.stderr()
         );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status:?}\n{}", served.stderr());
+    }
 }
 
 /// At least two notifications, their progress increasing, up to `done` (the calls the run
