@@ -327,6 +327,62 @@ async fn rust_client_gets_progress_notifications_while_a_script_runs() {
     client.cancel().await.expect("the session closes");
 }
 
+/// One raw HTTP/1.1 POST of `body` to the server; the response's head (lowercase) and body.
+fn post(served: &Served, body: &str) -> (String, String) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(served.addr()).expect("the server accepts");
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (head.to_lowercase(), body.to_string())
+}
+
+/// Stateless, the server hands out no session; `--stateful` does, and rmcp's client uses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_answers_carry_no_session_and_stateful_ones_do() {
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let stateless = Served::start("127.0.0.1:0", &crate::support::test_store(), &[]);
+    let (head, body) = post(&stateless, initialize);
+    assert!(head.starts_with("http/1.1 200"), "{head}\n{body}");
+    assert!(body.contains("\"toolscript\""), "{body}");
+    assert!(!head.contains("mcp-session-id"), "{head}");
+    // A call with no initialize before it: every request stands alone.
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_script","arguments":{"script":"40 + 2"}}}"#;
+    let (head, body) = post(&stateless, call);
+    assert!(head.starts_with("http/1.1 200"), "{head}\n{body}");
+    assert!(body.contains("\"value\":42"), "{body}");
+
+    let stateful = Served::start(
+        "127.0.0.1:0",
+        &crate::support::test_store(),
+        &["--stateful"],
+    );
+    let (head, body) = post(&stateful, initialize);
+    assert!(head.contains("mcp-session-id:"), "{head}\n{body}");
+    let client = rust_client(&stateful.url).await;
+    let ran = outcome(&call_script(&client, "40 + 2").await);
+    assert_eq!(ran["value"], 42, "{ran:#}");
+    client.cancel().await.expect("the session closes");
+}
+
+async fn call_script(
+    client: &RunningService<RoleClient, Recorder>,
+    script: &str,
+) -> CallToolResult {
+    call(client, "run_script", json!({"script": script}))
+        .await
+        .expect("run_script answers")
+}
+
 /// Progress is the handler's, not the transport's: the same notifications come over stdio.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_notifications_come_over_stdio_too() {
