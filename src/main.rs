@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use toolscript::bench::bench_script;
-use toolscript::mcp::serve_stdio;
+use toolscript::mcp::{serve_http, serve_stdio, HttpOptions, MCP_PATH};
 use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
     demo_catalog, Decision, Error, Format, Limits, Manifests, Mode, Progress, Registry,
@@ -156,9 +156,22 @@ enum Command {
         #[command(flatten)]
         limits: LimitsArg,
     },
-    /// Serve toolscript as an MCP server on stdio: `run_script`, `describe_tools`, `resume_run`
-    /// and `list_runs`.
+    /// Serve toolscript as an MCP server on stdio (or with --http, over Streamable HTTP):
+    /// `run_script`, `describe_tools`, `resume_run`, `list_runs` and `read_artifact`.
     Serve {
+        /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8080;
+        /// port 0 picks a free port, printed on stderr). No authentication: bind to loopback,
+        /// or put it behind a proxy that authenticates.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+        /// With --http: keep a session per client (Mcp-Session-Id) in this process instead of
+        /// answering each request on its own (stateless, the default).
+        #[arg(long, requires = "http")]
+        stateful: bool,
+        /// With --http: accept this Host header (a name, or name:port) besides loopback names
+        /// and the bound address; repeat for several.
+        #[arg(long = "allow-host", value_name = "HOST", requires = "http")]
+        allow_hosts: Vec<String>,
         #[command(flatten)]
         tools: ToolsArg,
         #[command(flatten)]
@@ -400,6 +413,9 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             bench(&scripts, &tools, &limits, runs as usize, json, store).await
         }
         Command::Serve {
+            http,
+            stateful,
+            allow_hosts,
             tools,
             store,
             limits,
@@ -410,7 +426,22 @@ async fn command(command: Command) -> Result<ExitCode, String> {
                 Some(open_store(store.store)?)
             };
             let runtime = runtime(&tools, store, &limits).await?;
-            serve_stdio(runtime).await.map_err(|e| e.to_string())?;
+            match http {
+                None => serve_stdio(runtime).await.map_err(|e| e.to_string())?,
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(&addr)
+                        .await
+                        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+                    let mut options = HttpOptions::new().stateful(stateful);
+                    for host in allow_hosts {
+                        options = options.allow_host(host);
+                    }
+                    // The one line a user (or a test, with port 0) reads to find the server.
+                    eprintln!("toolscript: serving MCP on http://{bound}{MCP_PATH}");
+                    serve_http(runtime, listener, options, stop_signal()).await;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify { receipts, head } => match match &head {
@@ -427,6 +458,29 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             }
             Err(e) => Err(e.to_string()),
         },
+    }
+}
+
+/// Completes at Ctrl-C or SIGTERM: a server stops cleanly on either.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

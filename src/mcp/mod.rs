@@ -1,7 +1,10 @@
 //! MCP: tools from MCP servers, usable from scripts like any other (the client), and toolscript
-//! itself served as an MCP server over stdio (the server). Built on the official Rust SDK, rmcp.
+//! itself served as an MCP server over stdio or Streamable HTTP (the server; HTTP with the
+//! feature `http`). Built on the official Rust SDK, rmcp.
 
 mod client;
+#[cfg(feature = "http")]
+mod http;
 mod server;
 
 use std::collections::BTreeMap;
@@ -11,6 +14,8 @@ use std::time::Duration;
 use crate::tool::{Approval, Effect};
 
 pub(crate) use client::connect;
+#[cfg(feature = "http")]
+pub use http::{serve_http, HttpOptions, MCP_PATH};
 pub use server::serve_stdio;
 
 /// One MCP server to start and take tools from: an `[[mcp]]` table of a manifest.

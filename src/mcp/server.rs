@@ -1,26 +1,34 @@
-//! The MCP server: `toolscript serve` offers `run_script`, `describe_tools`, `resume_run` and
-//! `list_runs` over stdio.
+//! The MCP server: `toolscript serve` offers `run_script`, `describe_tools`, `resume_run`,
+//! `list_runs` and `read_artifact` over stdio, and (`http.rs`) over Streamable HTTP, with one
+//! handler.
 //!
 //! The tool list is built once, when the server starts, from the runtime's registry:
 //! `run_script`'s description carries the whole Rhai API of the tools, so a model that reads the
 //! tool list can write a script without another round trip. A script that fails is an ordinary
-//! result (`ok: false`, `isError: true`), never a protocol error; only a malformed request is.
+//! result (`ok: false`, `isError: true`), and so are wrong arguments to one of the tools (the
+//! text names the field and what it takes, so that a model can correct its call); only a
+//! malformed request, or a tool that does not exist, is a protocol error. A request that
+//! carries a `progressToken` gets `notifications/progress` while its run goes on.
 //!
-//! stdout is the protocol channel: nothing here prints, scripts' `print` lines are captured in the
-//! run's `logs`, and tracing goes to stderr.
+//! On stdio, stdout is the protocol channel: nothing here prints, scripts' `print` lines are
+//! captured in the run's `logs`, and tracing goes to stderr.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::dispatch::Progress;
 use crate::error::Error;
 use crate::runtime::{Decision, Mode, RunOptions, Runtime};
 use crate::tool::{Effect, Format};
@@ -91,7 +99,7 @@ pub async fn serve_stdio(runtime: Runtime) -> Result<(), Error> {
 
 /// The largest JSON-RPC message accepted, in bytes: a longer line is answered with an error
 /// and dropped, never buffered whole.
-const MAX_MESSAGE: usize = 16 << 20;
+pub(super) const MAX_MESSAGE: usize = 16 << 20;
 
 /// Stands between the client and the protocol: every line the client sends is checked to be a
 /// JSON-RPC message before it reaches rmcp, and what is not gets the error JSON-RPC asks for
@@ -238,15 +246,23 @@ fn mcp_error(message: String) -> Error {
     }
 }
 
-/// The handler: one runtime shared by every call, and the tool list built from it.
-struct Server {
+/// How often a run with a progress token reports how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// The handler: one runtime shared by every call, and the tool list built from it. Cloning it
+/// is cheap: the HTTP transport makes one per request (stateless) or per session.
+#[derive(Clone)]
+pub(super) struct Server {
     /// Runs may be concurrent: `run_with` takes `&self`, and the handler is shared by the
     /// tasks rmcp starts for each request.
     runtime: Arc<Runtime>,
     /// The tools' API as Rhai signatures, returned by `describe_tools`.
-    api: String,
-    /// `run_script` and `describe_tools`, with their schemas.
-    tools: Vec<Tool>,
+    api: Arc<str>,
+    /// Our five tools, with their schemas.
+    tools: Arc<[Tool]>,
+    /// Each tool's input schema, compiled: arguments are checked against it before anything
+    /// else, so that a wrong one is answered as a result that names the field.
+    inputs: Arc<[jsonschema::Validator]>,
 }
 
 /// A run's outcome as a tool result, without `stats` unless asked: a paused run is a normal result (its `pending` call says
@@ -267,7 +283,7 @@ fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
     }
 }
 
-/// The arguments of `resume_run`.
+/// The arguments of `resume_run`; `decision` is checked against the schema's enum first.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ResumeRunArgs {
@@ -296,7 +312,7 @@ struct ReadArtifactArgs {
 }
 
 impl Server {
-    fn new(runtime: Arc<Runtime>) -> Server {
+    pub(super) fn new(runtime: Arc<Runtime>) -> Server {
         let api = runtime.describe(Format::Rhai);
         let effects: Vec<Effect> = runtime.registry().specs().map(|s| s.effect).collect();
         let tools = vec![
@@ -306,54 +322,108 @@ impl Server {
             list_runs_tool(),
             read_artifact_tool(),
         ];
+        let inputs = tools
+            .iter()
+            .map(|tool| {
+                jsonschema::validator_for(&Value::Object((*tool.input_schema).clone()))
+                    .expect("our tools' input schemas compile")
+            })
+            .collect();
         Server {
             runtime,
-            api,
-            tools,
+            api: api.into(),
+            tools: tools.into(),
+            inputs,
         }
     }
 
-    async fn run_script(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
-        let args: RunScriptArgs =
-            serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
-                ErrorData::invalid_params(format!("bad arguments for `{RUN_SCRIPT}`: {e}"), None)
-            })?;
-        let mode = Mode::sequential_if(args.sequential);
-        let options = RunOptions::with_mode(mode).script_name(RUN_SCRIPT);
-        let outcome = self.runtime.run_with(&args.script, options).await;
-        tracing::debug!(run_id = %outcome.run_id, ok = outcome.result.is_ok(), "run_script ran");
-        Ok(outcome_result(&outcome, args.stats))
+    /// The arguments of the tool `name`, checked against its input schema and then read into
+    /// `T`; wrong ones are the error result a model reads to correct its call.
+    fn arguments<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<T, CallToolResult> {
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let index = self.tools.iter().position(|t| t.name == name);
+        if let Some(index) = index {
+            let problems: Vec<String> = self.inputs[index]
+                .iter_errors(&arguments)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    if at.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("`{}`: {e}", at.trim_start_matches('/').replace('/', "."))
+                    }
+                })
+                .collect();
+            if !problems.is_empty() {
+                let schema = &self.tools[index].input_schema;
+                return Err(bad_arguments(name, &problems.join("; "), schema));
+            }
+        }
+        serde_json::from_value(arguments)
+            .map_err(|e| bad_arguments(name, &e.to_string(), &self.schema(name)))
     }
 
-    async fn read_artifact(
+    /// The input schema of our tool `name`.
+    fn schema(&self, name: &str) -> Arc<JsonObject> {
+        self.tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| Arc::clone(&t.input_schema))
+            .unwrap_or_default()
+    }
+
+    async fn run_script(
         &self,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let args: ReadArtifactArgs =
-            serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
-                ErrorData::invalid_params(format!("bad arguments for `{READ_ARTIFACT}`: {e}"), None)
-            })?;
+        progress: Arc<Progress>,
+    ) -> CallToolResult {
+        let args: RunScriptArgs = match self.arguments(RUN_SCRIPT, arguments) {
+            Ok(args) => args,
+            Err(bad) => return bad,
+        };
+        let mode = Mode::sequential_if(args.sequential);
+        let options = RunOptions::with_mode(mode)
+            .script_name(RUN_SCRIPT)
+            .progress(progress);
+        let outcome = self.runtime.run_with(&args.script, options).await;
+        tracing::debug!(run_id = %outcome.run_id, ok = outcome.result.is_ok(), "run_script ran");
+        outcome_result(&outcome, args.stats)
+    }
+
+    async fn read_artifact(&self, arguments: Option<JsonObject>) -> CallToolResult {
+        let args: ReadArtifactArgs = match self.arguments(READ_ARTIFACT, arguments) {
+            Ok(args) => args,
+            Err(bad) => return bad,
+        };
         let Some(store) = self.runtime.store().cloned() else {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(
+            return CallToolResult::error(vec![ContentBlock::text(
                 "this server keeps no store, so it has no artifacts (it was started with --no-store)",
-            )]));
+            )]);
         };
         let read = tokio::task::spawn_blocking(move || {
             crate::policy::read_artifact(&store, &args.id, args.page)
         })
         .await;
-        Ok(match read {
+        match read {
             Ok(Ok(value)) => CallToolResult::structured(json!({ "artifact": value })),
             Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
-        })
+        }
     }
 
-    async fn resume_run(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
-        let args: ResumeRunArgs =
-            serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
-                ErrorData::invalid_params(format!("bad arguments for `{RESUME_RUN}`: {e}"), None)
-            })?;
+    async fn resume_run(
+        &self,
+        arguments: Option<JsonObject>,
+        progress: Arc<Progress>,
+    ) -> CallToolResult {
+        let args: ResumeRunArgs = match self.arguments(RESUME_RUN, arguments) {
+            Ok(args) => args,
+            Err(bad) => return bad,
+        };
         let decision = match args.decision.as_deref() {
             None => None,
             Some("approve") => Some(Decision::Approve),
@@ -362,55 +432,154 @@ impl Server {
             }),
             Some("done") => Some(Decision::Done),
             Some("retry") => Some(Decision::Retry),
+            // The schema's enum let nothing else through; the same answer all the same.
             Some(other) => {
-                return Err(ErrorData::invalid_params(
-                    format!("`decision` is one of approve, reject, done, retry; not `{other}`"),
-                    None,
-                ))
+                let problem =
+                    format!("`decision`: {other:?} is not one of approve, reject, done, retry");
+                return bad_arguments(RESUME_RUN, &problem, &self.schema(RESUME_RUN));
             }
         };
-        let options = RunOptions::default();
+        let options = RunOptions::default().progress(progress);
         match self.runtime.resume(&args.run_id, decision, options).await {
-            Ok(outcome) => Ok(outcome_result(&outcome, false)),
-            Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
-                e.to_string(),
-            )])),
+            Ok(outcome) => outcome_result(&outcome, false),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
 
-    fn list_runs(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
-        if let Some(unknown) = arguments.as_ref().and_then(|a| a.keys().next()) {
-            return Err(ErrorData::invalid_params(
-                format!("`{LIST_RUNS}` takes no arguments, not `{unknown}`"),
-                None,
-            ));
+    fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
+        if let Err(bad) = self.arguments::<Empty>(LIST_RUNS, arguments) {
+            return bad;
         }
         let Some(store) = self.runtime.store() else {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(
+            return CallToolResult::error(vec![ContentBlock::text(
                 "this server keeps no store of runs (it was started with --no-store)",
-            )]));
+            )]);
         };
         match store.runs() {
             Ok(runs) => {
                 let runs: Vec<Value> = runs.iter().map(crate::RunRecord::to_json).collect();
-                Ok(CallToolResult::structured(json!({ "runs": runs })))
+                CallToolResult::structured(json!({ "runs": runs }))
             }
-            Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(
-                e.to_string(),
-            )])),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
 
-    fn describe_tools(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, ErrorData> {
-        if let Some(unknown) = arguments.as_ref().and_then(|a| a.keys().next()) {
-            return Err(ErrorData::invalid_params(
-                format!("`{DESCRIBE_TOOLS}` takes no arguments, not `{unknown}`"),
-                None,
-            ));
+    fn describe_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
+        if let Err(bad) = self.arguments::<Empty>(DESCRIBE_TOOLS, arguments) {
+            return bad;
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            self.api.clone(),
-        )]))
+        CallToolResult::success(vec![ContentBlock::text(self.api.to_string())])
+    }
+}
+
+/// The arguments of a tool that takes none.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+/// The error result for wrong arguments: what is wrong, then what the tool takes, read from its
+/// input schema (`script` (string, required), ...).
+fn bad_arguments(tool: &str, problem: &str, schema: &JsonObject) -> CallToolResult {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let takes: Vec<String> = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .iter()
+                .map(|(name, property)| {
+                    let kind = match (property.get("type"), property.get("enum")) {
+                        (_, Some(Value::Array(values))) => {
+                            let values: Vec<String> = values
+                                .iter()
+                                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                                .collect();
+                            format!("one of {}", values.join(", "))
+                        }
+                        (Some(Value::String(kind)), _) => kind.clone(),
+                        _ => "any JSON".to_string(),
+                    };
+                    let required = if required.contains(&name.as_str()) {
+                        ", required"
+                    } else {
+                        ""
+                    };
+                    format!("`{name}` ({kind}{required})")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let takes = if takes.is_empty() {
+        "no arguments".to_string()
+    } else {
+        takes.join(", ")
+    };
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "bad arguments for `{tool}`: {problem}. `{tool}` takes {takes}, and nothing else."
+    ))])
+}
+
+/// Runs `run` and, when the request carries a progress token, tells the client every
+/// [`PROGRESS_EVERY`] how many calls are done and how many in flight, and once more at the end.
+/// The progress is the number of calls done, and a notification is sent only when it has grown
+/// (the specification asks it to increase with each one), except the first, which says the run
+/// has started.
+async fn reporting<T>(
+    context: &RequestContext<RoleServer>,
+    progress: Arc<Progress>,
+    run: impl Future<Output = T>,
+) -> T {
+    let Some(token) = context.meta.get_progress_token() else {
+        return run.await;
+    };
+    let mut reporter = Reporter {
+        peer: context.peer.clone(),
+        token,
+        progress,
+        sent: None,
+    };
+    let start = tokio::time::Instant::now() + PROGRESS_EVERY;
+    let mut ticks = tokio::time::interval_at(start, PROGRESS_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(run);
+    let out = loop {
+        tokio::select! {
+            out = &mut run => break out,
+            _ = ticks.tick() => reporter.report().await,
+        }
+    };
+    // Before the result: on HTTP, the request's stream ends with it.
+    reporter.report().await;
+    out
+}
+
+/// One request's progress notifications.
+struct Reporter {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    progress: Arc<Progress>,
+    /// The progress last sent, if any: the next must be larger.
+    sent: Option<u64>,
+}
+
+impl Reporter {
+    async fn report(&mut self) {
+        let done = self.progress.done();
+        if self.sent.is_some_and(|sent| done <= sent) {
+            return;
+        }
+        self.sent = Some(done);
+        let message = format!("{done} calls done, {} in flight", self.progress.in_flight());
+        let params =
+            ProgressNotificationParam::new(self.token.clone(), done as f64).with_message(message);
+        // A client that went away gets its answer dropped too; nothing to do about it here.
+        if let Err(e) = self.peer.notify_progress(params).await {
+            tracing::debug!(error = %e, "a progress notification was not sent");
+        }
     }
 }
 
@@ -430,7 +599,7 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.clone()))
+        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -442,24 +611,31 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let progress = Arc::new(Progress::default());
         let result = match request.name.as_ref() {
             // A client that cancels its request (`notifications/cancelled`) ends its run: the
             // run's future is dropped, which stops its script and its speculation.
-            RUN_SCRIPT => tokio::select! {
-                result = self.run_script(request.arguments) => result?,
-                () = context.ct.cancelled() => {
-                    return Err(ErrorData::internal_error("the request was cancelled", None));
+            RUN_SCRIPT => {
+                let run = self.run_script(request.arguments, Arc::clone(&progress));
+                tokio::select! {
+                    result = reporting(&context, progress, run) => result,
+                    () = context.ct.cancelled() => {
+                        return Err(ErrorData::internal_error("the request was cancelled", None));
+                    }
                 }
-            },
-            DESCRIBE_TOOLS => self.describe_tools(request.arguments)?,
-            RESUME_RUN => tokio::select! {
-                result = self.resume_run(request.arguments) => result?,
-                () = context.ct.cancelled() => {
-                    return Err(ErrorData::internal_error("the request was cancelled", None));
+            }
+            DESCRIBE_TOOLS => self.describe_tools(request.arguments),
+            RESUME_RUN => {
+                let run = self.resume_run(request.arguments, Arc::clone(&progress));
+                tokio::select! {
+                    result = reporting(&context, progress, run) => result,
+                    () = context.ct.cancelled() => {
+                        return Err(ErrorData::internal_error("the request was cancelled", None));
+                    }
                 }
-            },
-            LIST_RUNS => self.list_runs(request.arguments)?,
-            READ_ARTIFACT => self.read_artifact(request.arguments).await?,
+            }
+            LIST_RUNS => self.list_runs(request.arguments),
+            READ_ARTIFACT => self.read_artifact(request.arguments).await,
             other => {
                 // The MCP specification answers an unknown tool with invalid params.
                 let message = format!(

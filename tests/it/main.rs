@@ -27,6 +27,8 @@ mod load;
 mod manifests;
 mod mcp_client;
 #[cfg(feature = "cli")]
+mod mcp_http;
+#[cfg(feature = "cli")]
 mod mcp_server;
 mod meaning;
 mod receipts;

@@ -322,19 +322,18 @@ fn inspector_gets_a_syntax_error_with_its_position() {
     assert_eq!(outcome["error"]["line"], 1);
 }
 
+/// A call without a script is the model's mistake, which it can correct: an error result that
+/// names the field and what it takes, not a protocol error.
 #[test]
-fn inspector_gets_invalid_params_without_a_script() {
+fn inspector_gets_bad_arguments_as_an_error_result() {
     let Some(inspector) = inspector() else { return };
-    let out = inspect_run_script(&inspector, &["sequential=true"]);
+    let result = inspect_run_script(&inspector, &["sequential=true"]).json();
+    assert_eq!(result["isError"], true, "{result:#}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
     assert!(
-        !out.success,
-        "a call without a script must fail: {}\n{}",
-        out.stdout, out.stderr
-    );
-    assert!(
-        out.stderr.contains("-32602") && out.stderr.contains("script"),
-        "an invalid-params error naming the missing field:\n{}",
-        out.stderr
+        text.contains("\"script\" is a required property")
+            && text.contains("`script` (string, required)"),
+        "the text names the missing field and what it takes: {text}"
     );
 }
 
@@ -447,16 +446,45 @@ async fn rust_client_session() {
     assert_eq!(failed["error"]["kind"], "not_found");
     assert_eq!(failed["stats"]["mode"], "sequential");
 
-    // A request without a script is the client's mistake: invalid params, not a result.
-    match client
-        .call_tool(CallToolRequestParams::new("run_script").with_arguments(arguments(json!({}))))
-        .await
-    {
-        Err(ServiceError::McpError(e)) => {
-            assert_eq!(e.code.0, -32602, "{e:?}");
-            assert!(e.message.contains("script"), "{e:?}");
-        }
-        other => panic!("expected invalid params, got {other:?}"),
+    // Wrong arguments are the model's mistake, which it can correct: an error result naming
+    // the field, not a protocol error. A tool that does not exist stays invalid params.
+    for (tool, args, names) in [
+        ("run_script", json!({}), "\"script\" is a required property"),
+        (
+            "run_script",
+            json!({"script": 5}),
+            "`script`: 5 is not of type \"string\"",
+        ),
+        (
+            "run_script",
+            json!({"script": "1", "scrpit": "1"}),
+            "'scrpit' was unexpected",
+        ),
+        (
+            "resume_run",
+            json!({"run_id": "r", "decision": "maybe"}),
+            "`decision`: \"maybe\"",
+        ),
+        ("list_runs", json!({"all": true}), "'all' was unexpected"),
+        (
+            "read_artifact",
+            json!({"id": "a", "page": -1}),
+            "`page`: -1",
+        ),
+    ] {
+        let result = client
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments(args.clone())))
+            .await
+            .unwrap_or_else(|e| panic!("{tool} {args}: a result, not {e:?}"));
+        assert_eq!(result.is_error, Some(true), "{tool} {args}: {result:?}");
+        let text = result.content[0]
+            .as_text()
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        assert!(
+            text.contains(names) && text.contains(&format!("`{tool}` takes")),
+            "{tool} {args}: the text names the field and what the tool takes: {text}"
+        );
     }
     match client
         .call_tool(CallToolRequestParams::new("no_such_tool"))
