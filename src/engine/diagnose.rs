@@ -34,6 +34,16 @@ impl Hint {
         }
     }
 
+    /// A tool error (from the dispatch path's own checks), as a hint.
+    pub(crate) fn from_tool(e: crate::error::ToolError) -> Hint {
+        Hint {
+            kind: e.kind,
+            message: e.message,
+            action: e.suggested_next_action,
+            tool: e.tool,
+        }
+    }
+
     fn script(message: impl Into<String>, action: impl Into<String>) -> Hint {
         Hint::new(ErrorKind::ScriptError, message, Some(action.into()))
     }
@@ -465,7 +475,8 @@ impl Fault {
     }
 }
 
-fn variable_not_found(name: &str) -> Hint {
+/// `Variable not found`: for a name from another language, the Rhai way.
+pub(crate) fn variable_not_found(name: &str) -> Hint {
     let message = format!("Variable not found: {name}");
     let (why, action) = match name {
         "undefined" | "None" | "NULL" | "Null" | "nil" | "null" => (
@@ -662,15 +673,7 @@ pub(crate) fn unknown_function(name: &str, registry: Option<&Registry>) -> Hint 
         );
     }
     match registry {
-        Some(registry) => {
-            let e = registry.unknown(name, "tool or function");
-            Hint {
-                kind: e.kind,
-                message: e.message,
-                action: e.suggested_next_action,
-                tool: e.tool,
-            }
-        }
+        Some(registry) => Hint::from_tool(registry.unknown(name, "tool or function")),
         None => Hint::new(
             ErrorKind::UnknownTool,
             format!("there is no tool or function named `{name}`"),

@@ -5,7 +5,7 @@
 
 mod check;
 
-pub use check::Problem;
+pub use check::{Problem, Severity};
 
 pub(crate) use check::{check, known_functions};
 
