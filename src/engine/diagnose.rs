@@ -715,7 +715,7 @@ fn foreign_function(name: &str) -> Option<String> {
 /// whose keys its input schema names.
 pub(crate) fn positional_call(tool: &RegisteredTool, given: usize) -> Hint {
     let function = tool.function_name();
-    let example = map_example(tool);
+    let example = tool.map_example();
     Hint::new(
         ErrorKind::InvalidInput,
         format!(
@@ -723,36 +723,6 @@ pub(crate) fn positional_call(tool: &RegisteredTool, given: usize) -> Hint {
         ),
         Some(format!("write {function}({example})")),
     )
-}
-
-/// `#{ owner: .., repo: .. }` from a tool's input schema: required properties first.
-pub(crate) fn map_example(tool: &RegisteredTool) -> String {
-    let names = parameter_names(&tool.spec.input_schema);
-    if names.is_empty() {
-        return "#{}".to_string();
-    }
-    let fields: Vec<String> = names.iter().map(|n| format!("{n}: ..")).collect();
-    format!("#{{ {} }}", fields.join(", "))
-}
-
-/// The property names of an object schema, required ones first.
-fn parameter_names(schema: &serde_json::Value) -> Vec<String> {
-    let mut names: Vec<String> = schema["required"]
-        .as_array()
-        .map(|r| {
-            r.iter()
-                .filter_map(|n| n.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(properties) = schema["properties"].as_object() {
-        for name in properties.keys() {
-            if !names.contains(name) {
-                names.push(name.clone());
-            }
-        }
-    }
-    names
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,12 +12,12 @@ async fn runaway_scripts_hit_a_limit() {
         ("loop { }", "operations"),
         ("let i = 0; while true { i += 1; }", "operations"),
         ("fn f(n) { f(n + 1) }\nf(0)", "nested deeper"),
-        ("let s = \"x\";\nloop { s += s; }", "Length of string"),
-        ("let a = [];\nloop { a.push(1); }", "Size of array"),
+        ("let s = \"x\";\nloop { s += s; }", "max_string_bytes"),
+        ("let a = [];\nloop { a.push(1); }", "max_array_items"),
         // Rhai checks a map's size when the map is used, not on every insertion.
         (
             "let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }",
-            "Size of object map",
+            "max_map_items",
         ),
     ] {
         let outcome = run(script).await;
