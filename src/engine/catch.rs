@@ -235,7 +235,17 @@ fn caught(ctx: &NativeCallContext, registry: Option<&Registry>, value: Dynamic) 
         registry,
         functions: &functions,
     };
-    let error = fault.diagnose(&known).at(int("line"), int("position"));
+    // An error inside a function: where it happened is in Rhai's text.
+    let inner = map
+        .get("message")
+        .and_then(|m| m.clone().into_immutable_string().ok())
+        .filter(|_| !matches!(fault, Fault::Other(_)))
+        .and_then(|m| Fault::position_in_text(&m));
+    let (line, column) = match inner {
+        Some((line, column)) => (Some(line), Some(column)),
+        None => (int("line"), int("position")),
+    };
+    let error = fault.diagnose(&known).at(line, column);
     error_map(&error).into()
 }
 

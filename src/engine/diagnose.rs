@@ -420,8 +420,39 @@ impl Fault {
             "ErrorAssignmentToConstant" | "ErrorNonPureMethodCallOnConstant" => {
                 Fault::Constant(text("variable").or(text("function"))?)
             }
+            "ErrorInFunctionCall" => Fault::of_text(&message),
             _ => Fault::Other(message),
         })
+    }
+
+    /// The fault of an error inside a function, from the text Rhai gives a `catch` for it
+    /// ("Unknown property 'y' - ... (line 3, position 9)\nin call to function 'f'"): the
+    /// errors a rule knows are recognised by their text.
+    fn of_text(message: &str) -> Fault {
+        let first = message.lines().next().unwrap_or_default();
+        let first = match first.rfind(" (line ") {
+            Some(at) => &first[..at],
+            None => first,
+        };
+        if let Some(v) = first.strip_prefix("Variable not found: ") {
+            return Fault::VariableNotFound(v.to_string());
+        }
+        if let Some(f) = first.strip_prefix("Function not found: ") {
+            return Fault::FunctionNotFound(f.to_string());
+        }
+        if first.starts_with("Unknown property") {
+            return Fault::DotExpr(first.to_string());
+        }
+        Fault::Other(message.to_string())
+    }
+
+    /// Where an error inside a function happened, from the text Rhai gives a `catch` for it.
+    pub(crate) fn position_in_text(message: &str) -> Option<(usize, usize)> {
+        let first = message.lines().next()?;
+        let rest = &first[first.rfind(" (line ")? + " (line ".len()..];
+        let (line, rest) = rest.split_once(", position ")?;
+        let column = rest.strip_suffix(')')?;
+        Some((line.parse().ok()?, column.parse().ok()?))
     }
 
     /// What the fault means, and what to write instead.
@@ -446,7 +477,7 @@ impl Fault {
                 "check the value first: `if x != () { x[0] }`",
             ),
             Fault::IndexingType(t) => Hint::script(
-                format!("a value of type {} cannot be indexed with []", type_name(t)),
+                format!("{} cannot be indexed with []", a(&type_name(t))),
                 "index arrays with integers (`a[0]`), maps with strings (`m[\"key\"]`) or `.` (`m.key`)",
             ),
             Fault::MismatchDataType { requested, actual } => {
@@ -456,7 +487,7 @@ impl Fault {
                 } else {
                     format!("give a {requested} here: convert with `to_string()`, `parse_int(s)`, `to_float()` or `to_int()`")
                 };
-                Hint::script(format!("expected a {requested}, found a {actual}"), action)
+                Hint::script(format!("expected {}, found {}", a(&requested), a(&actual)), action)
             }
             Fault::Arithmetic(message) => Hint::script(
                 message.clone(),
@@ -541,7 +572,7 @@ fn dot_expr(message: &str) -> Hint {
     }
     if matches!(property.as_str(), "length" | "size" | "count") && !on.is_empty() {
         return Hint::script(
-            format!("a {} has no property `{property}`", type_name(&on)),
+            format!("{} has no property `{property}`", a(&type_name(&on))),
             "write `x.len()` for the number of items or characters",
         );
     }
@@ -555,6 +586,15 @@ fn dot_expr(message: &str) -> Hint {
         ),
         format!("check what the value is (`type_of(x)`) before reading `.{property}`"),
     )
+}
+
+/// "a string", "an int", "()": a type name with its article.
+fn a(type_name: &str) -> String {
+    match type_name {
+        "()" => "()".to_string(),
+        t if t.starts_with(['a', 'e', 'i', 'o', 'u']) => format!("an {t}"),
+        t => format!("a {t}"),
+    }
 }
 
 /// Rhai's internal type names, as a script writes them.
@@ -620,7 +660,7 @@ const FLOAT_FUNCTIONS: &[&str] = &[
 
 fn function_not_found(signature: &str, known: &Known<'_>) -> Hint {
     let (name, types) = split_signature(signature);
-    let shown = types.join(", ");
+    let shown = types.iter().map(|t| a(t)).collect::<Vec<_>>().join(" and ");
     if let Some(tool) = known.registry.and_then(|r| r.get(name)) {
         if tool.function_name() == name {
             let mut hint = positional_call(tool, types.len());
@@ -631,7 +671,7 @@ fn function_not_found(signature: &str, known: &Known<'_>) -> Hint {
     if is_operator(name) {
         if types.iter().any(|t| t == "()") {
             return Hint::script(
-                format!("`{name}` is applied to () ({shown}): one side is a field the value does not have, or a call that returned nothing"),
+                format!("`{name}` is given {shown}: one side is a field the value does not have, or a call that returned nothing"),
                 "check that the field exists, or give it a default: `(x.count ?? 0) + 1`",
             );
         }
@@ -655,7 +695,7 @@ fn function_not_found(signature: &str, known: &Known<'_>) -> Hint {
             );
         }
         return Hint::script(
-            format!("`{name}` exists, but not for arguments of types ({shown})"),
+            format!("`{name}` exists, but not for {shown}"),
             format!("check the arguments of `{name}`: their number and types"),
         );
     }
