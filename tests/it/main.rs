@@ -27,6 +27,7 @@ mod mcp_client;
 #[cfg(feature = "cli")]
 mod mcp_server;
 mod meaning;
+mod mistakes;
 mod receipts;
 #[cfg(feature = "cli")]
 mod results;
