@@ -3,9 +3,10 @@
 //!
 //! Scripts are written by language models, which write the languages they have read most:
 //! `{ owner: "acme" }` for a map, `null`, `arr.length`, `console.log`, `f"..."`, `elif`. Rhai's
-//! own messages for these ("Expecting ';' to terminate this statement", "Function not found:
-//! + ((), i64)") say where the parser gave up, not what to write. Each rule here recognises one
-//! such mistake and names the Rhai way in `suggested_next_action`, concretely enough to copy.
+//! own messages for these say where the parser or the interpreter gave up ("Expecting ';' to
+//! terminate this statement", "Function not found: `+ ((), i64)`"), not what to write. Each rule
+//! here recognises one such mistake and names the Rhai way in `suggested_next_action`,
+//! concretely enough to copy.
 //! A mistake no rule knows keeps Rhai's message and the kind's general hint.
 
 use std::collections::HashSet;
