@@ -202,7 +202,9 @@ pub(crate) fn from_rhai_with(
                 );
             }
             if token == DEADLINE {
-                let e = crate::dispatch::deadline_passed(limits.max_duration);
+                let mut e = crate::dispatch::deadline_passed(limits.max_duration);
+                e.message
+                    .push_str(" (timeout_s); raise it with --timeout-s or [limits] timeout_s");
                 at(RunError::from_tool(e, None, None))
             } else {
                 at(RunError::new(
