@@ -79,7 +79,7 @@ pub use policy::{
     page_of as artifact_page, pages_of as artifact_pages, Artifact, ResultPolicy, MIN_INLINE_TOKENS,
 };
 pub use runtime::{Decision, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats};
-pub use script::{Awaiting, Pending, Problem};
+pub use script::{Awaiting, Pending, Problem, Severity};
 pub use store::{RunRecord, RunStatus, Store, StoredArtifact, STORE_ENV};
 pub use tool::{
     Approval, Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext,

@@ -857,21 +857,40 @@ fn print_human(outcome: &RunOutcome) {
 async fn check(script: &Path, tools: &ToolsArg, json: bool) -> Result<ExitCode, String> {
     let source = read_script(script)?;
     let runtime = Runtime::new(registry(tools).await?);
+    // Warnings (a script that runs, but most likely not as meant) are reported; only errors
+    // fail the check.
+    let no_errors = |problems: &[toolscript::Problem]| {
+        problems
+            .iter()
+            .all(|p| p.severity != toolscript::Severity::Error)
+    };
     let (ok, report) = match runtime.check(&source) {
         Ok(problems) if json => (
-            problems.is_empty(),
-            json!({"ok": problems.is_empty(), "problems": problems}).to_string(),
+            no_errors(&problems),
+            json!({"ok": no_errors(&problems), "problems": problems}).to_string(),
         ),
         Ok(problems) if problems.is_empty() => (true, "ok: no problems found".to_string()),
         Ok(problems) => {
             let lines: Vec<String> = problems
                 .iter()
-                .map(|p| match (p.line, p.column) {
-                    (Some(l), Some(c)) => format!("{l}:{c}: {}", p.message),
-                    _ => p.message.clone(),
+                .map(|p| {
+                    let severity = match p.severity {
+                        toolscript::Severity::Error => "error",
+                        _ => "warning",
+                    };
+                    let at = match (p.line, p.column) {
+                        (Some(l), Some(c)) => format!("{l}:{c}: "),
+                        _ => String::new(),
+                    };
+                    let next = p
+                        .suggested_next_action
+                        .as_ref()
+                        .map(|a| format!("\n  next: {a}"))
+                        .unwrap_or_default();
+                    format!("{at}{severity}: {}{next}", p.message)
                 })
                 .collect();
-            (false, lines.join("\n"))
+            (no_errors(&problems), lines.join("\n"))
         }
         Err(e) if json => (
             false,

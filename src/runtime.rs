@@ -449,7 +449,8 @@ impl Runtime {
         let ast = self
             .compiler
             .compile(source)
-            .map_err(|e| engine::from_parse(&e))?;
+            .map_err(|e| engine::from_parse(source, &e))?;
+        let ast = engine::rewrite_catches(ast);
         let scout_ast = Arc::new(speculate::rewrite_with(&ast, &self.effectful));
         Ok(Script {
             ast: Arc::new(ast),

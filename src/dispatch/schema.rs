@@ -5,44 +5,260 @@ use serde_json::Value;
 use crate::error::{ErrorKind, ToolError};
 use crate::tool::RegisteredTool;
 
-/// Step 7: the arguments must be an object and match the input schema. The message names the
-/// JSON pointer and the rule, and may quote the arguments (they are the script's own).
+/// Step 7: the arguments must be an object and match the input schema. The message names each
+/// wrong field as the script wrote it (`args.filter.state`) and what it must be (the allowed
+/// values of an enum, the expected type, the missing field, the allowed fields), and may quote
+/// the arguments (they are the script's own); the next action says what to write.
 pub(crate) fn check_input(tool: &RegisteredTool, args: &Value) -> Result<(), ToolError> {
     if !args.is_object() {
+        let example = tool.map_example();
+        let function = tool.function_name();
         return Err(ToolError::new(
             ErrorKind::InvalidInput,
             format!(
-                "`{}` takes one object map, as in {}(#{{...}}); it was given {}",
+                "`{}` takes one object map, as in {function}({example}); it was given {}",
                 tool.spec.name,
-                tool.function_name(),
                 json_type(args)
             ),
-        ));
+        )
+        .with_next_action(format!("write {function}({example})")));
     }
-    let problems: Vec<String> = tool
+    let problems: Vec<(String, Option<String>)> = tool
         .input
         .iter_errors(args)
         .take(3)
-        .map(|e| {
-            format!(
-                "at {} ({}): {}",
-                pointer(&e.instance_path().to_string()),
-                e.kind().keyword(),
-                e
-            )
-        })
+        .map(|e| explain(&e, &tool.spec.input_schema))
         .collect();
     if problems.is_empty() {
         return Ok(());
     }
-    Err(ToolError::new(
+    let action = problems.iter().find_map(|(_, action)| action.clone());
+    let messages: Vec<&str> = problems.iter().map(|(m, _)| m.as_str()).collect();
+    let error = ToolError::new(
         ErrorKind::InvalidInput,
         format!(
             "arguments of `{}` do not match its input schema: {}",
             tool.spec.name,
-            problems.join("; ")
+            messages.join("; ")
         ),
-    ))
+    );
+    Err(match action {
+        Some(action) => error.with_next_action(action),
+        None => error,
+    })
+}
+
+/// One violation of an input schema: what is wrong where, and what to write instead.
+fn explain(e: &jsonschema::ValidationError<'_>, schema: &Value) -> (String, Option<String>) {
+    use jsonschema::error::ValidationErrorKind as K;
+    let at = field_path(&e.instance_path().to_string());
+    let given = e.instance();
+    match e.kind() {
+        K::Enum { options } => {
+            let values = options.as_array().cloned().unwrap_or_default();
+            allowed_values(&at, &values, false, given)
+        }
+        K::Constant { expected_value } => {
+            allowed_values(&at, std::slice::from_ref(&**expected_value), false, given)
+        }
+        K::Type { kind } => {
+            let expected = type_names(kind);
+            (
+                format!(
+                    "`{at}` must be {expected}; it is {} ({})",
+                    given,
+                    json_type(given)
+                ),
+                Some(format!("give `{at}` {expected}")),
+            )
+        }
+        K::Required { property } => {
+            let name = property.as_str().unwrap_or_default();
+            (
+                format!("`{at}` is missing the required field `{name}`"),
+                Some(format!("add `{name}: ..` to `{at}`")),
+            )
+        }
+        K::AdditionalProperties { unexpected } => {
+            let parent = e.schema_path().to_string();
+            let parent = parent
+                .strip_suffix("/additionalProperties")
+                .unwrap_or(&parent);
+            let allowed: Vec<String> = resolve(schema, parent)
+                .and_then(|s| s.get("properties"))
+                .and_then(Value::as_object)
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            let list = |names: &[String]| {
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut action = format!("remove {}", list(unexpected));
+            if let Some(first) = unexpected.first() {
+                if let Some(near) = closest(first, allowed.iter().map(String::as_str)) {
+                    action = format!("write `{near}` instead of `{first}`");
+                }
+            }
+            (
+                format!(
+                    "`{at}` has no field {}; its fields are {}",
+                    list(unexpected),
+                    if allowed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        list(&allowed)
+                    }
+                ),
+                Some(action),
+            )
+        }
+        K::AnyOf { context } | K::OneOfNotValid { context } => {
+            // Each alternative failed; when each is a plain value or type (an enum or null, as
+            // `Option<Enum>` comes out), name them all.
+            let mut values = Vec::new();
+            let mut types = Vec::new();
+            let mut simple = true;
+            for branch in context {
+                for inner in branch {
+                    match inner.kind() {
+                        K::Enum { options } => {
+                            values.extend(options.as_array().cloned().unwrap_or_default())
+                        }
+                        K::Constant { expected_value } => values.push((**expected_value).clone()),
+                        K::Type { kind } => types.push(type_names(kind)),
+                        _ => simple = false,
+                    }
+                }
+            }
+            if simple && !values.is_empty() {
+                let nullable = types.iter().any(|t| t == "()");
+                return allowed_values(&at, &values, nullable, given);
+            }
+            if simple && !types.is_empty() {
+                let expected = types.join(" or ");
+                return (
+                    format!(
+                        "`{at}` must be {expected}; it is {} ({})",
+                        given,
+                        json_type(given)
+                    ),
+                    Some(format!("give `{at}` {expected}")),
+                );
+            }
+            match context.iter().flatten().next() {
+                Some(inner) => explain(inner, schema),
+                None => (format!("`{at}`: {e}"), None),
+            }
+        }
+        _ => (format!("`{at}` ({}): {e}", e.kind().keyword()), None),
+    }
+}
+
+/// "`args.state` must be one of ..." with the closest allowed value as the next action.
+fn allowed_values(
+    at: &str,
+    values: &[Value],
+    nullable: bool,
+    given: &Value,
+) -> (String, Option<String>) {
+    let mut shown: Vec<String> = values.iter().map(Value::to_string).collect();
+    shown.dedup();
+    if nullable {
+        shown.push("()".to_string());
+    }
+    let message = format!("`{at}` must be one of {}; it is {given}", shown.join(", "));
+    let texts: Vec<String> = values
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let action = match given
+        .as_str()
+        .and_then(|g| closest(g, texts.iter().map(String::as_str)))
+    {
+        Some(near) => format!(
+            "write `{}: \"{near}\"`",
+            at.rsplit('.').next().unwrap_or(at)
+        ),
+        None => format!("use one of {}", shown.join(", ")),
+    };
+    (message, Some(action))
+}
+
+/// The candidate nearest to `name`, if one is close enough to be a likely slip.
+fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 2).max(2);
+    candidates
+        .map(|c| {
+            (
+                crate::tool::edit_distance(&name.to_lowercase(), &c.to_lowercase()),
+                c,
+            )
+        })
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// "a string", "an int", "a string or ()", for a schema's `type`.
+fn type_names(kind: &jsonschema::error::TypeKind) -> String {
+    use jsonschema::error::TypeKind;
+    let name = |t: &jsonschema::JsonType| match t.to_string().as_str() {
+        "integer" => "an int".to_string(),
+        "number" => "a number".to_string(),
+        "string" => "a string".to_string(),
+        "boolean" => "a bool".to_string(),
+        "array" => "an array".to_string(),
+        "object" => "an object map `#{...}`".to_string(),
+        "null" => "()".to_string(),
+        other => other.to_string(),
+    };
+    match kind {
+        TypeKind::Single(t) => name(t),
+        TypeKind::Multiple(set) => set
+            .iter()
+            .map(|t| name(&t))
+            .collect::<Vec<_>>()
+            .join(" or "),
+    }
+}
+
+/// A JSON pointer into the arguments, as the script writes it: `/filter/state` is
+/// `args.filter.state`, `/ids/0` is `args.ids[0]`.
+fn field_path(pointer: &str) -> String {
+    let mut out = "args".to_string();
+    for raw in pointer.split('/').skip(1) {
+        let segment = raw.replace("~1", "/").replace("~0", "~");
+        if segment.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{segment}]"));
+        } else if segment.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            out.push('.');
+            out.push_str(&segment);
+        } else {
+            out.push_str(&format!("[{segment:?}]"));
+        }
+    }
+    out
+}
+
+/// The sub-schema at a schema path, following local `$ref`s on the way.
+fn resolve<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut at = root;
+    for raw in path.split('/').skip(1) {
+        let segment = raw.replace("~1", "/").replace("~0", "~");
+        if segment == "$ref" {
+            let target = at.get("$ref")?.as_str()?.strip_prefix('#')?;
+            at = root.pointer(target)?;
+            continue;
+        }
+        at = match at {
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            other => other.get(&segment)?,
+        };
+    }
+    Some(at)
 }
 
 /// Step 9: the result must match the output schema. The invalid value is never quoted: only
@@ -188,7 +404,7 @@ mod tests {
         let e = check_input(t, &json!({"id": 0})).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         assert!(
-            e.message.contains("`/id`") && e.message.contains("minimum"),
+            e.message.contains("`args.id`") && e.message.contains("minimum"),
             "{}",
             e.message
         );

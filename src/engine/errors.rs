@@ -1,24 +1,46 @@
 //! Errors crossing the script boundary: a [`ToolError`] becomes a catchable Rhai error whose
 //! value is an object map, and whatever ends a script becomes a [`RunError`].
+//!
+//! # One shape
+//!
+//! What a `catch (e)` block sees and what a run that ends in an error reports have the same
+//! fields: `kind`, `message`, `line`, `column`, `tool` (`()` when no tool failed),
+//! `recoverable` and `suggested_next_action` ([`error_map`], [`RunError::to_json`]). A tool's
+//! error is built in that shape at the call site; Rhai's own errors (a property of `()`, an
+//! index out of bounds) are put in it by the catch rewrite ([`super::catch`]); a thrown value
+//! that is not a map becomes a `script_error` whose `message` is the value as text and whose
+//! `value` is the value itself; a thrown map is the script's own and stays as thrown.
 
 use rhai::{Dynamic, EvalAltResult, Map, ParseError, Position};
 use serde_json::Value;
 
+use super::diagnose::{Fault, Known};
 use super::{to_dynamic, Limits, DEADLINE};
 use crate::error::{ErrorKind, RunError, ToolError};
 
-/// The catchable error a failed call throws: `#{kind, message, tool, recoverable,
-/// suggested_next_action}`, at the call site.
-pub(crate) fn to_rhai(e: ToolError, position: Position) -> Box<EvalAltResult> {
+/// An error as a script sees it in `catch (e)`: `#{kind, message, line, column, tool,
+/// recoverable, suggested_next_action}`, absent values as `()`.
+pub(crate) fn error_map(e: &RunError) -> Map {
+    let unit_or = |v: Option<Dynamic>| v.unwrap_or(Dynamic::UNIT);
+    let int = |v: Option<usize>| unit_or(v.map(|n| Dynamic::from(n as i64)));
     let mut map = Map::new();
     map.insert("kind".into(), e.kind.as_str().into());
-    map.insert("message".into(), e.message.into());
-    map.insert("tool".into(), e.tool.map_or(Dynamic::UNIT, Into::into));
+    map.insert("message".into(), e.message.clone().into());
+    map.insert("line".into(), int(e.line));
+    map.insert("column".into(), int(e.column));
+    map.insert("tool".into(), unit_or(e.tool.clone().map(Into::into)));
     map.insert("recoverable".into(), e.recoverable.into());
     map.insert(
         "suggested_next_action".into(),
-        e.suggested_next_action.map_or(Dynamic::UNIT, Into::into),
+        unit_or(e.suggested_next_action.clone().map(Into::into)),
     );
+    map
+}
+
+/// The catchable error a failed call throws, at the call site, in the one shape.
+pub(crate) fn to_rhai(e: ToolError, position: Position) -> Box<EvalAltResult> {
+    let (line, column) = line_column(position);
+    let map = error_map(&RunError::from_tool(e, line, column));
     Box::new(EvalAltResult::ErrorRuntime(map.into(), position))
 }
 
@@ -76,18 +98,23 @@ pub(crate) fn thrown_error(value: &Dynamic) -> Thrown {
     Thrown::Structured(error)
 }
 
-/// A compile error: `invalid_script` with its line and column.
-pub(crate) fn from_parse(e: &ParseError) -> RunError {
-    let (line, column) = line_column(e.position());
-    RunError {
-        line,
-        column,
-        ..RunError::new(ErrorKind::InvalidScript, e.err_type().to_string())
-    }
+/// A compile error: `invalid_script` with its line and column, and what to write instead when
+/// the script's text shows a known mistake.
+pub(crate) fn from_parse(source: &str, e: &ParseError) -> RunError {
+    super::diagnose::parse_error(source, e)
 }
 
 /// Whatever ended the script, as the run's error.
 pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
+    from_rhai_with(e, limits, None)
+}
+
+/// As [`from_rhai`], with what the diagnosis may know of the script's tools and functions.
+pub(crate) fn from_rhai_with(
+    e: EvalAltResult,
+    limits: &Limits,
+    known: Option<&Known<'_>>,
+) -> RunError {
     let position = e.position();
     let (line, column) = line_column(position);
     let at = |error: RunError| RunError {
@@ -95,10 +122,17 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
         column,
         ..error
     };
+    let limit = |what: &str, value: String, name: &str| {
+        let flag = name.replace('_', "-");
+        at(RunError::new(
+            ErrorKind::LimitExceeded,
+            format!("{what} {value} ({name}); raise it with --{flag} or [limits] {name}"),
+        ))
+    };
     match e {
         // An error inside a script function: report where it happened, not the outer call.
         EvalAltResult::ErrorInFunctionCall(_, _, inner, _) => {
-            let inner = from_rhai(*inner, limits);
+            let inner = from_rhai_with(*inner, limits, known);
             if inner.line.is_some() {
                 inner
             } else {
@@ -109,25 +143,57 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
                 }
             }
         }
-        EvalAltResult::ErrorRuntime(value, _) => at(thrown(value)),
-        EvalAltResult::ErrorTooManyOperations(_) => at(RunError::new(
-            ErrorKind::LimitExceeded,
-            format!(
-                "the script ran more than {} operations",
-                limits.max_operations
-            ),
-        )),
-        EvalAltResult::ErrorStackOverflow(_) => at(RunError::new(
-            ErrorKind::LimitExceeded,
-            format!(
-                "function calls nested deeper than {} levels",
-                limits.max_call_depth
-            ),
-        )),
-        EvalAltResult::ErrorDataTooLarge(what, _) => at(RunError::new(
-            ErrorKind::LimitExceeded,
-            format!("{what} exceeds its limit"),
-        )),
+        EvalAltResult::ErrorRuntime(value, _) => {
+            let error = thrown(&value);
+            if error.line.is_some() {
+                error
+            } else {
+                at(error)
+            }
+        }
+        EvalAltResult::ErrorTooManyOperations(_) => limit(
+            "the script ran more than the",
+            format!("{} operations it may run", limits.max_operations),
+            "max_operations",
+        ),
+        EvalAltResult::ErrorStackOverflow(_) => limit(
+            "function calls nested deeper than",
+            format!("{} levels", limits.max_call_depth),
+            "max_call_depth",
+        ),
+        // A built-in that would allocate past the memory budget says so itself.
+        EvalAltResult::ErrorDataTooLarge(what, _) if what.contains("max_memory_mb") => {
+            at(RunError::new(ErrorKind::LimitExceeded, what))
+        }
+        EvalAltResult::ErrorDataTooLarge(what, _) => {
+            // The sizes the engine enforced: the set ones, or the fallback without a probe.
+            let (strings, arrays, maps) = limits.container_sizes();
+            let (what, value, name) = if what.contains("string") {
+                (
+                    "the script's strings may hold at most",
+                    format!("{strings} bytes"),
+                    "max_string_bytes",
+                )
+            } else if what.contains("array") || what.contains("BLOB") {
+                (
+                    "the script's arrays may hold at most",
+                    format!("{arrays} items, nested ones included"),
+                    "max_array_items",
+                )
+            } else if what.contains("map") {
+                (
+                    "the script's object maps may hold at most",
+                    format!("{maps} items, nested ones included"),
+                    "max_map_items",
+                )
+            } else {
+                return at(RunError::new(
+                    ErrorKind::LimitExceeded,
+                    format!("{what} exceeds its limit"),
+                ));
+            };
+            limit(what, value, name)
+        }
         EvalAltResult::ErrorTerminated(token, _) => {
             let token = token.clone().into_string().unwrap_or_default();
             if let Some(why) = token.strip_prefix(super::STOPPED) {
@@ -135,11 +201,11 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
                 return at(RunError::from_tool(error, None, None));
             }
             if token == super::MEMORY {
-                let message = format!(
-                    "the process holds more than the run's memory budget of {} MiB",
-                    limits.max_memory_mb
+                return limit(
+                    "the process holds more than the run's memory budget of",
+                    format!("{} MiB", limits.max_memory_mb),
+                    "max_memory_mb",
                 );
-                return at(RunError::new(ErrorKind::LimitExceeded, message));
             }
             if token == DEADLINE {
                 let e = crate::dispatch::deadline_passed(limits.timeout);
@@ -154,18 +220,42 @@ pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
         EvalAltResult::ErrorParsing(kind, _) => {
             at(RunError::new(ErrorKind::InvalidScript, kind.to_string()))
         }
-        mut other => {
-            let _ = other.take_position();
-            at(RunError::new(ErrorKind::ScriptError, other.to_string()))
-        }
+        mut other => match Fault::of(&other) {
+            Some(fault) => {
+                let functions = |name: &str| super::diagnose::engine_functions().contains(name);
+                let fallback = Known {
+                    registry: None,
+                    functions: &functions,
+                };
+                fault.diagnose(known.unwrap_or(&fallback)).at(line, column)
+            }
+            None => {
+                let _ = other.take_position();
+                at(RunError::new(ErrorKind::ScriptError, other.to_string()))
+            }
+        },
     }
 }
 
-/// A thrown value that ends the script: a structured error keeps its fields; anything else is a
-/// `script_error`.
-fn thrown(value: Dynamic) -> RunError {
-    match thrown_error(&value) {
-        Thrown::Structured(error) => RunError::from_tool(error, None, None),
+/// A thrown value that ends the script: a structured error keeps its fields (and its line and
+/// column, when it has them: a caught error thrown again is reported where it first happened);
+/// anything else is a `script_error`.
+fn thrown(value: &Dynamic) -> RunError {
+    match thrown_error(value) {
+        Thrown::Structured(error) => {
+            let (line, column) = value
+                .read_lock::<Map>()
+                .map(|map| {
+                    let int = |key: &str| {
+                        map.get(key)
+                            .and_then(|v| v.as_int().ok())
+                            .and_then(|n| usize::try_from(n).ok())
+                    };
+                    (int("line"), int("column"))
+                })
+                .unwrap_or_default();
+            RunError::from_tool(error, line, column)
+        }
         Thrown::MalformedKind(_) | Thrown::Plain => RunError::new(
             ErrorKind::ScriptError,
             format!("uncaught exception: {value}"),

@@ -14,6 +14,8 @@ pub(crate) type ToolCall =
 /// Makes every tool a script function (under its function name: the alias of a `-` name) with
 /// one argument or none, plus the generic `tool(name, args)`; all of them call `call`.
 pub(crate) fn register_tool_functions(engine: &mut Engine, registry: &Registry, call: ToolCall) {
+    // A caught error's diagnosis names the tools.
+    super::catch::register(engine, Some(registry.clone()));
     let empty = || Dynamic::from_map(Map::new());
     for tool in registry.iter() {
         let function = tool.function_name();

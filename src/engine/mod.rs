@@ -6,6 +6,8 @@
 //! It knows nothing of runs, epochs or speculation: those are the executor's (`script`) and the
 //! scout's (`speculate`), which both build on it.
 
+mod catch;
+pub(crate) mod diagnose;
 mod errors;
 mod functions;
 mod limits;
@@ -16,8 +18,10 @@ mod value;
 pub use limits::{LimitKey, Limits};
 pub use memory::set_memory_probe;
 
+pub(crate) use catch::rewrite as rewrite_catches;
 pub(crate) use errors::{
-    from_parse, from_rhai, line_column, outcome_to_rhai, thrown_error, to_rhai, Thrown,
+    from_parse, from_rhai, from_rhai_with, line_column, outcome_to_rhai, thrown_error, to_rhai,
+    Thrown,
 };
 pub(crate) use functions::{register_tool_functions, ToolCall};
 pub(crate) use threads::{block_on, spawn_script_thread, ScriptPool};
@@ -135,6 +139,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
     engine.set_max_map_size(maps);
     engine.set_max_functions(limits.max_functions);
     engine.set_max_variables(limits.max_variables);
+    catch::register(&mut engine, None);
     let max_memory =
         usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     memory::register_checked_builtins(&mut engine, max_memory);

@@ -1,26 +1,70 @@
 //! Static checks of a compiled script, without running a tool: calls to functions that exist
-//! nowhere, `tool("...")` with an unknown literal name, and tool functions given more than their
-//! one argument.
+//! nowhere, `tool("...")` with an unknown literal name, tool functions given more than their
+//! one argument, constant arguments that break a tool's schema, and names from other languages
+//! that no script declares (`console`, `None`, `undefined`). Each is reported with the kind,
+//! message, position and next action the run reports when it reaches it: both take them from
+//! `engine::diagnose` and the dispatch path's own checks.
+//!
+//! Two warnings point at scripts that run but most likely do not do what was meant: a last
+//! statement that has no value (a `try`, a loop, a `let`, an `if` without `else`: the script's
+//! value is then `()`), and `${...}` in a string that is not a backtick string (it is printed
+//! as written).
 
 use std::collections::HashSet;
 
 use rhai::{ASTNode, Engine, Expr, FnCallExpr, Position, Stmt, AST};
 use serde::Serialize;
 
-use crate::engine;
+use crate::engine::{self, diagnose};
+use crate::error::ErrorKind;
 use crate::tool::{RegisteredTool, Registry};
+
+/// How sure `check` is that a problem is one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Severity {
+    /// The run fails here when it gets here, with this error.
+    Error,
+    /// The script runs, but most likely not as meant.
+    Warning,
+}
 
 /// A problem `check` found, at a place in the script.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Problem {
+    /// Whether the run would fail here.
+    pub severity: Severity,
+    /// The error's kind, as the run reports it (`unknown_tool`, `invalid_input`, ...); for a
+    /// warning, `script_error`.
+    pub kind: String,
     /// 1-based line.
     pub line: Option<usize>,
     /// 1-based column.
     pub column: Option<usize>,
     /// What is wrong, for a person or a model.
     pub message: String,
+    /// What to write instead.
+    pub suggested_next_action: Option<String>,
 }
+
+/// Names from other languages that Rhai does not have: used but never declared, each is the
+/// run's `Variable not found`.
+const FOREIGN_NAMES: &[&str] = &[
+    "undefined",
+    "None",
+    "NULL",
+    "Null",
+    "True",
+    "False",
+    "TRUE",
+    "FALSE",
+    "console",
+    "JSON",
+    "Object",
+    "Math",
+];
 
 /// Names of every function a script can call: the engine's (tools included) and the script's own.
 pub(crate) fn known_functions(engine: &Engine, ast: &AST) -> HashSet<String> {
@@ -49,12 +93,15 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
     });
 
     let mut problems = Vec::new();
-    let mut report = |position: Position, message: String| {
+    let mut report = |position: Position, hint: diagnose::Hint| {
         let (line, column) = engine::line_column(position);
         problems.push(Problem {
+            severity: Severity::Error,
+            kind: hint.kind.as_str().to_string(),
             line,
             column,
-            message,
+            message: hint.message,
+            suggested_next_action: hint.action,
         });
     };
     ast.walk(&mut |path: &[ASTNode]| {
@@ -70,27 +117,106 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
         let name = call.name.as_str();
         if !method && tools.contains(name) {
             if call.args.len() > 1 {
-                report(
-                    position,
-                    format!("`{name}` takes one object map, as in {name}(#{{...}}); it is given {} arguments", call.args.len()),
-                );
+                if let Some(tool) = registry.get(name) {
+                    report(position, diagnose::positional_call(tool, call.args.len()));
+                }
             } else if let (Some(tool), Some(args)) = (registry.get(name), call.args.first()) {
                 check_constant_args(tool, args, position, &mut report);
             }
         } else if !method && name == "tool" {
             check_generic(call, registry, position, &mut report);
-            if let (Some(Expr::StringConstant(tool, _)), Some(args)) = (call.args.first(), call.args.get(1)) {
+            if let (Some(Expr::StringConstant(tool, _)), Some(args)) =
+                (call.args.first(), call.args.get(1))
+            {
                 if let Some(tool) = registry.get(tool) {
                     check_constant_args(tool, args, position, &mut report);
                 }
             }
         } else if !known.contains(name) {
-            let what = if method { "method" } else { "function" };
-            report(position, registry.unknown(name, what).message);
+            report(position, diagnose::unknown_function(name, Some(registry)));
         }
         true
     });
+    // Names from other languages, where the script declares no such variable.
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Expr(Expr::Variable(var, _, position))) = path.last() {
+            let name = var.1.as_str();
+            if FOREIGN_NAMES.contains(&name) && !known.contains(name) {
+                report(*position, diagnose::variable_not_found(name));
+            }
+        }
+        true
+    });
+    problems.sort_by_key(|p| (p.line, p.column));
+    problems.extend(warnings(ast));
     problems
+}
+
+/// The warnings: a last statement without a value, `${...}` outside a backtick string.
+fn warnings(ast: &AST) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut warn = |position: Position, message: String, action: String| {
+        let (line, column) = engine::line_column(position);
+        out.push(Problem {
+            severity: Severity::Warning,
+            kind: ErrorKind::ScriptError.as_str().to_string(),
+            line,
+            column,
+            message,
+            suggested_next_action: Some(action),
+        });
+    };
+    if let Some(last) = ast.statements().last() {
+        let what = match last {
+            Stmt::TryCatch(..) => Some("a `try` is a statement"),
+            Stmt::For(..) => Some("a `for` loop is a statement"),
+            Stmt::While(..) => Some("a `while` or `loop` is a statement"),
+            Stmt::Do(..) => Some("a `do` loop is a statement"),
+            Stmt::Var(..) => Some("a `let` is a statement"),
+            Stmt::Assignment(..) => Some("an assignment is a statement"),
+            Stmt::If(flow, ..) if flow.branch.is_empty() => {
+                Some("an `if` without `else` gives () when its condition is false")
+            }
+            _ => None,
+        };
+        if let Some(what) = what {
+            let action = match last {
+                Stmt::Var(var, ..) => format!("end the script with the value: write `{}` as its last line", var.0.name),
+                Stmt::TryCatch(..) => "declare the result before the `try` (`let result = ();`), assign it in both blocks, and end the script with `result`".to_string(),
+                Stmt::If(..) => "add an `else` branch with the value for the other case, or end the script with a variable".to_string(),
+                _ => "collect what you need in a variable declared before it, and end the script with that variable".to_string(),
+            };
+            warn(
+                last.position(),
+                format!(
+                    "the script's last statement has no value, so the script returns (): {what}"
+                ),
+                action,
+            );
+        }
+    }
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Expr(Expr::StringConstant(text, position))) = path.last() {
+            if has_interpolation(text) {
+                warn(
+                    *position,
+                    format!(
+                        "\"{text}\" is not interpolated: `${{...}}` works only in backtick strings"
+                    ),
+                    format!("use backticks: `{text}`"),
+                );
+            }
+        }
+        true
+    });
+    out
+}
+
+/// Whether `text` holds `${name...}`, which only a backtick string interpolates.
+fn has_interpolation(text: &str) -> bool {
+    text.split("${")
+        .skip(1)
+        .any(|rest| rest.contains('}') && rest.starts_with(|c: char| c.is_alphabetic() || c == '_'))
 }
 
 /// Arguments written as a constant map are checked against the tool's input schema, as the
@@ -99,14 +225,14 @@ fn check_constant_args(
     tool: &RegisteredTool,
     args: &Expr,
     position: Position,
-    report: &mut impl FnMut(Position, String),
+    report: &mut impl FnMut(Position, diagnose::Hint),
 ) {
     let Some(value) = constant_value(args) else {
         return;
     };
     if let Ok(json) = engine::to_json(&value) {
         if let Err(e) = crate::dispatch::check_input(tool, &json) {
-            report(position, e.message);
+            report(position, diagnose::Hint::from_tool(e));
         }
     }
 }
@@ -140,11 +266,14 @@ fn check_generic(
     call: &FnCallExpr,
     registry: &Registry,
     position: Position,
-    report: &mut impl FnMut(Position, String),
+    report: &mut impl FnMut(Position, diagnose::Hint),
 ) {
     if let Some(Expr::StringConstant(name, _)) = call.args.first() {
         if registry.get(name).is_none() {
-            report(position, registry.unknown_tool(name).message);
+            report(
+                position,
+                diagnose::Hint::from_tool(registry.unknown_tool(name)),
+            );
         }
     }
 }

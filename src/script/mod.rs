@@ -5,7 +5,7 @@
 
 mod check;
 
-pub use check::Problem;
+pub use check::{Problem, Severity};
 
 pub(crate) use check::{check, known_functions};
 
@@ -303,32 +303,23 @@ impl Executor {
     }
 }
 
-/// A call to a function that exists nowhere is a call to a tool that does not exist:
-/// `unknown_tool`, with the closest tool name as the hint. (A known function called with the
-/// wrong argument types stays a `script_error`.)
-fn unknown_function(
-    error: &rhai::EvalAltResult,
+/// Whatever ended the script, as the run's error, diagnosed knowing the run's tools and the
+/// script's functions: a function that exists nowhere is an unknown tool (with the closest
+/// tool name as the hint), a tool given positional arguments names its parameters.
+fn run_error(
+    error: rhai::EvalAltResult,
     engine: &Engine,
     ast: &AST,
     registry: &crate::tool::Registry,
-) -> Option<RunError> {
-    let mut error = error;
-    while let rhai::EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = error {
-        error = inner;
-    }
-    let rhai::EvalAltResult::ErrorFunctionNotFound(signature, position) = error else {
-        return None;
+    limits: &Limits,
+) -> RunError {
+    let functions = known_functions(engine, ast);
+    let exists = |name: &str| functions.contains(name);
+    let known = engine::diagnose::Known {
+        registry: Some(registry),
+        functions: &exists,
     };
-    let name = signature
-        .split(|c: char| c == '(' || c.is_whitespace())
-        .next()
-        .unwrap_or_default();
-    if known_functions(engine, ast).contains(name) {
-        return None;
-    }
-    let tool_error = registry.unknown(name, "tool or function");
-    let (line, column) = engine::line_column(*position);
-    Some(RunError::from_tool(tool_error, line, column))
+    engine::from_rhai_with(error, limits, Some(&known))
 }
 
 /// What the executor hands back to the runtime.
@@ -407,12 +398,7 @@ pub(crate) fn execute(
     let _span = tracing::debug_span!("script").entered();
     let result = engine
         .eval_ast_with_scope::<Dynamic>(&mut engine::run_scope(&executor.ctx), ast)
-        .map_err(
-            |e| match unknown_function(&e, &engine, ast, &executor.ctx.registry) {
-                Some(error) => error,
-                None => engine::from_rhai(*e, limits),
-            },
-        )
+        .map_err(|e| run_error(*e, &engine, ast, &executor.ctx.registry, limits))
         .and_then(|value| {
             engine::to_json(&value).map_err(|e| {
                 RunError::new(

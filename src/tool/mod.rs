@@ -6,7 +6,7 @@ mod registry;
 
 pub(crate) use describe::describe;
 pub use describe::Format;
-pub(crate) use registry::{check_name, RegisteredTool, MAX_NAME_LEN};
+pub(crate) use registry::{check_name, edit_distance, RegisteredTool, MAX_NAME_LEN};
 pub use registry::{Registry, RegistryBuilder};
 
 use std::fmt;

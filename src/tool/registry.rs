@@ -441,8 +441,32 @@ fn compile_schema(name: &str, which: &str, schema: &Value) -> Result<jsonschema:
         .map_err(|e| Error::registry(name, format!("the {which} schema does not compile: {e}")))
 }
 
+impl RegisteredTool {
+    /// The argument map a call takes, as a script writes it: `#{ owner: .., repo: .. }`, the
+    /// input schema's required properties first.
+    pub(crate) fn map_example(&self) -> String {
+        let schema = &self.spec.input_schema;
+        let mut names: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some(properties) = schema["properties"].as_object() {
+            for name in properties.keys() {
+                if !names.contains(&name.as_str()) {
+                    names.push(name);
+                }
+            }
+        }
+        if names.is_empty() {
+            return "#{}".to_string();
+        }
+        let fields: Vec<String> = names.iter().map(|n| format!("{n}: ..")).collect();
+        format!("#{{ {} }}", fields.join(", "))
+    }
+}
+
 /// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

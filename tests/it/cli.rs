@@ -501,6 +501,28 @@ fn check_dash_reads_the_script_from_stdin() {
     assert!(out.stdout.contains("frobnicate"), "{out:?}");
 }
 
+/// A warning (the script runs, but most likely not as meant) is reported, and the check passes.
+#[test]
+fn check_reports_warnings_and_passes_on_them() {
+    let script = "let n = 3;\nprint(\"n is ${n}\");\nlet r = 0;\ntry { r = get_customer(#{id: n}); } catch (e) { r = () }";
+    let out = toolscript_with_stdin(&["check", "-"], script);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("2:7: warning:"), "{out:?}");
+    assert!(out.stdout.contains("4:1: warning:"), "{out:?}");
+    assert!(out.stdout.contains("next: "), "{out:?}");
+    let out = toolscript_with_stdin(&["check", "--json", "-"], script);
+    let json: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["ok"], true, "{json}");
+    assert!(
+        json["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["severity"] == "warning"),
+        "{json}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // exit status 2: usage, manifest and registry errors
 

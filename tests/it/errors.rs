@@ -42,7 +42,7 @@ const CASES: &[Case] = &[
         kind: "invalid_input",
         line: Some(1),
         column: Some(1),
-        message_has: "/id",
+        message_has: "args.id",
     },
     Case {
         script: "get_user(42)",
@@ -273,7 +273,7 @@ fn check_finds_bad_calls_without_running_them() {
         .collect();
     assert_eq!(found.len(), 5, "{found:?}");
     assert!(
-        found[0].0 == Some(1) && found[0].1.contains("/id"),
+        found[0].0 == Some(1) && found[0].1.contains("args.id"),
         "{found:?}"
     );
     assert!(

@@ -31,6 +31,7 @@ mod mcp_http;
 #[cfg(feature = "cli")]
 mod mcp_server;
 mod meaning;
+mod mistakes;
 mod receipts;
 #[cfg(feature = "cli")]
 mod results;

@@ -154,13 +154,22 @@ async fn a_caught_error_is_a_structured_map() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rethrown_error_keeps_its_kind_and_the_new_position() {
+async fn a_rethrown_error_keeps_its_kind_and_where_it_happened() {
+    // The caught map carries the failed call's line and column; thrown again, the run's error
+    // says the same (the rethrow is plumbing; the call is what to fix).
     let outcome =
         run("let e = ();\ntry { get_user(#{id: 1000}) } catch (err) { e = err; }\nthrow e;").await;
     let e = error_of(&outcome);
     assert_eq!(e.kind.as_str(), "not_found");
     assert_eq!(e.tool.as_deref(), Some("get_user"));
-    assert_eq!(e.line, Some(3));
+    assert_eq!((e.line, e.column), (Some(2), Some(7)));
+    // A new map thrown in its place is reported where it is thrown.
+    let outcome = run(
+        "let e = ();\ntry { get_user(#{id: 1000}) } catch (err) { e = err; }\nthrow #{ kind: e.kind, message: \"again\" };",
+    )
+    .await;
+    let e = error_of(&outcome);
+    assert_eq!((e.kind.as_str(), e.line), ("not_found", Some(3)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,262 @@
+//! One shape for every caught error: the rewrite of `catch` blocks and `throw` statements that
+//! makes what `catch (e)` sees the map a tool error is, whatever was thrown.
+//!
+//! Rhai builds the value of a catch variable itself: the thrown value for a `throw` (and for a
+//! tool's error, which is thrown as a map), and for its own errors a map of its own
+//! (`#{error: "ErrorDotExpr", message, line, position, ...}`). No hook sees that value before
+//! the block does, so [`rewrite`] changes the script instead:
+//!
+//! | site | becomes |
+//! |---|---|
+//! | `catch (e) { body }` | `catch (e) { e = __ts_caught(e); body }` |
+//! | `throw x` | `throw __ts_thrown(x)` |
+//!
+//! `__ts_thrown` keeps a map as thrown (the script's own structured error) and turns any other
+//! value into `#{kind: "script_error", message: <the value as text>, value: <the value>, line,
+//! column, ...}` at the `throw`. `__ts_caught` keeps a map with a `kind` and puts Rhai's own
+//! error maps into the one shape, diagnosed as an uncaught error would be
+//! ([`super::diagnose`]).
+//!
+//! # What is not rewritten
+//!
+//! The bodies of script functions and closures: Rhai 1.27 does not export the type of a
+//! function's body, so a changed function cannot be built (see `speculate/rewrite.rs`). A
+//! `catch` inside a function still gets the one shape for tool errors; for Rhai's own errors
+//! and thrown strings it gets Rhai's value. A `throw "text"` inside a function caught outside
+//! it gets the one shape without a line.
+
+use std::sync::OnceLock;
+
+use rhai::{
+    Dynamic, Engine, Expr, FnCallExpr, Map, Module, NativeCallContext, Position, Stmt, StmtBlock,
+    AST,
+};
+
+use super::diagnose::{Fault, Known};
+use super::errors::error_map;
+use crate::error::{ErrorKind, RunError};
+use crate::tool::Registry;
+
+/// The function a rewritten `catch` block calls on its variable first.
+pub(crate) const CAUGHT: &str = "__ts_caught";
+/// The function a rewritten `throw` calls on the thrown value.
+pub(crate) const THROWN: &str = "__ts_thrown";
+
+/// Returns `ast` with every `catch` block of its main body normalising its variable and every
+/// `throw` wrapped (see the module documentation). Functions, the source and the
+/// documentation are kept. No variable is added: the assignment is to the catch variable.
+pub(crate) fn rewrite(ast: AST) -> AST {
+    let mut changed = false;
+    let statements: Vec<Stmt> = ast
+        .statements()
+        .iter()
+        .map(|stmt| {
+            let mut stmt = stmt.clone();
+            changed |= rewrite_stmt(&mut stmt);
+            stmt
+        })
+        .collect();
+    if !changed {
+        return ast;
+    }
+    let mut rewritten = ast.clone_functions_only();
+    rewritten.combine(AST::new(statements, Module::new()));
+    rewritten
+}
+
+/// A raw engine for the templates: no custom syntax, no functions the optimizer could fold.
+fn template_engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(Engine::new_raw)
+}
+
+/// A call of [`THROWN`] with one argument, to be given the thrown expression.
+fn thrown_call() -> &'static FnCallExpr {
+    static CALL: OnceLock<FnCallExpr> = OnceLock::new();
+    CALL.get_or_init(|| {
+        let ast = template_engine()
+            .compile(format!("{THROWN}(x)"))
+            .expect("the throw template compiles");
+        match ast.statements() {
+            [Stmt::FnCall(call, ..)] => (**call).clone(),
+            [Stmt::Expr(expr)] => match &**expr {
+                Expr::FnCall(call, ..) => (**call).clone(),
+                other => unreachable!("the throw template is a call: {other:?}"),
+            },
+            other => unreachable!("the throw template is one call: {other:?}"),
+        }
+    })
+}
+
+/// `name = __ts_caught(name);`
+fn caught_statement(name: &str) -> Option<Stmt> {
+    let ast = template_engine()
+        .compile(format!("{name} = {CAUGHT}({name});"))
+        .ok()?;
+    ast.statements().first().cloned()
+}
+
+fn rewrite_block(block: &mut StmtBlock) -> bool {
+    let mut changed = false;
+    for stmt in block.statements_mut().iter_mut() {
+        changed |= rewrite_stmt(stmt);
+    }
+    changed
+}
+
+fn rewrite_stmt(stmt: &mut Stmt) -> bool {
+    match stmt {
+        Stmt::If(flow, ..) => {
+            let a = rewrite_expr(&mut flow.expr);
+            let b = rewrite_block(&mut flow.body);
+            rewrite_block(&mut flow.branch) | a | b
+        }
+        Stmt::While(flow, ..) | Stmt::Do(flow, ..) => {
+            rewrite_expr(&mut flow.expr) | rewrite_block(&mut flow.body)
+        }
+        Stmt::For(for_loop, ..) => {
+            let flow = &mut for_loop.2;
+            rewrite_expr(&mut flow.expr) | rewrite_block(&mut flow.body)
+        }
+        Stmt::Switch(switch, ..) => {
+            let (subject, cases) = &mut **switch;
+            let mut changed = rewrite_expr(subject);
+            for case in cases.expressions.iter_mut() {
+                changed |= rewrite_expr(&mut case.lhs);
+                changed |= rewrite_expr(&mut case.rhs);
+            }
+            changed
+        }
+        Stmt::Var(var, ..) => rewrite_expr(&mut var.1),
+        Stmt::Assignment(assignment) => {
+            rewrite_expr(&mut assignment.1.lhs) | rewrite_expr(&mut assignment.1.rhs)
+        }
+        Stmt::FnCall(call, ..) => call.args.iter_mut().fold(false, |c, a| rewrite_expr(a) | c),
+        Stmt::Block(block) => rewrite_block(block),
+        Stmt::TryCatch(flow, ..) => {
+            rewrite_block(&mut flow.body);
+            rewrite_block(&mut flow.branch);
+            if let Expr::Variable(var, ..) = &flow.expr {
+                if let Some(first) = caught_statement(var.1.as_str()) {
+                    flow.branch.statements_mut().insert(0, first);
+                }
+            }
+            true
+        }
+        Stmt::Expr(expr) => rewrite_expr(expr),
+        Stmt::Return(value, flags, pos) if flags.contains(rhai::ASTFlags::BREAK) => {
+            let thrown = value.as_mut().map_or(Expr::Unit(*pos), |v| {
+                rewrite_expr(v);
+                v.take()
+            });
+            let mut call = thrown_call().clone();
+            call.args.clear();
+            call.args.push(thrown);
+            *value = Some(Box::new(Expr::FnCall(Box::new(call), *pos)));
+            true
+        }
+        Stmt::Return(Some(expr), ..) | Stmt::BreakLoop(Some(expr), ..) => rewrite_expr(expr),
+        _ => false,
+    }
+}
+
+fn rewrite_expr(expr: &mut Expr) -> bool {
+    match expr {
+        Expr::InterpolatedString(items, ..) | Expr::Array(items, ..) => items
+            .iter_mut()
+            .fold(false, |c, item| rewrite_expr(item) | c),
+        Expr::Map(map, ..) => map
+            .0
+            .iter_mut()
+            .fold(false, |c, (_, item)| rewrite_expr(item) | c),
+        Expr::Stmt(block) => rewrite_block(block),
+        Expr::FnCall(call, ..) | Expr::MethodCall(call, ..) => {
+            call.args.iter_mut().fold(false, |c, a| rewrite_expr(a) | c)
+        }
+        Expr::And(operands, ..) | Expr::Or(operands, ..) | Expr::Coalesce(operands, ..) => {
+            operands.iter_mut().fold(false, |c, o| rewrite_expr(o) | c)
+        }
+        Expr::Index(chain, ..) | Expr::Dot(chain, ..) => {
+            rewrite_expr(&mut chain.lhs) | rewrite_expr(&mut chain.rhs)
+        }
+        _ => false,
+    }
+}
+
+/// The value a rewritten `throw` throws: a map as it is, anything else in the one shape.
+fn thrown(position: Position, value: Dynamic) -> Dynamic {
+    if value.is_map() {
+        return value;
+    }
+    let (line, column) = super::line_column(position);
+    plain(value, line, column).into()
+}
+
+/// A thrown value that is not a map, in the one shape: its text is the message, and `value`
+/// keeps it.
+fn plain(value: Dynamic, line: Option<usize>, column: Option<usize>) -> Map {
+    let message = match value.clone().into_immutable_string() {
+        Ok(s) => s.to_string(),
+        Err(_) => value.to_string(),
+    };
+    let mut error = RunError::new(ErrorKind::ScriptError, message);
+    error.line = line;
+    error.column = column;
+    let mut map = error_map(&error);
+    map.insert("value".into(), value);
+    map
+}
+
+/// The value a rewritten `catch` block works with (see the module documentation).
+fn caught(ctx: &NativeCallContext, registry: Option<&Registry>, value: Dynamic) -> Dynamic {
+    let Some(map) = value.read_lock::<Map>().map(|m| m.clone()) else {
+        return plain(value, None, None).into();
+    };
+    if map.contains_key("kind") {
+        return value;
+    }
+    let Some(fault) = Fault::of_caught(&map) else {
+        return value;
+    };
+    let int = |key: &str| {
+        map.get(key)
+            .and_then(|v| v.as_int().ok())
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| *n > 0)
+    };
+    let functions = |name: &str| {
+        super::diagnose::engine_functions().contains(name)
+            || registry.is_some_and(|r| r.iter().any(|t| t.function_name() == name))
+            || ctx
+                .iter_namespaces()
+                .any(|m| (0..=16).any(|n| m.get_script_fn(name, n).is_some()))
+    };
+    let known = Known {
+        registry,
+        functions: &functions,
+    };
+    // An error inside a function: where it happened is in Rhai's text.
+    let inner = map
+        .get("message")
+        .and_then(|m| m.clone().into_immutable_string().ok())
+        .filter(|_| !matches!(fault, Fault::Other(_)))
+        .and_then(|m| Fault::position_in_text(&m));
+    let (line, column) = match inner {
+        Some((line, column)) => (Some(line), Some(column)),
+        None => (int("line"), int("position")),
+    };
+    let error = fault.diagnose(&known).at(line, column);
+    error_map(&error).into()
+}
+
+/// Registers [`CAUGHT`] and [`THROWN`] on an engine; with a registry, a diagnosis names its
+/// tools. Every engine has them (so that `check` knows them); an engine that calls tools
+/// registers them again with its registry.
+pub(crate) fn register(engine: &mut Engine, registry: Option<Registry>) {
+    engine.register_fn(THROWN, |ctx: NativeCallContext, value: Dynamic| {
+        thrown(ctx.call_position(), value)
+    });
+    engine.register_fn(CAUGHT, move |ctx: NativeCallContext, value: Dynamic| {
+        caught(&ctx, registry.as_ref(), value)
+    });
+}
