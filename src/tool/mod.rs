@@ -5,7 +5,10 @@ mod describe;
 mod registry;
 
 pub(crate) use describe::describe;
+// The MCP server's `run_script` description heads with the crib sheet too.
 pub use describe::Format;
+#[allow(unused_imports)]
+pub(crate) use describe::CRIB;
 pub(crate) use registry::{check_name, RegisteredTool, MAX_NAME_LEN};
 pub use registry::{Registry, RegistryBuilder};
 

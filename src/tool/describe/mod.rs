@@ -110,7 +110,7 @@ pub(crate) fn describe(registry: &Registry, format: Format) -> String {
                 }
                 let api = Api::of(s);
                 for definition in &api.definitions {
-                    write_lines(&mut out, "/// type ", "///   ", definition);
+                    write_lines(&mut out, "/// type ", "/// ", definition);
                 }
                 out.push_str(&format!("/// effect: {}", s.effect));
                 if s.allow_repeat {

@@ -297,7 +297,13 @@ impl<'a> Types<'a> {
         let Some(obj) = schema.as_object() else {
             return self.render(schema, at);
         };
-        let ty = type_of(obj);
+        // A nullable `["integer", "null"]` has an integer's notes.
+        let ty = type_of(obj).or_else(|| {
+            obj.get("type")
+                .and_then(Value::as_array)
+                .and_then(|t| t.iter().filter_map(Value::as_str).find(|t| *t != "null"))
+                .map(str::to_string)
+        });
         let own_notes = if at.described {
             notes_without_description(obj, ty.as_deref())
         } else {

@@ -1,0 +1,227 @@
+//! The API a model reads: the `rhai` and `text` renderings of a catalog, compared with checked-in
+//! snapshots in `tests/snapshots/`. `UPDATE_SNAPSHOTS=1 cargo test --test it api` rewrites them.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use toolscript::{Effect, Format, Registry, Runtime, Tool, ToolSpec};
+
+/// Compares `actual` with the snapshot `name`, or writes it when `UPDATE_SNAPSHOTS` is set.
+fn snapshot(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "no snapshot at {} ({e}): run with UPDATE_SNAPSHOTS=1",
+            path.display()
+        )
+    });
+    assert!(
+        expected == actual,
+        "{name} differs from its snapshot (UPDATE_SNAPSHOTS=1 rewrites it):\n{}",
+        first_difference(&expected, actual)
+    );
+}
+
+fn first_difference(expected: &str, actual: &str) -> String {
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    for i in 0..e.len().max(a.len()) {
+        if e.get(i) != a.get(i) {
+            return format!(
+                "line {}:\n  expected: {:?}\n  actual:   {:?}",
+                i + 1,
+                e.get(i),
+                a.get(i)
+            );
+        }
+    }
+    String::new()
+}
+
+/// The o200k tokens of `text`, as a model counts them.
+fn tokens(text: &str) -> usize {
+    tiktoken_rs::o200k_base_singleton()
+        .encode_ordinary(text)
+        .len()
+}
+
+#[derive(Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum State {
+    Open,
+    Closed,
+}
+
+/// A label on an issue.
+#[derive(Deserialize, Serialize, JsonSchema)]
+struct Label {
+    id: u64,
+    name: String,
+}
+
+/// One page of results.
+#[derive(Deserialize, JsonSchema)]
+#[allow(dead_code)]
+struct Page {
+    /// Issues per page.
+    #[schemars(range(min = 1, max = 100))]
+    size: u32,
+    /// Where the previous page ended.
+    cursor: Option<String>,
+}
+
+/// The arguments of `list_issues`.
+#[derive(Deserialize, JsonSchema)]
+#[allow(dead_code)]
+struct ListIssues {
+    /// The repository, as owner/name.
+    repo: String,
+    /// Only issues in this state.
+    state: Option<State>,
+    page: Option<Page>,
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Issue {
+    number: u64,
+    title: String,
+    state: State,
+    labels: Vec<Label>,
+    /// Who it is assigned to.
+    assignee: Option<String>,
+}
+
+/// A catalog with every kind of type the renderer knows: a typed tool (schemars' `Option<Enum>`,
+/// nested structs, `Vec<Struct>`, `$defs`), hand-written schemas with a recursive `$ref`,
+/// nullable and constant values, defaults, formats, ranges, maps, `allOf`, a tool without an
+/// output schema and an MCP tool without one.
+fn catalog() -> Registry {
+    let list_issues = Tool::builder("list_issues", Effect::Read)
+        .description("Issues of a repository, newest first.")
+        .typed(|_: ListIssues| async { Ok(Vec::<Issue>::new()) });
+    let tree = Tool::builder("get_tree", Effect::Read)
+        .description("A folder and everything under it.")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "relative to the root", "default": "."},
+                "depth": {"type": ["integer", "null"], "minimum": 1, "maximum": 10}
+            },
+            "required": [],
+            "additionalProperties": false
+        }))
+        .output_schema(json!({
+            "$ref": "#/$defs/Entry",
+            "$defs": {
+                "Entry": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "kind": {"enum": ["file", "dir"]},
+                        "modified": {"type": "string", "format": "date-time"},
+                        "size": {"type": ["integer", "null"], "description": "bytes; () for a folder"},
+                        "children": {"type": "array", "items": {"$ref": "#/$defs/Entry"}}
+                    },
+                    "required": ["name", "kind", "modified", "size"]
+                }
+            }
+        }))
+        .handler(|_| async { Ok(Value::Null) });
+    let tag = Tool::builder("tag_release", Effect::Idempotent)
+        .description("Tags a release.")
+        .input_schema(json!({
+            "allOf": [
+                {"$ref": "#/definitions/Target"},
+                {"type": "object", "properties": {
+                    "version": {"type": "string", "pattern": "^v[0-9]+\\.[0-9]+\\.[0-9]+$"},
+                    "notes": {"type": "string", "maxLength": 2000}
+                }, "required": ["version"]}
+            ],
+            "definitions": {
+                "Target": {"type": "object", "properties": {
+                    "repo": {"type": "string"},
+                    "commit": {"type": "string", "minLength": 40, "maxLength": 40,
+                               "description": "the full SHA-1"}
+                }, "required": ["repo", "commit"]}
+            }
+        }))
+        .output_schema(json!({
+            "type": "object",
+            "properties": {
+                "tag": {"type": "string"},
+                "created": {"type": "boolean", "description": "false when the tag was there already"},
+                "assets": {"type": "object", "additionalProperties": {"type": "string", "format": "uri"}},
+                "kind": {"const": "release"}
+            },
+            "required": ["tag", "created", "assets", "kind"]
+        }))
+        .handler(|_| async { Ok(Value::Null) });
+    let notify = Tool::builder("notify", Effect::External)
+        .description("Posts a message to a channel.")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {
+                "channel": {"oneOf": [
+                    {"const": "ops", "description": "the on-call engineers"},
+                    {"const": "all", "description": "everyone"}
+                ]},
+                "text": {"type": "string", "minLength": 1},
+                "urgency": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+            },
+            "required": ["channel", "text"]
+        }))
+        .handler(|_| async { Ok(Value::Null) });
+    let mut search = ToolSpec::new("web-search", Effect::Read);
+    search.description = "Searches the web.".into();
+    search.input_schema = json!({
+        "type": "object",
+        "properties": {"q": {"type": "string"}, "limit": {"type": "integer", "default": 10}},
+        "required": ["q"]
+    });
+    search.origin = Some("mcp:web/web-search".into());
+    let search = Tool::from_spec(search, |_, _| async { Ok(Value::Null) });
+    Registry::builder()
+        .tools([list_issues, tree, tag, notify, search])
+        .build()
+        .expect("the catalog builds")
+}
+
+#[test]
+fn a_catalog_of_every_kind_of_type_reads_as_its_snapshot() {
+    let runtime = Runtime::new(catalog());
+    snapshot("catalog.rhai.txt", &runtime.describe(Format::Rhai));
+    snapshot("catalog.text.txt", &runtime.describe(Format::Text));
+}
+
+#[test]
+fn the_demo_catalog_reads_as_its_snapshot() {
+    let runtime = Runtime::new(toolscript::demo_catalog().unwrap());
+    snapshot("demo.rhai.txt", &runtime.describe(Format::Rhai));
+}
+
+/// Every tool of the demo catalog declares its result: no `?` is left in its API.
+#[test]
+fn the_demo_api_is_fully_typed_and_within_its_token_budget() {
+    let api = Runtime::new(toolscript::demo_catalog().unwrap()).describe(Format::Rhai);
+    let signatures: Vec<&str> = api.lines().filter(|l| !l.starts_with("//")).collect();
+    assert!(
+        signatures
+            .iter()
+            .all(|l| !l.contains('?') || l.contains("?:")),
+        "{api}"
+    );
+    // 1,494 tokens when this was written; a rendering that grows it by a quarter is a
+    // regression of what every prompt pays.
+    let n = tokens(&api);
+    assert!(n <= 1_870, "the demo API is {n} tokens");
+}
