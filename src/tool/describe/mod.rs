@@ -302,6 +302,15 @@ mod tests {
         );
     }
 
+    /// Every prompt that carries the API pays for the crib sheet: it stays short.
+    #[test]
+    fn the_crib_sheet_is_short() {
+        let tokens = crate::policy::count(CRIB);
+        assert!(tokens <= 340, "the crib sheet is {tokens} tokens");
+        let legend = crate::policy::count(TEXT_LEGEND);
+        assert!(legend <= 60, "the legend of `text` is {legend} tokens");
+    }
+
     /// Results a tool does not declare say so: `?` for a tool of ours, `text` (explained once)
     /// for an MCP tool.
     #[test]
