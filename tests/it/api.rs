@@ -225,3 +225,50 @@ fn the_demo_api_is_fully_typed_and_within_its_token_budget() {
     let n = tokens(&api);
     assert!(n <= 1_870, "the demo API is {n} tokens");
 }
+
+/// What the crib sheet heading the `rhai` API says about Rhai is what the engine does: the
+/// examples it gives run as it says, and a script function does not see the script's
+/// variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crib_sheet_says_what_the_engine_does() {
+    let runtime = Runtime::new(toolscript::demo_catalog().unwrap());
+    let script = r#"
+        let arr = [#{ ok: true, id: 1 }, #{ ok: false, id: 2 }];
+        let m = #{ a: 1 };
+        let n = 3;
+        fn f() { get_customer(#{ id: 999 }) }
+        let r = ();
+        try { r = f(); } catch (e) { r = e; }
+        arr.push(#{ ok: true, id: 3 });
+        #{
+            interpolated: `id ${n}`, plain: "id ${n}", missing: m.zzz, fallback: m.zzz ?? 7,
+            ids: arr.filter(|x| x.ok).map(|x| x.id), keys: m.keys(), has: "a" in m,
+            len: arr.len(), kind: r.kind, recoverable: r.recoverable, tool: r.tool,
+            error_fields: r.keys(),
+        }
+    "#;
+    let outcome = runtime.run(script).await;
+    let value = crate::support::value_of(&outcome);
+    assert_eq!(
+        value,
+        &json!({
+            "interpolated": "id 3", "plain": "id ${n}", "missing": null, "fallback": 7,
+            "ids": [1, 3], "keys": ["a"], "has": true, "len": 3,
+            "kind": "not_found", "recoverable": false, "tool": "get_customer",
+            "error_fields": ["kind", "message", "recoverable", "suggested_next_action", "tool"],
+        })
+    );
+    for (script, kind) in [
+        ("let y = 1;\nfn g() { y }\ng()", "script_error"),
+        ("let m = { a: 1 };\nm", "invalid_script"),
+        ("let x = null;\nx", "invalid_script"),
+        ("let x = try { 1 } catch (e) { 2 };\nx", "invalid_script"),
+    ] {
+        let outcome = runtime.run(script).await;
+        assert_eq!(
+            crate::support::error_of(&outcome).kind.as_str(),
+            kind,
+            "{script}"
+        );
+    }
+}
