@@ -1217,10 +1217,7 @@ pub(super) mod tests {
             deep = json!({"type": "array", "items": deep});
         }
         let out = show(deep);
-        assert!(
-            out.ends_with("array<?>".to_string().as_str()) || out.contains('?'),
-            "{out}"
-        );
+        assert!(out.contains("array<?>"), "{out}");
         assert!(out.matches("array<").count() <= MAX_DEPTH + 1, "{out}");
         // Each definition uses the next one twice: expanded in full it would be 2^40 nodes.
         let mut defs = Map::new();
@@ -1234,7 +1231,8 @@ pub(super) mod tests {
         defs.insert("D40".into(), json!({"type": "integer"}));
         let wide = json!({"$ref": "#/$defs/D0", "$defs": defs});
         let out = show(wide);
-        assert!(out.len() < 200_000, "{} bytes", out.len());
+        assert!(out.len() < 100_000, "{} bytes", out.len());
+        assert!(out.contains('?'), "cut short: {out}");
     }
 
     #[test]
