@@ -272,3 +272,92 @@ async fn the_crib_sheet_says_what_the_engine_does() {
         );
     }
 }
+
+/// An MCP server whose tools answer in each of the ways a result can come: one text item, a
+/// text item that is JSON, several items, structured content with an output schema, and
+/// structured content without one.
+const RESULTS_SERVER: &str = r#"
+const readline = require('readline');
+const object = { type: 'object' };
+const tools = [
+  { name: 'plain', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'json', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'items', inputSchema: object, annotations: { readOnlyHint: true } },
+  { name: 'typed', inputSchema: object, annotations: { readOnlyHint: true },
+    outputSchema: { type: 'object', properties: { n: { type: 'integer', description: 'a count' } },
+                    required: ['n'] } },
+  { name: 'untyped', inputSchema: object, annotations: { readOnlyHint: true } },
+];
+const send = (m) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+const text = (t) => ({ type: 'text', text: t });
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  let m;
+  try { m = JSON.parse(line); } catch { return; }
+  const { id, method, params } = m;
+  if (id === undefined) return;
+  if (method === 'initialize') {
+    return send({ id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} },
+      serverInfo: { name: 'results', version: '1.0.0' } } });
+  }
+  if (method === 'tools/list') return send({ id, result: { tools } });
+  if (method === 'tools/call') {
+    switch (params.name) {
+      case 'plain': return send({ id, result: { content: [text('hello')] } });
+      case 'json': return send({ id, result: { content: [text('{"n": 1}')] } });
+      case 'items': return send({ id, result: { content: [text('a'), text('b')] } });
+      case 'typed': return send({ id, result: { content: [text('{"n": 2}')], structuredContent: { n: 2 } } });
+      case 'untyped': return send({ id, result: { content: [text('x')], structuredContent: { a: 1 } } });
+    }
+  }
+  send({ id, error: { code: -32601, message: 'Method not found' } });
+}).on('close', () => process.exit(0));
+"#;
+
+/// What the API says an MCP tool returns is what a script gets: `text` (explained once) for
+/// a tool without an output schema, the declared type for one with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_s_result_is_what_the_api_says() {
+    if !crate::support::node_available() {
+        return;
+    }
+    let dir = tempfile::TempDir::new().unwrap();
+    let server = dir.path().join("results_server.js");
+    std::fs::write(&server, RESULTS_SERVER).unwrap();
+    let manifest = format!(
+        "[[mcp]]\nname = \"results\"\ncommand = [\"node\", {}]\n",
+        serde_json::to_string(&server.to_string_lossy()).unwrap()
+    );
+    let mut manifests = toolscript::Manifests::new();
+    manifests
+        .load_str(&dir.path().join("results.toml"), &manifest)
+        .unwrap();
+    let runtime = Runtime::new(manifests.build().await.unwrap());
+    let api = runtime.describe(Format::Rhai);
+    for signature in [
+        "fn plain() -> text;",
+        "fn json() -> text;",
+        "fn items() -> text;",
+        "fn typed() -> #{\n    n: int,  // a count\n};",
+        "fn untyped() -> text;",
+    ] {
+        assert!(api.contains(signature), "{signature}\n{api}");
+    }
+    assert!(
+        api.contains("// `text`: an MCP tool's undeclared result"),
+        "{api}"
+    );
+    let outcome = runtime
+        .run(
+            "#{ plain: plain(), plain_type: type_of(plain()), json: json(), items: items(), \
+             typed: typed(), untyped: untyped() }",
+        )
+        .await;
+    assert_eq!(
+        crate::support::value_of(&outcome),
+        &json!({
+            "plain": "hello", "plain_type": "string", "json": {"n": 1},
+            "items": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            "typed": {"n": 2}, "untyped": {"a": 1},
+        })
+    );
+}
