@@ -37,6 +37,11 @@ const MAX_PATTERN: usize = 60;
 /// An object whose one-line form is longer than this is written a field a line.
 const MAX_INLINE: usize = 100;
 
+/// The names of the types the catalog writes itself.
+const RESERVED_TYPES: &[&str] = &[
+    "int", "float", "bool", "string", "array", "map", "text", "never",
+];
+
 /// One line of a rendered type and the notes that end it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct Line {
@@ -961,6 +966,12 @@ fn recursive_refs(root: &Value) -> BTreeMap<String, String> {
             let last = pointer.rsplit('/').next().unwrap_or_default();
             identifier(&last.replace("~1", "/").replace("~0", "~"))
         };
+        // A name the catalog's own types use (`int`, `text`) would read as that type.
+        let base = if RESERVED_TYPES.contains(&base.as_str()) {
+            format!("{base}_")
+        } else {
+            base
+        };
         let mut name = base.clone();
         let mut n = 2;
         while !taken.insert(name.clone()) {
@@ -1206,6 +1217,9 @@ pub(super) mod tests {
             show(json!({"$defs": {"X": {"$ref": "#/$defs/X"}}, "$ref": "#/$defs/X"})),
             "X\ntype X = X"
         );
+        let named_int = json!({"$ref": "#/$defs/int",
+                               "$defs": {"int": {"type": "array", "items": {"$ref": "#/$defs/int"}}}});
+        assert_eq!(show(named_int), "int_\ntype int_ = array<int_>");
         assert_eq!(show(json!({"$ref": "#/$defs/missing"})), "?");
         assert_eq!(show(json!({"$ref": "https://example.com/s.json"})), "?");
     }
