@@ -437,9 +437,10 @@ async fn command(command: Command) -> Result<ExitCode, String> {
                     for host in allow_hosts {
                         options = options.allow_host(host);
                     }
+                    let stop = stop_signal();
                     // The one line a user (or a test, with port 0) reads to find the server.
                     eprintln!("toolscript: serving MCP on http://{bound}{MCP_PATH}");
-                    serve_http(runtime, listener, options, stop_signal()).await;
+                    serve_http(runtime, listener, options, stop).await;
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -461,26 +462,33 @@ async fn command(command: Command) -> Result<ExitCode, String> {
     }
 }
 
-/// Completes at Ctrl-C or SIGTERM: a server stops cleanly on either.
-async fn stop_signal() {
+/// Completes at Ctrl-C or SIGTERM: a server stops cleanly on either. The handlers are in place
+/// when this returns, before the server says it is listening, so no signal comes too early.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

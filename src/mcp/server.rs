@@ -47,18 +47,10 @@ const READ_ARTIFACT: &str = "read_artifact";
 /// How to write a script; `run_script`'s description puts the tools' API after it.
 const HOW_TO: &str = "\
 Run one Rhai script that orchestrates the tools below, and get the whole outcome back as one \
-JSON object: {ok, value | error, logs, effects, stats}.
-
-Write the whole task as one script rather than calling tools one by one:
-- each tool is a Rhai function taking one object map: `let c = get_customer(#{ id: 3 });`
-- the script's last expression is its value (return a map or an array to give back several things);
-- `print(...)` lines go to `logs`;
-- a failed tool call throws a map #{kind, message, tool, recoverable, suggested_next_action} that \
-`try { ... } catch (e) { ... }` can catch; an uncaught one ends the run with ok=false and `error`.
-Reads the script will need are started early and in parallel; writes run once, in program order. \
-Set `sequential: true` to dispatch every call in program order instead.
-
-The tools a script can call:
+JSON object: {ok, value | error, logs, effects}. Write the whole task as one script rather than \
+calling tools one by one, and return a map or an array to give back several things. An uncaught \
+error ends the run with ok=false and `error` (kind, message, line, column, suggested_next_action). \
+`input` (any JSON) is the script's `input`.
 
 ";
 
@@ -301,6 +293,9 @@ struct RunScriptArgs {
     sequential: bool,
     #[serde(default)]
     stats: bool,
+    /// The script's `input`; JSON `null` is no input.
+    #[serde(default)]
+    input: Value,
 }
 
 /// The arguments of `read_artifact`.
@@ -386,9 +381,12 @@ impl Server {
             Err(bad) => return bad,
         };
         let mode = Mode::sequential_if(args.sequential);
-        let options = RunOptions::with_mode(mode)
+        let mut options = RunOptions::with_mode(mode)
             .script_name(RUN_SCRIPT)
             .progress(progress);
+        if !args.input.is_null() {
+            options = options.input(args.input);
+        }
         let outcome = self.runtime.run_with(&args.script, options).await;
         tracing::debug!(run_id = %outcome.run_id, ok = outcome.result.is_ok(), "run_script ran");
         outcome_result(&outcome, args.stats)
@@ -682,6 +680,9 @@ fn run_script_tool(api: &str, effects: &[Effect]) -> Tool {
                     "type": "boolean",
                     "default": false,
                     "description": "Include `stats` (timings and counts) in the answer."
+                },
+                "input": {
+                    "description": "Any JSON value: the script reads it as `input` (without it, `input` is `()`)."
                 }
             },
             "required": ["script"],

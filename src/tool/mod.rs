@@ -5,6 +5,7 @@ mod describe;
 mod registry;
 
 pub(crate) use describe::describe;
+// The MCP server's `run_script` description heads with the crib sheet too.
 pub use describe::Format;
 pub(crate) use registry::{check_name, edit_distance, RegisteredTool, MAX_NAME_LEN};
 pub use registry::{Registry, RegistryBuilder};

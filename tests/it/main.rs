@@ -7,6 +7,7 @@ mod support;
 #[global_allocator]
 static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
 
+mod api;
 // The command line is a default feature; its tests run the binary.
 #[cfg(feature = "cli")]
 mod cli;

@@ -446,6 +446,17 @@ async fn rust_client_session() {
     assert_eq!(failed["error"]["kind"], "not_found");
     assert_eq!(failed["stats"]["mode"], "sequential");
 
+    // The script's input, as `run --input` gives it.
+    let with_input = call(json!({
+        "script": "get_customer(#{id: input.id}).name",
+        "input": {"id": 1}
+    }))
+    .await;
+    let with_input = outcome_of(&wire(&with_input.expect("run_script answers")));
+    assert_eq!(with_input["ok"], true, "{with_input}");
+    let direct = demo_runtime().run("get_customer(#{id: 1}).name").await;
+    assert_eq!(with_input["value"], direct.to_json()["value"]);
+
     // Wrong arguments are the model's mistake, which it can correct: an error result naming
     // the field, not a protocol error. A tool that does not exist stays invalid params.
     for (tool, args, names) in [
