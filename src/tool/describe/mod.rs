@@ -33,9 +33,9 @@ pub(crate) const CRIB: &str = "\
 // Each tool is a function taking one map (none when it takes no arguments); tool(\"name\", #{..})
 // calls one by its catalog name. Identical reads between other calls are made once, early and
 // in parallel; other calls run once, in order (the same call again fails with repeated_call).
-// A failed call throws #{ kind, message, tool, line, column, recoverable, suggested_next_action }
-// (every caught error has this shape); recoverable (the same call may succeed later) is true
-// for timeout, unavailable and circuit_open. The run's input, if any, is the constant `input`.
+// Every caught error (a failed call too) is #{ kind, message, tool, line, column, recoverable,
+// suggested_next_action }; recoverable (may succeed later) is true for timeout, unavailable,
+// circuit_open. The run's input is `input`.
 // In types, \"x\" | \"y\" is one of these values, `a?:` may be left out, `?` is undeclared.
 ";
 
