@@ -224,7 +224,8 @@ fn has_word(line: &str, word: &str) -> bool {
         .any(|w| w == word)
 }
 
-/// The line with the contents of its string literals blanked out.
+/// The line with the contents of its string literals blanked out, byte for byte: an index into
+/// it is an index into the line, on a character boundary of both.
 fn without_strings(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut quote = None;
@@ -234,7 +235,7 @@ fn without_strings(line: &str) -> String {
                 quote = None;
                 out.push(c);
             }
-            Some(_) => out.push(' '),
+            Some(_) => out.extend(std::iter::repeat_n(' ', c.len_utf8())),
             None => {
                 if c == '"' || c == '`' || c == '\'' {
                     quote = Some(c);
@@ -804,6 +805,11 @@ mod tests {
             Some("#{ owner: \"acme\" }")
         );
         assert_eq!(brace_map("let m = #{ a: 1 };", 1), None);
+        // Strings of many-byte characters before the literal keep every index on a boundary.
+        assert_eq!(
+            brace_map("let s = \"🕴é\"; f({ a: \"ü\" })", 20).as_deref(),
+            Some("#{ a: \"ü\" }")
+        );
         assert_eq!(brace_map("if x { y }", 1), None);
     }
 

@@ -779,7 +779,13 @@ fn tools_manifest_input_schema_is_enforced() {
     assert_eq!(error["kind"], json!("invalid_input"));
     assert_eq!(error["tool"], json!("bump"));
     assert_eq!(error["line"], json!(2));
-    assert!(error["message"].as_str().unwrap().contains("/n"), "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("`args.n` must be an int"),
+        "{error}"
+    );
     // The call was refused before it reached the tool: it is not an effect the run executed.
     assert_eq!(obj["effects"], json!([]), "{obj:?}");
 }
