@@ -449,7 +449,7 @@ impl Runtime {
         let ast = self
             .compiler
             .compile(source)
-            .map_err(|e| engine::from_parse(source, &e))?;
+            .map_err(|e| engine::from_parse(source, &e, &self.limits))?;
         let ast = engine::rewrite_catches(ast);
         let scout_ast = Arc::new(speculate::rewrite_with(&ast, &self.effectful));
         Ok(Script {

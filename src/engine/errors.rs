@@ -100,8 +100,34 @@ pub(crate) fn thrown_error(value: &Dynamic) -> Thrown {
 
 /// A compile error: `invalid_script` with its line and column, and what to write instead when
 /// the script's text shows a known mistake.
-pub(crate) fn from_parse(source: &str, e: &ParseError) -> RunError {
-    super::diagnose::parse_error(source, e)
+pub(crate) fn from_parse(source: &str, e: &ParseError, limits: &Limits) -> RunError {
+    use rhai::ParseErrorType;
+    let (what, name) = match e.err_type() {
+        ParseErrorType::TooManyFunctions => (
+            format!(
+                "the script defines more than the {} functions it may",
+                limits.max_functions
+            ),
+            "max_functions",
+        ),
+        ParseErrorType::ExprTooDeep => (
+            format!(
+                "an expression nests deeper than {} levels (function bodies: half)",
+                limits.max_expr_depth
+            ),
+            "max_expr_depth",
+        ),
+        _ => return super::diagnose::parse_error(source, e),
+    };
+    let (line, column) = line_column(e.position());
+    RunError {
+        line,
+        column,
+        ..RunError::new(
+            ErrorKind::LimitExceeded,
+            format!("{what} ({})", crate::dispatch::raise(name)),
+        )
+    }
 }
 
 /// Whatever ended the script, as the run's error.
@@ -123,10 +149,9 @@ pub(crate) fn from_rhai_with(
         ..error
     };
     let limit = |what: &str, value: String, name: &str| {
-        let flag = name.replace('_', "-");
         at(RunError::new(
             ErrorKind::LimitExceeded,
-            format!("{what} {value} ({name}); raise it with --{flag} or [limits] {name}"),
+            format!("{what} {value} ({})", crate::dispatch::raise(name)),
         ))
     };
     match e {
@@ -155,6 +180,11 @@ pub(crate) fn from_rhai_with(
             "the script ran more than the",
             format!("{} operations it may run", limits.max_operations),
             "max_operations",
+        ),
+        EvalAltResult::ErrorTooManyVariables(_) => limit(
+            "the script may hold at most",
+            format!("{} variables in scope at once", limits.max_variables),
+            "max_variables",
         ),
         EvalAltResult::ErrorStackOverflow(_) => limit(
             "function calls nested deeper than",

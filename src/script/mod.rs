@@ -51,7 +51,9 @@ impl Logs {
         if self.bytes + line.len() > max_bytes {
             self.truncated = true;
             self.lines
-                .push(format!("(log output cut at {max_bytes} bytes)"));
+                .push(format!(
+                    "(log output cut at {max_bytes} bytes: max_log_bytes; raise it with --max-log-bytes)"
+                ));
             return;
         }
         self.bytes += line.len();

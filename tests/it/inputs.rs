@@ -278,3 +278,138 @@ async fn the_defaults_fit_a_100000_record_result() {
                 "last": {"id": 99_992, "name": "user99992"}})
     );
 }
+
+/// Every limit a script can reach names its key when it is reached, whichever part of the
+/// runtime enforces it. `max_speculative_calls` and `max_in_flight` never fail a run that the
+/// sequential run would not fail (the scout stops starting reads; the executor makes one call
+/// at a time), and `max_inline_tokens` keeps what does not fit as an artifact.
+#[test]
+fn every_limit_names_its_key_when_it_is_reached() {
+    let dir = TempDir::new().unwrap();
+    let tools = write(&dir, "tools.toml", COUNTER);
+    let deep = format!("{}1{}", "(".repeat(20), ")".repeat(20));
+    let cases: Vec<(&str, String, String)> = vec![
+        ("max_calls", "2".into(), TEN_CALLS.into()),
+        ("timeout_s", "0.2".into(), "loop { sleep(0.01); }".into()),
+        ("max_operations", "1000".into(), "loop { }".into()),
+        (
+            "max_call_depth",
+            "8".into(),
+            "fn f(n) { f(n + 1) }\nf(0)".into(),
+        ),
+        ("max_expr_depth", "8".into(), deep),
+        (
+            "max_string_bytes",
+            "100".into(),
+            "let s = \"x\";\nloop { s += s; }".into(),
+        ),
+        (
+            "max_array_items",
+            "100".into(),
+            "let a = [];\nloop { a.push(1); }".into(),
+        ),
+        (
+            "max_map_items",
+            "100".into(),
+            "let m = #{}; let i = 0;\nloop { m[`k${i}`] = i; i += 1; m.len(); }".into(),
+        ),
+        ("max_script_bytes", "10".into(), "let x = 1; x + 1".into()),
+        (
+            "max_functions",
+            "2".into(),
+            "fn a() { 1 }\nfn b() { 2 }\nfn c() { 3 }\n1".into(),
+        ),
+        (
+            "max_variables",
+            "2".into(),
+            "let a = 1; let b = 2; let c = 3; a + b + c".into(),
+        ),
+        (
+            "max_memory_mb",
+            "64".into(),
+            "let s = \"x\";\nloop { s += s; }".into(),
+        ),
+    ];
+    for (key, value, script) in &cases {
+        let path = write(&dir, "s.rhai", script);
+        let flag = format!("--{}", key.replace('_', "-"));
+        let out = toolscript(&[
+            "run",
+            "--no-store",
+            "--json",
+            "--tools",
+            &tools,
+            &flag,
+            value,
+            &path,
+        ]);
+        let json: Value =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{key}: {e}: {out:?}"));
+        let error = &json["error"];
+        assert!(
+            matches!(
+                error["kind"].as_str(),
+                Some("limit_exceeded" | "budget_exceeded")
+            ),
+            "{key}: {json}"
+        );
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(key) && message.contains(&flag),
+            "{key}: {message}"
+        );
+    }
+    let prints = write(&dir, "p.rhai", "for i in 0..100 { print(`line ${i}`); } 1");
+    let out = toolscript(&[
+        "run",
+        "--no-store",
+        "--json",
+        "--max-log-bytes",
+        "60",
+        &prints,
+    ]);
+    let json: Value = serde_json::from_str(&out.stdout).unwrap();
+    let last = json["logs"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(last.contains("max_log_bytes"), "{json}");
+    let big = write(
+        &dir,
+        "b.rhai",
+        "let a = [];\nfor i in 0..5000 { a.push(`item ${i}`); }\na",
+    );
+    let out = toolscript(&[
+        "run",
+        "--no-store",
+        "--json",
+        "--max-inline-tokens",
+        "200",
+        &big,
+    ]);
+    let json: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["ok"], true, "{json}");
+    assert!(
+        json["value"].get("rest").is_some(),
+        "the value says what was left out: {json}"
+    );
+    let covered: Vec<&str> = cases.iter().map(|c| c.0).collect();
+    for key in Limits::KEYS {
+        assert!(
+            covered.contains(&key.name)
+                || [
+                    "max_speculative_calls",
+                    "max_in_flight",
+                    "max_log_bytes",
+                    "max_inline_tokens"
+                ]
+                .contains(&key.name),
+            "a new limit, `{}`, needs a case here",
+            key.name
+        );
+    }
+}
