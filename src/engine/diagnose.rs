@@ -799,6 +799,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_from_signatures() {
+        assert_eq!(
+            signature_name("len(array: Array) -> int").as_deref(),
+            Some("len")
+        );
+        assert_eq!(
+            signature_name("fn abs(x: int) -> int").as_deref(),
+            Some("abs")
+        );
+        assert_eq!(signature_name("get$x(map: Map)").as_deref(), Some("get$x"));
+    }
+
+    #[test]
     fn object_literals_become_maps() {
         assert_eq!(
             brace_map("get_repo({ owner: \"acme\" })", 17).as_deref(),

@@ -88,6 +88,13 @@ impl Default for Limits {
     }
 }
 
+/// A field of [`Limits`], by the kind of number it holds.
+enum Slot<'a> {
+    Count(&'a mut u64),
+    Size(&'a mut usize),
+    Seconds(&'a mut Duration),
+}
+
 /// One settable limit: its key, what it bounds, and its value's range.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
@@ -170,60 +177,54 @@ impl Limits {
                 key.min
             )));
         }
-        if name == "timeout_s" {
-            self.timeout = Duration::try_from_secs_f64(value)
-                .map_err(|_| Error::Limit(format!("`timeout_s` of {value} is too long")))?;
-            return Ok(());
-        }
-        if value.fract() != 0.0 || value > 2f64.powi(53) {
+        if name != "timeout_s" && (value.fract() != 0.0 || value > 2f64.powi(53)) {
             return Err(Error::Limit(format!(
                 "`{name}` takes a whole number up to 2^53, not {value}"
             )));
         }
-        let whole = value as u64;
-        let size = usize::try_from(whole).unwrap_or(usize::MAX);
-        match name {
-            "max_calls" => self.max_calls = whole,
-            "max_speculative_calls" => self.max_speculative_calls = whole,
-            "max_in_flight" => self.max_in_flight = whole,
-            "max_operations" => self.max_operations = whole,
-            "max_call_depth" => self.max_call_depth = size,
-            "max_expr_depth" => self.max_expr_depth = size,
-            "max_string_bytes" => self.max_string_bytes = size,
-            "max_array_items" => self.max_array_items = size,
-            "max_map_items" => self.max_map_items = size,
-            "max_log_bytes" => self.max_log_bytes = size,
-            "max_script_bytes" => self.max_script_bytes = size,
-            "max_functions" => self.max_functions = size,
-            "max_variables" => self.max_variables = size,
-            "max_memory_mb" => self.max_memory_mb = whole,
-            "max_inline_tokens" => self.max_inline_tokens = size,
-            _ => unreachable!("every key of KEYS is matched"),
+        match self.slot(name) {
+            Slot::Count(count) => *count = value as u64,
+            Slot::Size(size) => *size = usize::try_from(value as u64).unwrap_or(usize::MAX),
+            Slot::Seconds(timeout) => {
+                *timeout = Duration::try_from_secs_f64(value)
+                    .map_err(|_| Error::Limit(format!("`{name}` of {value} is too long")))?;
+            }
         }
         Ok(())
     }
 
     /// The value of the limit called `name`, as [`Limits::set`] takes it.
     pub fn get(&self, name: &str) -> Option<f64> {
-        Some(match name {
-            "max_calls" => self.max_calls as f64,
-            "max_speculative_calls" => self.max_speculative_calls as f64,
-            "max_in_flight" => self.max_in_flight as f64,
-            "timeout_s" => self.timeout.as_secs_f64(),
-            "max_operations" => self.max_operations as f64,
-            "max_call_depth" => self.max_call_depth as f64,
-            "max_expr_depth" => self.max_expr_depth as f64,
-            "max_string_bytes" => self.max_string_bytes as f64,
-            "max_array_items" => self.max_array_items as f64,
-            "max_map_items" => self.max_map_items as f64,
-            "max_log_bytes" => self.max_log_bytes as f64,
-            "max_script_bytes" => self.max_script_bytes as f64,
-            "max_functions" => self.max_functions as f64,
-            "max_variables" => self.max_variables as f64,
-            "max_memory_mb" => self.max_memory_mb as f64,
-            "max_inline_tokens" => self.max_inline_tokens as f64,
-            _ => return None,
+        Self::KEYS.iter().find(|k| k.name == name)?;
+        // `slot` takes `&mut self`; a copy answers for `&self`.
+        Some(match self.clone().slot(name) {
+            Slot::Count(count) => *count as f64,
+            Slot::Size(size) => *size as f64,
+            Slot::Seconds(timeout) => timeout.as_secs_f64(),
         })
+    }
+
+    /// The field of a key of [`Limits::KEYS`].
+    fn slot(&mut self, name: &str) -> Slot<'_> {
+        match name {
+            "max_calls" => Slot::Count(&mut self.max_calls),
+            "max_speculative_calls" => Slot::Count(&mut self.max_speculative_calls),
+            "max_in_flight" => Slot::Count(&mut self.max_in_flight),
+            "timeout_s" => Slot::Seconds(&mut self.timeout),
+            "max_operations" => Slot::Count(&mut self.max_operations),
+            "max_call_depth" => Slot::Size(&mut self.max_call_depth),
+            "max_expr_depth" => Slot::Size(&mut self.max_expr_depth),
+            "max_string_bytes" => Slot::Size(&mut self.max_string_bytes),
+            "max_array_items" => Slot::Size(&mut self.max_array_items),
+            "max_map_items" => Slot::Size(&mut self.max_map_items),
+            "max_log_bytes" => Slot::Size(&mut self.max_log_bytes),
+            "max_script_bytes" => Slot::Size(&mut self.max_script_bytes),
+            "max_functions" => Slot::Size(&mut self.max_functions),
+            "max_variables" => Slot::Size(&mut self.max_variables),
+            "max_memory_mb" => Slot::Count(&mut self.max_memory_mb),
+            "max_inline_tokens" => Slot::Size(&mut self.max_inline_tokens),
+            _ => unreachable!("every key of KEYS has a field"),
+        }
     }
 
     /// The sizes the engine enforces for strings, arrays and maps (0: none): the set ones, or

@@ -71,7 +71,7 @@ pub(crate) fn known_functions(engine: &Engine, ast: &AST) -> HashSet<String> {
     let mut known: HashSet<String> = engine
         .gen_fn_signatures(true)
         .iter()
-        .filter_map(|sig| signature_name(sig))
+        .filter_map(|sig| diagnose::signature_name(sig))
         .collect();
     known.insert("tool".to_string());
     known.extend(ast.iter_functions().map(|f| f.name.to_string()));
@@ -275,30 +275,5 @@ fn check_generic(
                 diagnose::Hint::from_tool(registry.unknown_tool(name)),
             );
         }
-    }
-}
-
-/// The function name in a signature such as `len(array: Array) -> int`.
-fn signature_name(signature: &str) -> Option<String> {
-    let head = signature.split('(').next()?;
-    let name = head.rsplit(' ').next()?.trim();
-    (!name.is_empty()).then(|| name.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_from_signatures() {
-        assert_eq!(
-            signature_name("len(array: Array) -> int").as_deref(),
-            Some("len")
-        );
-        assert_eq!(
-            signature_name("fn abs(x: int) -> int").as_deref(),
-            Some("abs")
-        );
-        assert_eq!(signature_name("get$x(map: Map)").as_deref(), Some("get$x"));
     }
 }
