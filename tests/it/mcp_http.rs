@@ -212,7 +212,7 @@ async fn value_in_process(script: &str) -> Value {
 
 /// The wrong calls every client must get back as error results naming the field, and the text
 /// each must contain.
-fn bad_calls() -> Vec<(&'static str, Value, &'static str)> {
+pub(crate) fn bad_calls() -> Vec<(&'static str, Value, &'static str)> {
     vec![
         ("run_script", json!({}), "\"script\" is a required property"),
         (

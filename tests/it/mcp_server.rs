@@ -459,30 +459,16 @@ async fn rust_client_session() {
 
     // Wrong arguments are the model's mistake, which it can correct: an error result naming
     // the field, not a protocol error. A tool that does not exist stays invalid params.
-    for (tool, args, names) in [
-        ("run_script", json!({}), "\"script\" is a required property"),
-        (
-            "run_script",
-            json!({"script": 5}),
-            "`script`: 5 is not of type \"string\"",
-        ),
-        (
-            "run_script",
-            json!({"script": "1", "scrpit": "1"}),
-            "'scrpit' was unexpected",
-        ),
-        (
-            "resume_run",
-            json!({"run_id": "r", "decision": "maybe"}),
-            "`decision`: \"maybe\"",
-        ),
+    let mut bad = crate::mcp_http::bad_calls();
+    bad.extend([
         ("list_runs", json!({"all": true}), "'all' was unexpected"),
         (
             "read_artifact",
             json!({"id": "a", "page": -1}),
             "`page`: -1",
         ),
-    ] {
+    ]);
+    for (tool, args, names) in bad {
         let result = client
             .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments(args.clone())))
             .await
