@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod latency;
 mod script_tool;
 
 use std::ops::Range;

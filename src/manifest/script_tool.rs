@@ -53,10 +53,10 @@ impl ScriptHost {
             return Tool::from_spec(spec, move |args, ctx| {
                 let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
                 async move {
-                    let started = tokio::time::Instant::now();
+                    let started = std::time::Instant::now();
                     let result = host.composite(ast, args, ctx).await;
                     if latency > Duration::ZERO {
-                        tokio::time::sleep_until(started + latency).await;
+                        super::latency::sleep_until(started + latency).await;
                     }
                     result
                 }
@@ -67,7 +67,7 @@ impl ScriptHost {
         let tool = Tool::from_spec(spec, move |args, ctx: ToolContext| {
             let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
             async move {
-                let started = tokio::time::Instant::now();
+                let started = std::time::Instant::now();
                 // A call whose future was dropped (its timeout) stops its body: before it starts,
                 // or at its next operation or `sleep` slice.
                 let cancel = CancelOnDrop::new();
@@ -85,7 +85,7 @@ impl ScriptHost {
                 drop(cancel);
                 ctx.release_slot();
                 if latency > Duration::ZERO {
-                    tokio::time::sleep_until(started + latency).await;
+                    super::latency::sleep_until(started + latency).await;
                 }
                 result
             }
