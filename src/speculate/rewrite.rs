@@ -25,10 +25,10 @@
 //!
 //! # What is not rewritten
 //!
-//! - Script function bodies and closure bodies: they live in the AST's function module as
-//!   `ScriptFuncDef`s whose body type (`ScriptFuncPayload`) Rhai 1.27 does not export, so a body can
-//!   be read (through `AST::walk`) but no function with a changed body can be built. The scout
-//!   therefore stops earlier inside functions, which costs speed, never correctness.
+//! - Script function bodies and closure bodies, by [`rewrite_with`]: they live in the AST's
+//!   function module as `ScriptFuncDef`s whose body type Rhai 1.27 does not export, so no function
+//!   with a changed body can be built. [`rewrite_body`] rewrites a body's statements by the same
+//!   rules, and `speculate::functions` runs them as native functions of the scout's engine.
 //! - Custom syntax (`Expr::Custom`): its inputs belong to the syntax's own implementation.
 //! - Literal constants: a literal condition, key or `??` operand can never be a placeholder, so it
 //!   is left as is (this keeps `loop`, `while true` and `a[0]` free of extra calls).
