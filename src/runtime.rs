@@ -148,9 +148,9 @@ impl RuntimeBuilder {
 #[derive(Clone, Debug)]
 pub struct Script {
     ast: Arc<AST>,
-    /// The same script rewritten for the scout, whose branch conditions and the like go
-    /// through functions it controls.
-    scout_ast: Arc<AST>,
+    /// The same script rewritten for the scout, whose branch conditions and the like (in the
+    /// main body and in functions and closures) go through functions it controls.
+    scout: Arc<speculate::ScoutScript>,
     /// The text it was compiled from: a durable run keeps it, and a resume runs it again.
     source: Arc<str>,
 }
@@ -451,10 +451,10 @@ impl Runtime {
             .compile(source)
             .map_err(|e| engine::from_parse(source, &e, &self.limits))?;
         let ast = engine::rewrite_catches(ast);
-        let scout_ast = Arc::new(speculate::rewrite_with(&ast, &self.effectful));
+        let scout = Arc::new(speculate::ScoutScript::new(&ast, &self.effectful));
         Ok(Script {
             ast: Arc::new(ast),
-            scout_ast,
+            scout,
             source: Arc::from(source),
         })
     }
@@ -692,7 +692,7 @@ impl Runtime {
             let scout = Scout::new(
                 Arc::clone(&ctx),
                 Arc::clone(&ledger),
-                Arc::clone(&script.scout_ast),
+                Arc::clone(&script.scout),
                 limits.clone(),
                 deadline,
                 handle.clone(),

@@ -2,9 +2,10 @@
 //! claims from. Correctness stays with the executor (it alone decides every result and
 //! makes every non-read call); the scout only spends reads, within caps.
 
+mod functions;
 mod placeholder;
 mod rewrite;
 mod scout;
 
-pub(crate) use rewrite::rewrite_with;
+pub(crate) use functions::ScoutScript;
 pub(crate) use scout::Scout;

@@ -25,10 +25,10 @@
 //!
 //! # What is not rewritten
 //!
-//! - Script function bodies and closure bodies: they live in the AST's function module as
-//!   `ScriptFuncDef`s whose body type (`ScriptFuncPayload`) Rhai 1.27 does not export, so a body can
-//!   be read (through `AST::walk`) but no function with a changed body can be built. The scout
-//!   therefore stops earlier inside functions, which costs speed, never correctness.
+//! - Script function bodies and closure bodies, by [`rewrite_with`]: they live in the AST's
+//!   function module as `ScriptFuncDef`s whose body type Rhai 1.27 does not export, so no function
+//!   with a changed body can be built. [`rewrite_body`] rewrites a body's statements by the same
+//!   rules, and `speculate::functions` runs them as native functions of the scout's engine.
 //! - Custom syntax (`Expr::Custom`): its inputs belong to the syntax's own implementation.
 //! - Literal constants: a literal condition, key or `??` operand can never be a placeholder, so it
 //!   is left as is (this keeps `loop`, `while true` and `a[0]` free of extra calls).
@@ -81,8 +81,35 @@ pub(crate) fn rewrite(ast: &AST) -> AST {
 /// one that throws, returns or breaks, a branch where a pass would stop, and its guard is
 /// guessed not taken.
 pub(crate) fn rewrite_with(ast: &AST, effectful: &std::collections::HashSet<String>) -> AST {
+    knowing(effectful, || rewrite_main(ast))
+}
+
+/// Rewrites the statements of a function or closure body as the main body is rewritten (with
+/// the non-read tools `effectful`); `None` when no site in them needs a wrapper, so that the
+/// body can run as it is.
+pub(crate) fn rewrite_body(
+    statements: &[Stmt],
+    effectful: &std::collections::HashSet<String>,
+) -> Option<Vec<Stmt>> {
+    knowing(effectful, || {
+        let rewriter = Rewriter::get();
+        WRAPPED.with(|w| w.set(0));
+        let rewritten: Vec<Stmt> = statements
+            .iter()
+            .map(|stmt| {
+                let mut stmt = stmt.clone();
+                rewriter.stmt(&mut stmt);
+                stmt
+            })
+            .collect();
+        (WRAPPED.with(std::cell::Cell::get) > 0).then_some(rewritten)
+    })
+}
+
+/// Runs `rewrite` with the non-read tools' names known to [`leaves`].
+fn knowing<T>(effectful: &std::collections::HashSet<String>, rewrite: impl FnOnce() -> T) -> T {
     EFFECTFUL.with(|e| *e.borrow_mut() = effectful.clone());
-    let rewritten = rewrite_main(ast);
+    let rewritten = rewrite();
     EFFECTFUL.with(|e| e.borrow_mut().clear());
     rewritten
 }
@@ -91,6 +118,9 @@ thread_local! {
     /// The non-read tools' function names, for the rewrite running on this thread.
     static EFFECTFUL: std::cell::RefCell<std::collections::HashSet<String>> =
         std::cell::RefCell::new(std::collections::HashSet::new());
+    /// Wrapper calls made by the rewrite running on this thread, so that [`rewrite_body`] can
+    /// tell a body that needs none.
+    static WRAPPED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 fn rewrite_main(ast: &AST) -> AST {
@@ -396,6 +426,7 @@ impl Rewriter {
         args: [Expr; N],
         pos: Position,
     ) -> Expr {
+        WRAPPED.with(|w| w.set(w.get() + 1));
         let mut call = template.clone();
         call.args.clear();
         call.args.extend(args);

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rhai::{Dynamic, Engine, EvalAltResult, Position, AST};
+use rhai::{Dynamic, Engine, EvalAltResult, Position};
 use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
+use super::functions::ScoutScript;
 use super::placeholder::{self, resolve_deep, Placeholder, Resolution};
 
 use crate::dispatch::{dispatch, Call, Caller, RunContext};
@@ -70,7 +71,8 @@ const FIRST_DEPTH_CAP: u64 = 16;
 pub(crate) struct Scout {
     ctx: Arc<RunContext>,
     ledger: Arc<RunLedger>,
-    ast: Arc<AST>,
+    /// The script rewritten for the scout: its main body and its functions' bodies.
+    script: Arc<ScoutScript>,
     limits: Limits,
     /// The run's deadline: every pass meets the same one.
     deadline: Instant,
@@ -92,7 +94,7 @@ impl Scout {
     pub(crate) fn new(
         ctx: Arc<RunContext>,
         ledger: Arc<RunLedger>,
-        ast: Arc<AST>,
+        script: Arc<ScoutScript>,
         limits: Limits,
         deadline: Instant,
         handle: Handle,
@@ -100,7 +102,7 @@ impl Scout {
         Arc::new(Scout {
             ctx,
             ledger,
-            ast,
+            script,
             limits,
             deadline,
             handle,
@@ -232,8 +234,8 @@ impl Scout {
         let pass = Arc::new(Mutex::new(Pass::default()));
         self.register_tools(&mut engine, &pass);
         placeholder::begin_notes();
-        let result =
-            engine.eval_ast_with_scope::<Dynamic>(&mut engine::run_scope(&self.ctx), &self.ast);
+        let result = engine
+            .eval_ast_with_scope::<Dynamic>(&mut engine::run_scope(&self.ctx), self.script.ast());
         let notes = placeholder::take_notes();
         if lock(&pass).capped {
             let cap = self.depth_cap.load(Ordering::Relaxed);
@@ -264,6 +266,9 @@ impl Scout {
         let call: engine::ToolCall =
             Arc::new(move |_, name, args| scout.call(&pass_, name, args.clone()));
         engine::register_tool_functions(engine, &self.ctx.registry, call);
+        // The script's own functions are reserved too: Rhai also reports a missing function
+        // when it tries a closure with a `this` first (`reduce` does), and the scout must let it
+        // go on to the call that fits.
         let reserved: Vec<String> = std::iter::once("tool".to_string())
             .chain(
                 self.ctx
@@ -271,8 +276,10 @@ impl Scout {
                     .iter()
                     .map(|t| t.function_name().to_string()),
             )
+            .chain(self.script.names().map(str::to_string))
             .collect();
         placeholder::register(engine, reserved.into());
+        self.script.register(engine);
     }
 
     /// A tool call in the scout.

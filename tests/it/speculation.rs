@@ -308,3 +308,25 @@ s
     assert_eq!(observable(&sequential), observable(&speculative));
     assert!(speculative.stats.speculative_claimed > 0);
 }
+
+/// A read inside a script function, behind a branch on an earlier read, is started early: the
+/// scout runs the function's body rewritten, guesses the branch, and starts the reads of all 20
+/// calls while the executor waits for the first, so the executor claims them instead of making
+/// 40 reads of 20 ms one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_inside_a_script_function_are_started_early() {
+    let (user, _) = counted(Tool::builder("user", Effect::Read), 20);
+    let (orders, _) = counted(Tool::builder("orders", Effect::Read), 20);
+    let runtime = runtime_with(vec![user, orders]);
+    let script = "fn orders_of(id) {\n  let u = user(#{id: id});\n  if !u.active { return 0; }\n  if u.echo.id > 0 { orders(#{id: u.echo.id}).echo.id } else { -1 }\n}\nlet total = 0;\nfor id in 1..=20 { total += orders_of(id); }\ntotal";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    // The even ids are active: 2 + 4 + ... + 20.
+    assert_eq!(value_of(&outcome), &json!(110));
+    let s = &outcome.stats;
+    assert_eq!(s.tool_calls, 30, "{s:?}");
+    // All but the first read can be started early (the second level once its user arrived);
+    // without the rewritten body the scout stops at the first `if` and claims none.
+    assert!(s.speculative_claimed >= 20, "{s:?}");
+    let sequential = run_in(&runtime, script, Mode::Sequential).await;
+    assert_eq!(observable(&outcome), observable(&sequential));
+}
