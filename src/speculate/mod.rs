@@ -4,6 +4,8 @@
 
 mod placeholder;
 mod rewrite;
+#[cfg(test)]
+mod rhai_facts;
 mod scout;
 
 pub(crate) use rewrite::rewrite_with;
