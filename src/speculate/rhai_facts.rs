@@ -68,9 +68,11 @@ fn a_custom_type_key_on_a_map_is_an_error_and_on_a_custom_type_reaches_its_index
     assert!(err.to_string().contains("Opaque"), "{err}");
     let err = eval(&engine, "let m = #{}; m[opaque(1)]").unwrap_err();
     assert!(err.to_string().contains("Opaque"), "{err}");
-    eval(&engine, "let o = opaque(1); o[opaque(2)] = 3; o.x = 4;").unwrap();
+    engine
+        .run("let o = opaque(1); o[opaque(2)] = 3; o.x = 4;")
+        .unwrap();
     // A compound assignment reads through the getter, then writes through the setter.
-    eval(&engine, "let o = opaque(1); o[opaque(2)] += 5;").unwrap();
+    engine.run("let o = opaque(1); o[opaque(2)] += 5;").unwrap();
     assert_eq!(
         *log.lock().unwrap(),
         ["set 1 [2] = 3", "set 1 .x = 4", "set 1 [2] = 107"]
@@ -107,7 +109,9 @@ fn a_function_can_replace_a_variable_passed_first_and_keys_are_evaluated_before_
     assert_eq!(v.into_string().unwrap(), "map");
     // In `m[key] = v` the key is evaluated before the root is looked up, so the key may replace
     // the root, and the write goes to the replacement's indexer.
-    eval(&engine, "let m = #{}; m[swap_in(m, opaque(2))] = 9;").unwrap();
+    engine
+        .run("let m = #{}; m[swap_in(m, opaque(2))] = 9;")
+        .unwrap();
     assert_eq!(*log.lock().unwrap(), ["set 7 [2] = 9"]);
 }
 
