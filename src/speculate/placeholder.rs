@@ -686,16 +686,79 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
         if !args.iter().any(|a| is_placeholder(a)) {
             return Ok(None);
         }
+        // A function may change its first argument (`push`, `remove`): a deferred value the
+        // scout is building (a map given an unknown key) must not silently miss that change.
+        let derived = args.first().is_some_and(|a| is_derived(a)) && !PURE.contains(&name);
         let mut values = Vec::with_capacity(args.len());
         for arg in args.iter() {
             match known(arg) {
                 Ok(v) => values.push(v),
-                Err(()) => return Ok(Some(Placeholder::unknown())),
+                Err(()) => {
+                    if derived {
+                        *args[0] = Placeholder::unknown();
+                    }
+                    return Ok(Some(Placeholder::unknown()));
+                }
             }
         }
         let mut refs: Vec<&mut Dynamic> = values.iter_mut().collect();
-        ctx.call_fn_raw(name, false, is_method, &mut refs).map(Some)
+        let result = ctx.call_fn_raw(name, false, is_method, &mut refs)?;
+        // The call ran on the value: the argument becomes it, with what the call changed.
+        if derived {
+            *args[0] = values.swap_remove(0);
+        }
+        Ok(Some(result))
     });
+}
+
+/// Built-in functions that never change their first argument: calling one on a deferred
+/// value leaves it as it is. Any other call on one that is not known yet makes it an unknown.
+const PURE: &[&str] = &[
+    "len",
+    "is_empty",
+    "keys",
+    "values",
+    "contains",
+    "get",
+    "index_of",
+    "to_string",
+    "to_debug",
+    "to_json",
+    "sub_string",
+    "starts_with",
+    "ends_with",
+    "to_upper",
+    "to_lower",
+    "split",
+    "filter",
+    "map",
+    "reduce",
+    "some",
+    "all",
+    "find",
+    "find_map",
+    "parse_int",
+    "parse_float",
+    "type_of",
+    "==",
+    "!=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "<",
+    "<=",
+    ">",
+    ">=",
+];
+
+/// Whether a value is a placeholder derived by the scout (a deferred string, or a value
+/// written into before it was known), rather than a read's outcome.
+fn is_derived(value: &Dynamic) -> bool {
+    value
+        .read_lock::<Placeholder>()
+        .is_some_and(|p| matches!(p.source, Source::Text(_) | Source::Edited(_)))
 }
 
 impl IntoIterator for Placeholder {
@@ -853,6 +916,38 @@ mod tests {
         ));
         // `5.nothing` does not exist: the array's key never resolves.
         assert!(matches!(resolve_deep(&items), Resolution::Never));
+    }
+
+    #[test]
+    fn a_deferred_value_never_misses_a_change_made_by_a_function() {
+        let mut engine = Engine::new();
+        register(&mut engine, Arc::from(Vec::new()));
+        let (cell, p) = pending();
+        let mut scope = rhai::Scope::new();
+        scope.push("u", p);
+        let script = r#"
+            let m = #{a: 1}; m[__ts_key(m, u.name)] = 2;
+            let before = m; let n = m.len();
+            m.remove("a");
+            [before, m, n]
+        "#;
+        let out: Array = engine.eval_with_scope(&mut scope, script).unwrap();
+        // `len` changes nothing; `remove` on a value not known yet makes it an unknown.
+        assert!(is_placeholder(&out[0]) && is_placeholder(&out[1]) && is_placeholder(&out[2]));
+        cell.set(Ok(json!({"name": "x"})));
+        assert!(
+            matches!(resolve_deep(&out[0]), Resolution::Ready(v) if v == json!({"a": 1, "x": 2}))
+        );
+        assert!(matches!(resolve_deep(&out[1]), Resolution::Never));
+        // Once known, the function runs on the value, and the variable becomes the result.
+        let mut scope = rhai::Scope::new();
+        scope.push("m", out[0].clone());
+        let out: Array = engine
+            .eval_with_scope(&mut scope, r#"let r = m.remove("a"); [r, m]"#)
+            .unwrap();
+        assert_eq!(out[0].as_int().unwrap(), 1);
+        assert!(out[1].is_map(), "{:?}", out[1]);
+        assert!(matches!(resolve_deep(&out[1]), Resolution::Ready(v) if v == json!({"x": 2})));
     }
 
     #[test]
