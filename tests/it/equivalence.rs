@@ -245,7 +245,9 @@ fn random_tools() -> Vec<Tool> {
     vec![get, list, put, notify, pair, put_checked, find]
 }
 
-/// A random script: statements over reads, writes, conditions, loops and try/catch.
+/// A random script: statements over reads, writes, conditions, loops and try/catch, reads
+/// whose arguments are interpolated or concatenated from other reads, and a map `m` keyed by
+/// read fields (the scout's deferred values).
 fn script_strategy() -> impl Strategy<Value = String> {
     scripts_with(false)
 }
