@@ -5,6 +5,8 @@
 mod functions;
 mod placeholder;
 mod rewrite;
+#[cfg(test)]
+mod rhai_facts;
 mod scout;
 
 pub(crate) use functions::ScoutScript;

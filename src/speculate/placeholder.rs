@@ -1,16 +1,22 @@
-//! Placeholders: the scout's stand-ins for values it does not have yet. A placeholder is a cell
-//! (one read's outcome, possibly still in flight) and a path of fields and indexes into it.
-//! Field and index access derive placeholders; operators and built-in functions use the value
-//! once it has arrived and give an unknown before; branch conditions are guessed. Every pending
-//! cell a decision depended on is noted, so the scout knows when a new pass can see more.
+//! Placeholders: the scout's stand-ins for values it does not have yet. A placeholder is a
+//! source and a path of fields and indexes into it. The source is one read's outcome (possibly
+//! still in flight), or a value derived from placeholders that is known once their reads land:
+//! a string interpolated from them, or a value written into before it was known (a map given a
+//! key the scout does not have yet). Field and index access derive placeholders; operators and
+//! built-in functions use the value once it has arrived and give an unknown before; branch
+//! conditions are guessed. Every pending cell a decision depended on is noted, so the scout
+//! knows when a new pass can see more.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use rhai::{Array, Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCallContext, INT};
+use rhai::{
+    Array, Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCallContext, FUNC_TO_STRING,
+    INT,
+};
 use serde_json::Value;
 
-use super::rewrite::{COND, INDEX, UNLIKELY, VALUE};
+use super::rewrite::{COND, INDEX, INTERPOLATE, KEY, UNLIKELY, VALUE};
 use crate::engine::to_dynamic;
 use crate::ledger::Cell;
 
@@ -18,24 +24,53 @@ use crate::ledger::Cell;
 /// started: its real arguments are not known.
 pub(crate) const PENDING_TEXT: &str = "\u{1}pending\u{1}";
 
+/// Pieces one deferred string may hold; a longer one is an unknown. Resolving a deferred value
+/// walks all of it at every use, so its size bounds the scout's work per use.
+const MAX_PIECES: usize = 256;
+/// Writes one deferred value may hold; past them it is an unknown (see [`MAX_PIECES`]).
+const MAX_WRITES: usize = 1_024;
+
 #[derive(Clone, Debug)]
 enum Step {
     Field(ImmutableString),
     Index(INT),
 }
 
+/// Where a placeholder's value comes from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// One read's outcome, possibly still in flight.
+    Cell(Arc<Cell>),
+    /// A value that will never be known (an operator over a pending value, say).
+    Unknown,
+    /// A string joined from pieces, each a string or a placeholder whose value is a scalar:
+    /// an interpolation or a `+` with a placeholder in it.
+    Text(Arc<[Dynamic]>),
+    /// A value written into before it was known: the value before, and the writes in order.
+    Edited(Arc<Edits>),
+}
+
+/// A deferred value's writes: `base[key] = value`, in order. Keys must be known for the value
+/// to be; written values may stay placeholders, as in any container.
+#[derive(Clone, Debug)]
+struct Edits {
+    base: Dynamic,
+    writes: Vec<(Dynamic, Dynamic)>,
+}
+
 /// A value the scout does not have yet.
 #[derive(Clone, Debug)]
 pub(crate) struct Placeholder {
-    /// `None` for an unknown that will never resolve (an operator over a pending value, say).
-    cell: Option<Arc<Cell>>,
+    source: Source,
     path: Vec<Step>,
 }
 
 /// Where a placeholder stands now.
 pub(crate) enum Resolved {
+    /// Known: never itself a placeholder (it may hold some, as any container may).
     Value(Dynamic),
-    Pending(Arc<Cell>),
+    /// Known once these cells have landed (and maybe others they lead to).
+    Pending(Vec<Arc<Cell>>),
     /// It resolved to an error, or its path does not exist, or it is an unknown.
     Never,
 }
@@ -43,14 +78,39 @@ pub(crate) enum Resolved {
 impl Placeholder {
     pub(crate) fn of(cell: Arc<Cell>) -> Placeholder {
         Placeholder {
-            cell: Some(cell),
+            source: Source::Cell(cell),
             path: Vec::new(),
         }
     }
 
     pub(crate) fn unknown() -> Dynamic {
         Dynamic::from(Placeholder {
-            cell: None,
+            source: Source::Unknown,
+            path: Vec::new(),
+        })
+    }
+
+    /// A string joined from `pieces` (strings and placeholders), flattening deferred strings
+    /// among them; an unknown past [`MAX_PIECES`].
+    fn text(pieces: Vec<Dynamic>) -> Dynamic {
+        let mut flat: Vec<Dynamic> = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            match piece.read_lock::<Placeholder>() {
+                Some(p) if p.path.is_empty() => {
+                    if let Source::Text(inner) = &p.source {
+                        flat.extend(inner.iter().cloned());
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            flat.push(piece);
+        }
+        if flat.len() > MAX_PIECES {
+            return Placeholder::unknown();
+        }
+        Dynamic::from(Placeholder {
+            source: Source::Text(flat.into()),
             path: Vec::new(),
         })
     }
@@ -59,37 +119,215 @@ impl Placeholder {
         let mut path = self.path.clone();
         path.push(step);
         Dynamic::from(Placeholder {
-            cell: self.cell.clone(),
+            source: self.source.clone(),
             path,
         })
     }
 
+    /// `self[key] = value`: the placeholder becomes (or stays) a value edited before it was
+    /// known.
+    fn write(&mut self, key: Dynamic, value: Dynamic) {
+        match &mut self.source {
+            Source::Unknown => {}
+            Source::Edited(edits) if self.path.is_empty() => {
+                if edits.writes.len() >= MAX_WRITES {
+                    self.source = Source::Unknown;
+                } else {
+                    Arc::make_mut(edits).writes.push((key, value));
+                }
+            }
+            _ => *self = Placeholder::edited(Dynamic::from(self.clone()), key, value),
+        }
+    }
+
+    fn edited(base: Dynamic, key: Dynamic, value: Dynamic) -> Placeholder {
+        Placeholder {
+            source: Source::Edited(Arc::new(Edits {
+                base,
+                writes: vec![(key, value)],
+            })),
+            path: Vec::new(),
+        }
+    }
+
+    /// An empty edit of `base`: the value `base` is until something is written into it.
+    fn edit(base: Dynamic) -> Dynamic {
+        Dynamic::from(Placeholder {
+            source: Source::Edited(Arc::new(Edits {
+                base,
+                writes: Vec::new(),
+            })),
+            path: Vec::new(),
+        })
+    }
+
     pub(crate) fn state(&self) -> Resolved {
-        let Some(cell) = &self.cell else {
-            return Resolved::Never;
+        let root = match &self.source {
+            Source::Unknown => return Resolved::Never,
+            Source::Cell(cell) => return cell_state(cell, &self.path),
+            Source::Text(pieces) => text_state(pieces),
+            Source::Edited(edits) => edits.state(),
         };
-        let Some(outcome) = cell.get() else {
-            return Resolved::Pending(Arc::clone(cell));
+        match root {
+            Resolved::Value(root) => walk(root, &self.path),
+            other => other,
+        }
+    }
+}
+
+/// A read's outcome along `path`: walked in JSON, so that only the value reached is converted.
+fn cell_state(cell: &Arc<Cell>, path: &[Step]) -> Resolved {
+    let Some(outcome) = cell.get() else {
+        return Resolved::Pending(vec![Arc::clone(cell)]);
+    };
+    let Ok(root) = outcome.as_ref() else {
+        return Resolved::Never;
+    };
+    let mut value: &Value = root;
+    let null = Value::Null;
+    for step in path {
+        value = match (step, value) {
+            (Step::Field(name), Value::Object(map)) => map.get(name.as_str()).unwrap_or(&null),
+            (Step::Index(i), Value::Array(items)) => {
+                let i = if *i < 0 { items.len() as INT + i } else { *i };
+                match usize::try_from(i).ok().and_then(|i| items.get(i)) {
+                    Some(item) => item,
+                    None => return Resolved::Never,
+                }
+            }
+            _ => return Resolved::Never,
         };
-        let Ok(root) = outcome.as_ref() else {
-            return Resolved::Never;
-        };
-        let mut value: &Value = root;
-        let null = Value::Null;
-        for step in &self.path {
-            value = match (step, value) {
-                (Step::Field(name), Value::Object(map)) => map.get(name.as_str()).unwrap_or(&null),
-                (Step::Index(i), Value::Array(items)) => {
+    }
+    Resolved::Value(to_dynamic(value))
+}
+
+/// A known value along `path`, as [`cell_state`] walks JSON.
+fn walk(mut value: Dynamic, path: &[Step]) -> Resolved {
+    for step in path {
+        let next = match step {
+            Step::Field(name) => match value.read_lock::<Map>() {
+                Some(map) => map.get(name.as_str()).cloned().unwrap_or(Dynamic::UNIT),
+                None => return Resolved::Never,
+            },
+            Step::Index(i) => match value.read_lock::<Array>() {
+                Some(items) => {
                     let i = if *i < 0 { items.len() as INT + i } else { *i };
                     match usize::try_from(i).ok().and_then(|i| items.get(i)) {
-                        Some(item) => item,
+                        Some(item) => item.clone(),
                         None => return Resolved::Never,
                     }
                 }
-                _ => return Resolved::Never,
-            };
+                None => return Resolved::Never,
+            },
+        };
+        // A deferred value may hold placeholders (a value written into it): go through them.
+        value = match shallow(&next) {
+            Resolved::Value(v) => v,
+            other => return other,
+        };
+    }
+    Resolved::Value(value)
+}
+
+/// A value one level deep: a placeholder becomes where it stands, anything else is known.
+fn shallow(value: &Dynamic) -> Resolved {
+    match value.read_lock::<Placeholder>() {
+        None => Resolved::Value(value.clone()),
+        Some(p) => p.state(),
+    }
+}
+
+/// How interpolation writes a scalar (`rhai_facts::display_of_a_scalar_is_what_interpolation_writes`);
+/// `None` for containers, whose text the scout does not rebuild.
+fn display(value: &Dynamic) -> Option<String> {
+    let scalar = value.is_string()
+        || value.is_int()
+        || value.is_float()
+        || value.is_bool()
+        || value.is_unit()
+        || value.is_char();
+    scalar.then(|| value.to_string())
+}
+
+fn text_state(pieces: &[Dynamic]) -> Resolved {
+    let mut text = String::new();
+    let mut pending = Vec::new();
+    for piece in pieces {
+        match shallow(piece) {
+            Resolved::Value(v) => match display(&v) {
+                Some(s) => text.push_str(&s),
+                None => return Resolved::Never,
+            },
+            Resolved::Pending(cells) => pending.extend(cells),
+            Resolved::Never => return Resolved::Never,
         }
-        Resolved::Value(to_dynamic(value))
+    }
+    if pending.is_empty() {
+        Resolved::Value(text.into())
+    } else {
+        Resolved::Pending(pending)
+    }
+}
+
+impl Edits {
+    /// The base with every write applied, once the base and every key are known. A write Rhai
+    /// would refuse (a key of the wrong type, an index out of bounds) makes it an unknown.
+    fn state(&self) -> Resolved {
+        let mut pending = Vec::new();
+        let mut base = match shallow(&self.base) {
+            Resolved::Value(v) => Some(v),
+            Resolved::Pending(cells) => {
+                pending.extend(cells);
+                None
+            }
+            Resolved::Never => return Resolved::Never,
+        };
+        let mut keys = Vec::with_capacity(self.writes.len());
+        for (key, _) in &self.writes {
+            match shallow(key) {
+                Resolved::Value(k) => keys.push(k),
+                Resolved::Pending(cells) => pending.extend(cells),
+                Resolved::Never => return Resolved::Never,
+            }
+        }
+        if !pending.is_empty() {
+            return Resolved::Pending(pending);
+        }
+        let Some(value) = base.as_mut() else {
+            return Resolved::Never;
+        };
+        for (key, (_, written)) in keys.into_iter().zip(&self.writes) {
+            if !write_known(value, &key, written) {
+                return Resolved::Never;
+            }
+        }
+        Resolved::Value(base.unwrap_or_default())
+    }
+}
+
+/// `container[key] = written` on known values, as Rhai does it for maps and arrays; `false`
+/// for anything else, or what Rhai would refuse.
+fn write_known(container: &mut Dynamic, key: &Dynamic, written: &Dynamic) -> bool {
+    if container.is_map() {
+        let (Some(mut map), Some(k)) = (
+            container.write_lock::<Map>(),
+            key.read_lock::<ImmutableString>(),
+        ) else {
+            return false;
+        };
+        map.insert(k.as_str().into(), written.clone());
+        return true;
+    }
+    let (Some(mut items), Ok(i)) = (container.write_lock::<Array>(), key.as_int()) else {
+        return false;
+    };
+    let i = if i < 0 { items.len() as INT + i } else { i };
+    match usize::try_from(i).ok().and_then(|i| items.get_mut(i)) {
+        Some(slot) => {
+            *slot = written.clone();
+            true
+        }
+        None => false,
     }
 }
 
@@ -127,16 +365,13 @@ fn note(cell: &Arc<Cell>) {
 /// A value as far as it is known: a placeholder that resolved becomes its value; a pending one
 /// is noted and stays `Err(())`.
 fn known(value: &Dynamic) -> Result<Dynamic, ()> {
-    match value.read_lock::<Placeholder>() {
-        None => Ok(value.clone()),
-        Some(p) => match p.state() {
-            Resolved::Value(v) => Ok(v),
-            Resolved::Pending(cell) => {
-                note(&cell);
-                Err(())
-            }
-            Resolved::Never => Err(()),
-        },
+    match shallow(value) {
+        Resolved::Value(v) => Ok(v),
+        Resolved::Pending(cells) => {
+            cells.iter().for_each(note);
+            Err(())
+        }
+        Resolved::Never => Err(()),
     }
 }
 
@@ -156,7 +391,12 @@ pub(crate) fn resolve_deep(value: &Dynamic) -> Resolution {
     let mut pending = Vec::new();
     match resolve_into(value, &mut pending) {
         None => Resolution::Never,
-        Some(_) if !pending.is_empty() => Resolution::Pending(pending),
+        Some(_) if !pending.is_empty() => {
+            // A deferred value may name one cell many times (a key written twice).
+            let mut seen = std::collections::HashSet::new();
+            pending.retain(|c| seen.insert(Arc::as_ptr(c)));
+            Resolution::Pending(pending)
+        }
         Some(v) => Resolution::Ready(v),
     }
 }
@@ -166,8 +406,8 @@ fn resolve_into(value: &Dynamic, pending: &mut Vec<Arc<Cell>>) -> Option<Value> 
     if let Some(p) = value.read_lock::<Placeholder>() {
         return match p.state() {
             Resolved::Value(v) => resolve_into(&v, pending),
-            Resolved::Pending(cell) => {
-                pending.push(cell);
+            Resolved::Pending(cells) => {
+                pending.extend(cells);
                 Some(Value::Null)
             }
             Resolved::Never => None,
@@ -250,10 +490,93 @@ const BINARY_OPERATORS: &[&str] = &[
 
 /// A binary operator with a placeholder on either side: the built-in operator over the values
 /// once known, an unknown before.
+///
+/// A `+` of a string and a placeholder (or of a deferred string and anything) is a deferred
+/// string: Rhai's `+` with a string on either side appends the other side's text.
 fn binary(ctx: &NativeCallContext, op: &str, a: &Dynamic, b: &Dynamic) -> RhaiResult {
+    if op == "+" && (is_text(a) || is_text(b)) {
+        return Ok(match (shallow(a), shallow(b)) {
+            (Resolved::Never, _) | (_, Resolved::Never) => Placeholder::unknown(),
+            (Resolved::Value(mut a), Resolved::Value(mut b)) => {
+                return ctx.call_native_fn_raw(op, false, &mut [&mut a, &mut b]);
+            }
+            _ => Placeholder::text(vec![a.clone(), b.clone()]),
+        });
+    }
     match (known(a), known(b)) {
         (Ok(mut a), Ok(mut b)) => ctx.call_native_fn_raw(op, false, &mut [&mut a, &mut b]),
         _ => Ok(Placeholder::unknown()),
+    }
+}
+
+/// Whether a value is a string, known or deferred.
+fn is_text(value: &Dynamic) -> bool {
+    value.is_string()
+        || value
+            .read_lock::<Placeholder>()
+            .is_some_and(|p| p.path.is_empty() && matches!(p.source, Source::Text(_)))
+}
+
+/// An interpolation's pieces, evaluated: the string Rhai would build once every piece is known,
+/// a deferred string while some are pending, an unknown if one never will be.
+fn interpolate(ctx: &NativeCallContext, items: Array) -> Dynamic {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    for item in items {
+        let pending = match item.read_lock::<Placeholder>() {
+            None => None,
+            Some(p) => match p.state() {
+                Resolved::Value(v) => Some(Some(v)),
+                Resolved::Pending(_) => Some(None),
+                Resolved::Never => return Placeholder::unknown(),
+            },
+        };
+        match pending {
+            None => text.push_str(&printed(ctx, item)),
+            Some(Some(v)) => text.push_str(&printed(ctx, v)),
+            Some(None) => {
+                if !text.is_empty() {
+                    pieces.push(Dynamic::from(std::mem::take(&mut text)));
+                }
+                pieces.push(item);
+            }
+        }
+    }
+    if pieces.is_empty() {
+        return text.into();
+    }
+    if !text.is_empty() {
+        pieces.push(text.into());
+    }
+    Placeholder::text(pieces)
+}
+
+/// A known value as interpolation writes it: a string as it is, anything else through its
+/// `to_string`, falling back as Rhai's printing does.
+fn printed(ctx: &NativeCallContext, mut item: Dynamic) -> String {
+    if item.is_string() {
+        return item.to_string();
+    }
+    match ctx.call_native_fn_raw(FUNC_TO_STRING, true, &mut [&mut item]) {
+        Ok(r) if r.is_string() => r.to_string(),
+        Ok(r) => ctx.engine().map_type_name(r.type_name()).to_string(),
+        Err(_) => ctx.engine().map_type_name(&item.to_string()).to_string(),
+    }
+}
+
+/// The key of `container[key] = ...` (see [`KEY`]): a key the scout does not have yet turns a
+/// map or an array into a value edited before it was known, so that the write is kept for
+/// when the key arrives instead of failing.
+fn assignment_key(container: &mut Dynamic, key: Dynamic) -> Dynamic {
+    match shallow(&key) {
+        Resolved::Value(k) => k,
+        Resolved::Pending(_) | Resolved::Never => {
+            if container.is_map() || container.is_array() {
+                let base = std::mem::take(container);
+                *container = Placeholder::edit(base);
+            }
+            key
+        }
     }
 }
 
@@ -265,9 +588,24 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
         derive(p, &Dynamic::from(key))
     });
     engine.register_indexer_get(|p: &mut Placeholder, key: INT| derive(p, &Dynamic::from(key)));
-    // Writes into a value the scout does not have change nothing it relies on.
-    engine.register_indexer_set(|_: &mut Placeholder, _: ImmutableString, _: Dynamic| {});
-    engine.register_indexer_set(|_: &mut Placeholder, _: INT, _: Dynamic| {});
+    engine.register_indexer_get(|p: &mut Placeholder, key: Placeholder| {
+        match shallow(&Dynamic::from(key)) {
+            Resolved::Value(key) => derive(p, &key),
+            _ => Placeholder::unknown(),
+        }
+    });
+    // A write into a value the scout does not have is kept, to be applied once it arrives.
+    engine.register_indexer_set(|p: &mut Placeholder, key: ImmutableString, v: Dynamic| {
+        p.write(key.into(), v)
+    });
+    engine.register_indexer_set(|p: &mut Placeholder, key: INT, v: Dynamic| p.write(key.into(), v));
+    engine.register_indexer_set(|p: &mut Placeholder, key: Placeholder, v: Dynamic| {
+        p.write(Dynamic::from(key), v)
+    });
+    engine.register_fn(INTERPOLATE, |ctx: NativeCallContext, items: Array| {
+        interpolate(&ctx, items)
+    });
+    engine.register_fn(KEY, assignment_key);
     engine.register_fn("to_string", |p: &mut Placeholder| match p.state() {
         Resolved::Value(v) => v.to_string(),
         _ => PENDING_TEXT.to_string(),
@@ -348,16 +686,79 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
         if !args.iter().any(|a| is_placeholder(a)) {
             return Ok(None);
         }
+        // A function may change its first argument (`push`, `remove`): a deferred value the
+        // scout is building (a map given an unknown key) must not silently miss that change.
+        let derived = args.first().is_some_and(|a| is_derived(a)) && !PURE.contains(&name);
         let mut values = Vec::with_capacity(args.len());
         for arg in args.iter() {
             match known(arg) {
                 Ok(v) => values.push(v),
-                Err(()) => return Ok(Some(Placeholder::unknown())),
+                Err(()) => {
+                    if derived {
+                        *args[0] = Placeholder::unknown();
+                    }
+                    return Ok(Some(Placeholder::unknown()));
+                }
             }
         }
         let mut refs: Vec<&mut Dynamic> = values.iter_mut().collect();
-        ctx.call_fn_raw(name, false, is_method, &mut refs).map(Some)
+        let result = ctx.call_fn_raw(name, false, is_method, &mut refs)?;
+        // The call ran on the value: the argument becomes it, with what the call changed.
+        if derived {
+            *args[0] = values.swap_remove(0);
+        }
+        Ok(Some(result))
     });
+}
+
+/// Built-in functions that never change their first argument: calling one on a deferred
+/// value leaves it as it is. Any other call on one that is not known yet makes it an unknown.
+const PURE: &[&str] = &[
+    "len",
+    "is_empty",
+    "keys",
+    "values",
+    "contains",
+    "get",
+    "index_of",
+    "to_string",
+    "to_debug",
+    "to_json",
+    "sub_string",
+    "starts_with",
+    "ends_with",
+    "to_upper",
+    "to_lower",
+    "split",
+    "filter",
+    "map",
+    "reduce",
+    "some",
+    "all",
+    "find",
+    "find_map",
+    "parse_int",
+    "parse_float",
+    "type_of",
+    "==",
+    "!=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "<",
+    "<=",
+    ">",
+    ">=",
+];
+
+/// Whether a value is a placeholder derived by the scout (a deferred string, or a value
+/// written into before it was known), rather than a read's outcome.
+fn is_derived(value: &Dynamic) -> bool {
+    value
+        .read_lock::<Placeholder>()
+        .is_some_and(|p| matches!(p.source, Source::Text(_) | Source::Edited(_)))
 }
 
 impl IntoIterator for Placeholder {
@@ -413,6 +814,140 @@ mod tests {
         cell.set(Ok(json!({"id": 7})));
         assert!(matches!(resolve_deep(&args), Resolution::Ready(v) if v == json!({"id": 7})));
         cell.set(Ok(json!(null)));
+    }
+
+    fn pending() -> (Arc<Cell>, Dynamic) {
+        let cell = Cell::new();
+        let p = Dynamic::from(Placeholder::of(Arc::clone(&cell)));
+        (cell, p)
+    }
+
+    fn field(p: &Dynamic, name: &str) -> Dynamic {
+        index_known(p, &Dynamic::from(ImmutableString::from(name)))
+    }
+
+    #[test]
+    fn a_deferred_string_is_joined_once_its_pieces_land() {
+        let (a, pa) = pending();
+        let (b, pb) = pending();
+        let inner = Placeholder::text(vec!["id-".into(), field(&pa, "id")]);
+        let text = Placeholder::text(vec![inner, "/".into(), field(&pb, "n")]);
+        let args = Dynamic::from_map(Map::from_iter([("name".into(), text.clone())]));
+        assert!(matches!(resolve_deep(&args), Resolution::Pending(c) if c.len() == 2));
+        a.set(Ok(json!({"id": 7})));
+        assert!(matches!(resolve_deep(&args), Resolution::Pending(c) if c.len() == 1));
+        b.set(Ok(json!({"n": 1.5})));
+        assert!(
+            matches!(resolve_deep(&args), Resolution::Ready(v) if v == json!({"name": "id-7/1.5"}))
+        );
+        // A container has no text the scout rebuilds: never known.
+        let (c, pc) = pending();
+        let text = Placeholder::text(vec!["x".into(), pc]);
+        c.set(Ok(json!([1])));
+        assert!(matches!(resolve_deep(&text), Resolution::Never));
+        let long = Placeholder::text(vec![pa; MAX_PIECES + 1]);
+        assert!(matches!(resolve_deep(&long), Resolution::Never));
+    }
+
+    #[test]
+    fn a_map_given_a_pending_key_keeps_its_writes_in_order() {
+        let (cell, p) = pending();
+        let mut map = Dynamic::from_map(Map::from_iter([("a".into(), Dynamic::from(1_i64))]));
+        let key = assignment_key(&mut map, field(&p, "name"));
+        assert!(is_placeholder(&map), "the map became a deferred value");
+        map.write_lock::<Placeholder>()
+            .unwrap()
+            .write(key.clone(), Dynamic::from(2_i64));
+        map.write_lock::<Placeholder>()
+            .unwrap()
+            .write(ImmutableString::from("b").into(), field(&p, "n"));
+        map.write_lock::<Placeholder>()
+            .unwrap()
+            .write(key, Dynamic::from(3_i64));
+        assert!(matches!(resolve_deep(&map), Resolution::Pending(c) if c.len() == 1));
+        // A field read of the deferred map waits for it too.
+        let b = field(&map, "b");
+        assert!(matches!(resolve_deep(&b), Resolution::Pending(_)));
+        cell.set(Ok(json!({"name": "x", "n": 9})));
+        assert!(matches!(
+            resolve_deep(&map),
+            Resolution::Ready(v) if v == json!({"a": 1, "b": 9, "x": 3})
+        ));
+        assert!(matches!(resolve_deep(&b), Resolution::Ready(v) if v == json!(9)));
+        // A known key passes through; a key of the wrong type never resolves.
+        let mut plain = Dynamic::from_map(Map::new());
+        assert_eq!(
+            assignment_key(&mut plain, "k".into())
+                .into_string()
+                .unwrap(),
+            "k"
+        );
+        assert!(plain.is_map());
+        let (cell, p) = pending();
+        let key = assignment_key(&mut plain, p);
+        plain
+            .write_lock::<Placeholder>()
+            .unwrap()
+            .write(key, Dynamic::UNIT);
+        cell.set(Ok(json!(1)));
+        assert!(matches!(resolve_deep(&plain), Resolution::Never));
+    }
+
+    #[test]
+    fn writes_into_a_pending_read_are_applied_to_its_value() {
+        let (cell, p) = pending();
+        let mut edited = p.clone();
+        edited
+            .write_lock::<Placeholder>()
+            .unwrap()
+            .write(ImmutableString::from("x").into(), Dynamic::from(5_i64));
+        let x = field(&edited, "x");
+        let mut items = Dynamic::from_array(vec![Dynamic::from(1_i64), p]);
+        let key = assignment_key(&mut items, field(&x, "nothing"));
+        items
+            .write_lock::<Placeholder>()
+            .unwrap()
+            .write(key, Dynamic::UNIT);
+        cell.set(Ok(json!({"x": 1, "y": 2})));
+        assert!(matches!(resolve_deep(&x), Resolution::Ready(v) if v == json!(5)));
+        assert!(matches!(
+            resolve_deep(&edited),
+            Resolution::Ready(v) if v == json!({"x": 5, "y": 2})
+        ));
+        // `5.nothing` does not exist: the array's key never resolves.
+        assert!(matches!(resolve_deep(&items), Resolution::Never));
+    }
+
+    #[test]
+    fn a_deferred_value_never_misses_a_change_made_by_a_function() {
+        let mut engine = Engine::new();
+        register(&mut engine, Arc::from(Vec::new()));
+        let (cell, p) = pending();
+        let mut scope = rhai::Scope::new();
+        scope.push("u", p);
+        let script = r#"
+            let m = #{a: 1}; m[__ts_key(m, u.name)] = 2;
+            let before = m; let n = m.len();
+            m.remove("a");
+            [before, m, n]
+        "#;
+        let out: Array = engine.eval_with_scope(&mut scope, script).unwrap();
+        // `len` changes nothing; `remove` on a value not known yet makes it an unknown.
+        assert!(is_placeholder(&out[0]) && is_placeholder(&out[1]) && is_placeholder(&out[2]));
+        cell.set(Ok(json!({"name": "x"})));
+        assert!(
+            matches!(resolve_deep(&out[0]), Resolution::Ready(v) if v == json!({"a": 1, "x": 2}))
+        );
+        assert!(matches!(resolve_deep(&out[1]), Resolution::Never));
+        // Once known, the function runs on the value, and the variable becomes the result.
+        let mut scope = rhai::Scope::new();
+        scope.push("m", out[0].clone());
+        let out: Array = engine
+            .eval_with_scope(&mut scope, r#"let r = m.remove("a"); [r, m]"#)
+            .unwrap();
+        assert_eq!(out[0].as_int().unwrap(), 1);
+        assert!(out[1].is_map(), "{:?}", out[1]);
+        assert!(matches!(resolve_deep(&out[1]), Resolution::Ready(v) if v == json!({"x": 2})));
     }
 
     #[test]

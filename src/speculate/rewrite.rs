@@ -18,10 +18,13 @@
 //! | the subject of `switch` | `__ts_value(x)` |
 //! | the argument of a function-style `type_of(x)` | `__ts_value(x)` |
 //! | an index chain read as a value, `a[i][j]` | `__ts_index(__ts_index(a, i), j)` |
+//! | the key of an assignment to a variable's element, `a[i] = v` | `a[__ts_key(a, i)] = v` |
 //! | any other index key (assignment targets, chains with `.`) | `a[__ts_value(i)]` |
+//! | an interpolated string `` `a${x}b` `` | `__ts_interpolate(["a", x, "b"])` |
 //!
-//! With `__ts_cond` and `__ts_value` as the identity and `__ts_index` as indexing, the rewritten AST
-//! means what the original means; the tests check that on a corpus of scripts.
+//! With `__ts_cond` and `__ts_value` as the identity, `__ts_key(a, i)` as `i`, `__ts_index` as
+//! indexing and `__ts_interpolate` as joining its pieces' `to_string`s, the rewritten AST means
+//! what the original means; the tests check that on a corpus of scripts.
 //!
 //! # What is not rewritten
 //!
@@ -61,6 +64,15 @@ pub(crate) const VALUE: &str = "__ts_value";
 /// Rhai passes a variable given as the first argument by reference, so registering the container
 /// parameter as `&mut Dynamic` avoids cloning whole arrays on every read.
 pub(crate) const INDEX: &str = "__ts_index";
+/// The function the rewritten script calls instead of building an interpolated string, on an
+/// array of its pieces: `(pieces) -> Dynamic`. Rhai builds the string itself, calling
+/// `to_string` on each piece, so a piece the scout does not have yet could only become text.
+pub(crate) const INTERPOLATE: &str = "__ts_interpolate";
+/// The function the rewritten script calls on the key of `variable[key] = ...` (and of `+=` and
+/// the like): `(variable, key) -> key`. It gets the variable by reference (see [`INDEX`]), so
+/// that, for a key the scout does not have yet, it can replace a map or an array with a value
+/// that keeps the write until the key is known; Rhai looks the variable up after the key.
+pub(crate) const KEY: &str = "__ts_key";
 
 /// Returns a new AST in which the sites that Rhai evaluates without calling a registered function
 /// call [`COND`], [`VALUE`] or [`INDEX`] instead (see the module documentation).
@@ -152,6 +164,10 @@ struct Rewriter {
     value: FnCallExpr,
     /// A call to [`INDEX`] with two arguments.
     index: FnCallExpr,
+    /// A call to [`INTERPOLATE`] with one argument.
+    interpolate: FnCallExpr,
+    /// A call to [`KEY`] with two arguments.
+    key: FnCallExpr,
 }
 
 impl Rewriter {
@@ -167,6 +183,8 @@ impl Rewriter {
                 unlikely: template(&engine, &format!("{UNLIKELY}(x)")),
                 value: template(&engine, &format!("{VALUE}(x)")),
                 index: template(&engine, &format!("{INDEX}(x, k)")),
+                interpolate: template(&engine, &format!("{INTERPOLATE}(x)")),
+                key: template(&engine, &format!("{KEY}(x, k)")),
             }
         })
     }
@@ -210,7 +228,9 @@ impl Rewriter {
             Stmt::Var(var, ..) => self.expr(&mut var.1),
             Stmt::Assignment(assignment) => {
                 let BinaryExpr { lhs, rhs } = &mut assignment.1;
-                self.target(lhs);
+                if !self.element_key(lhs) {
+                    self.target(lhs);
+                }
                 self.expr(rhs);
             }
             Stmt::FnCall(call, ..) => self.call(call),
@@ -237,6 +257,16 @@ impl Rewriter {
     /// Rewrites an expression that is evaluated as a value, in place.
     fn expr(&self, expr: &mut Expr) {
         match expr {
+            Expr::InterpolatedString(..) if !expr.is_constant() => {
+                let pos = expr.position();
+                let Expr::InterpolatedString(mut items, _) = expr.take() else {
+                    unreachable!("matched above");
+                };
+                for item in items.iter_mut() {
+                    self.expr(item);
+                }
+                *expr = self.wrapped(&self.interpolate, [Expr::Array(items, pos)], pos);
+            }
             Expr::InterpolatedString(items, ..) | Expr::Array(items, ..) => {
                 for item in items.iter_mut() {
                     self.expr(item);
@@ -293,6 +323,28 @@ impl Rewriter {
             }
             _ => {}
         }
+    }
+
+    /// Rewrites the target `variable[key]` of an assignment (one index step, a key that is not a
+    /// constant) to `variable[__ts_key(variable, key)]`; `false` for any other target.
+    fn element_key(&self, target: &mut Expr) -> bool {
+        let Expr::Index(node, options, ..) = target else {
+            return false;
+        };
+        let single = options.contains(ASTFlags::BREAK)
+            || !matches!(node.rhs, Expr::Index(..) | Expr::Dot(..));
+        if !single
+            || options.contains(ASTFlags::NEGATED)
+            || !matches!(node.lhs, Expr::Variable(..))
+            || node.rhs.is_constant()
+        {
+            return false;
+        }
+        let key = &mut node.rhs;
+        self.expr(key);
+        let pos = site(key);
+        *key = self.wrapped(&self.key, [node.lhs.clone(), key.take()], pos);
+        true
     }
 
     /// Rewrites the arguments of a function call in place, and wraps the argument of `type_of`.
@@ -518,7 +570,7 @@ mod tests {
         Dynamic, Engine, EvalAltResult, NativeCallContext, OptimizationLevel, Position, Scope, AST,
     };
 
-    use super::{rewrite, COND, INDEX, UNLIKELY, VALUE};
+    use super::{rewrite, COND, INDEX, INTERPOLATE, KEY, UNLIKELY, VALUE};
 
     /// Scripts covering every rule, each returning a value that shows what it did. `log(x)`
     /// records `x` and returns it, to show which operands ran and in which order.
@@ -705,6 +757,14 @@ mod tests {
         let a = [1, 2]; let m = #{k: "v"}; let i = 1;
         [`${a[i]}-${m["k"]}-${a[0] ?? 0}-${if i > 0 { "p" } else { "n" }}`, #{x: a[0], y: [a[i], m.k, m["k"]]}]
         "#,
+        // Element assignments with computed keys (plain and compound), interpolation of every
+        // kind of value.
+        r#"
+        let m = #{}; let a = [1, 2, 3]; let k = "x"; let i = 1;
+        m[k] = 1; m[k] += 2; m[`y${i}`] = a[i]; a[i] = 5; a[i - 2] += 1; m[k + "2"] = a;
+        m["z"] = `${m[k]}-${a}-${#{q: 1}}-${()}-${1.5}-${'c'}-${k}`;
+        [m, a]
+        "#,
         // Null-safe access.
         r#"
         let m = #{a: ()}; let n = (); let i = 0;
@@ -762,11 +822,29 @@ mod tests {
                 ctx.engine().eval_ast_with_scope(&mut scope, &read)
             },
         );
+        engine.register_fn(KEY, |_: &mut Dynamic, key: Dynamic| key);
+        engine.register_fn(INTERPOLATE, plain_interpolate);
         engine.register_fn("log", move |x: Dynamic| {
             log.lock().unwrap().push(x.to_string());
             x
         });
         engine
+    }
+
+    /// Joins an interpolation's pieces as Rhai does: strings as they are, anything else
+    /// through `to_string`.
+    fn plain_interpolate(ctx: NativeCallContext, items: rhai::Array) -> String {
+        items
+            .into_iter()
+            .map(|mut item| {
+                if item.is_string() {
+                    return item.to_string();
+                }
+                ctx.call_native_fn_raw(rhai::FUNC_TO_STRING, true, &mut [&mut item])
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|_| item.to_string())
+            })
+            .collect()
     }
 
     /// The result (or error) of running `ast` on a fresh engine, and what it logged.
@@ -843,10 +921,17 @@ mod tests {
                 },
             );
         }
+        let key = Arc::clone(&value);
         engine.register_fn(VALUE, move |x: Dynamic| {
             value.fetch_add(1, Ordering::Relaxed);
             x
         });
+        // The key of an element assignment is a value wrapper: counted as one.
+        engine.register_fn(KEY, move |_: &mut Dynamic, x: Dynamic| {
+            key.fetch_add(1, Ordering::Relaxed);
+            x
+        });
+        engine.register_fn(INTERPOLATE, plain_interpolate);
         engine.register_fn(INDEX, move |container: &mut Dynamic, key: Dynamic| {
             index.fetch_add(1, Ordering::Relaxed);
             let array = container.read_lock::<rhai::Array>().expect("an array");

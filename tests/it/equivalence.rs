@@ -208,6 +208,24 @@ fn random_tools() -> Vec<Tool> {
                 Ok(json!(*n))
             }
         });
+    // A read by name (`r<id>`), for interpolated and concatenated arguments.
+    let p4 = Arc::clone(&puts);
+    let find = Tool::builder("find", Effect::Read)
+        .input_schema(json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}))
+        .handler(move |args| {
+            let puts = *p4.lock().unwrap();
+            async move {
+                let name = args["name"].as_str().unwrap_or_default().to_string();
+                let id = name.strip_prefix('r').and_then(|n| n.parse::<i64>().ok());
+                tokio::time::sleep(latency(id.unwrap_or(1))).await;
+                match id {
+                    Some(id) if (0..17).contains(&id) => {
+                        Ok(json!({"id": id, "v": (id * 5 + puts) % 11, "name": name}))
+                    }
+                    _ => Err(ToolError::not_found(format!("no record named {name}"))),
+                }
+            }
+        });
     let notify = Tool::builder("notify", Effect::External)
         .handler(|args| async move { Ok(json!({"sent": args})) });
     // A read composite (speculated as a whole) and a write composite (never speculated).
@@ -224,10 +242,12 @@ fn random_tools() -> Vec<Tool> {
             let record = ctx.call("get", json!({"id": args["k"]})).await?;
             ctx.call("put", json!({"k": record["next"]})).await
         });
-    vec![get, list, put, notify, pair, put_checked]
+    vec![get, list, put, notify, pair, put_checked, find]
 }
 
-/// A random script: statements over reads, writes, conditions, loops and try/catch.
+/// A random script: statements over reads, writes, conditions, loops and try/catch, reads
+/// whose arguments are interpolated or concatenated from other reads, and a map `m` keyed by
+/// read fields (the scout's deferred values).
 fn script_strategy() -> impl Strategy<Value = String> {
     scripts_with(false, false)
 }
@@ -284,6 +304,32 @@ fn scripts_with(edges: bool, functions: bool) -> impl Strategy<Value = String> {
             "try {{ acc.push(put_checked(#{{k: {e}}})); }} catch (e) {{ acc.push(e.kind); }}"
         )),
     ];
+    // Interpolated and concatenated arguments, and the map `m` keyed by read fields.
+    let key = prop_oneof![
+        (0_usize..4).prop_map(|v| format!("`k${{x{v}.v}}`")),
+        (0_usize..4).prop_map(|v| format!("\"k\" + x{v}.next")),
+        id.clone()
+            .prop_map(|e| format!("find(#{{name: `r${{{e}}}`}}).name")),
+    ];
+    let derived = prop_oneof![
+        id.clone()
+            .prop_map(|e| format!("acc.push(find(#{{name: `r${{{e}}}`}}).v);")),
+        (0_usize..4).prop_map(|v| format!("acc.push(find(#{{name: \"r\" + x{v}.v}}).id);")),
+        (0_usize..4, 0_usize..4).prop_map(|(a, b)| format!(
+            "try {{ acc.push(find(#{{name: `r${{x{a}.v}}${{x{b}.v}}`}}).v); }} catch (e) {{ acc.push(e.kind); }}"
+        )),
+        (key.clone(), id.clone()).prop_map(|(k, e)| format!("m[{k}] = get(#{{id: {e}}}).v;")),
+        key.clone().prop_map(|k| format!(
+            "let k = {k};\nif k in m {{ m[k] += 1; }} else {{ m[k] = 1; }}"
+        )),
+        key.clone().prop_map(|k| format!("acc.push(m[{k}] ?? -1);")),
+        Just("acc.push(m.len());".to_string()),
+        Just(
+            "for k in m.keys() {\ntry { acc.push(find(#{name: \"r\" + m[k]}).v); } catch (e) { acc.push(e.kind); }\n}"
+                .to_string()
+        ),
+    ];
+    let leaf = prop_oneof![3 => leaf, 2 => derived];
     let edge_id = prop_oneof![4 => id.clone(), 1 => Just("-1".to_string())];
     let edge = prop_oneof![
         edge_id.clone().prop_map(|e| format!(
@@ -344,7 +390,10 @@ fn scripts_with(edges: bool, functions: bool) -> impl Strategy<Value = String> {
         Just(String::new()).boxed()
     };
     (helpers, lets, prop::collection::vec(block, 1..6)).prop_map(|(helpers, lets, body)| {
-        format!("{helpers}\nlet acc = [];\n{lets}\n{}\nacc", body.join("\n"))
+        format!(
+            "{helpers}\nlet acc = [];\nlet m = #{{}};\n{lets}\n{}\n[acc, m]",
+            body.join("\n")
+        )
     })
 }
 

@@ -330,3 +330,45 @@ async fn reads_inside_a_script_function_are_started_early() {
     let sequential = run_in(&runtime, script, Mode::Sequential).await;
     assert_eq!(observable(&outcome), observable(&sequential));
 }
+
+/// A read of 30 ms that answers `{id, name: "u<id>"}` for an `id`, or `{name, n}` for a `name`.
+fn person() -> Tool {
+    Tool::builder("person", Effect::Read).handler(|args| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        Ok(match args["id"].as_i64() {
+            Some(id) => json!({"id": id, "name": format!("u{id}")}),
+            None => json!({"name": args["name"], "n": args["name"].as_str().map_or(0, str::len)}),
+        })
+    })
+}
+
+/// A read whose argument is interpolated from an earlier read's field, and a map keyed by an
+/// earlier read's field (valued by a read of its own), are deferred in the scout's first pass
+/// rather than stopping it: every iteration's reads start as soon as the first level lands,
+/// and the executor claims them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interpolated_arguments_and_maps_keyed_by_read_fields_are_speculated() {
+    let runtime = runtime_with(vec![person()]);
+    let script = r#"
+let names = [];
+let by_name = #{};
+for id in 1..=8 {
+    let u = person(#{id: id});
+    names.push(person(#{name: `user-${u.id}`}).n);
+    by_name[u.name] = person(#{name: "x" + u.name}).n;
+}
+[names, by_name, by_name.len()]
+"#;
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    let sequential = run_in(&runtime_with(vec![person()]), script, Mode::Sequential).await;
+    assert_eq!(observable(&outcome), observable(&sequential));
+    assert_eq!(value_of(&outcome)[2], json!(8));
+    assert_eq!(value_of(&outcome)[1]["u3"], json!(3));
+    let s = &outcome.stats;
+    assert_eq!(s.tool_calls, 24, "{s:?}");
+    // The first iteration's second-level reads may race the executor; the rest cannot.
+    assert!(s.speculative_claimed >= 20, "{s:?}");
+    assert_eq!(s.speculative_wasted, 0, "{s:?}");
+    // A pass that stopped at each unknown key would need a pass per iteration.
+    assert!(s.scout_passes <= 3, "{s:?}");
+}
