@@ -857,15 +857,7 @@ fn artifact_tool(store: Arc<Store>) -> crate::Tool {
             "An artifact a run's output referred to (`artifact` in its place in the output): the \
              whole value, or with `page` one page of it (`{page, pages, items | text}`).",
         )
-        .input_schema(json!({
-            "type": "object",
-            "properties": {
-                "id": {"type": "string", "description": "The artifact's id."},
-                "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
-            },
-            "required": ["id"],
-            "additionalProperties": false
-        }))
+        .input_schema(crate::policy::artifact_args_schema())
         .handler(move |args| {
             let store = Arc::clone(&store);
             async move {

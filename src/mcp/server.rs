@@ -521,6 +521,20 @@ fn bad_arguments(tool: &str, problem: &str, schema: &JsonObject) -> CallToolResu
     ))])
 }
 
+/// `run`'s result, unless the client cancels its request first (`notifications/cancelled`):
+/// then `run` is dropped, which stops its script and its speculation.
+async fn until_cancelled<T>(
+    context: &RequestContext<RoleServer>,
+    run: impl Future<Output = T>,
+) -> Result<T, ErrorData> {
+    tokio::select! {
+        result = run => Ok(result),
+        () = context.ct.cancelled() => {
+            Err(ErrorData::internal_error("the request was cancelled", None))
+        }
+    }
+}
+
 /// Runs `run` and, when the request carries a progress token, tells the client every
 /// [`PROGRESS_EVERY`] how many calls are done and how many in flight, and once more at the end.
 /// The progress is the number of calls done, and a notification is sent only when it has grown
@@ -611,26 +625,14 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, ErrorData> {
         let progress = Arc::new(Progress::default());
         let result = match request.name.as_ref() {
-            // A client that cancels its request (`notifications/cancelled`) ends its run: the
-            // run's future is dropped, which stops its script and its speculation.
             RUN_SCRIPT => {
                 let run = self.run_script(request.arguments, Arc::clone(&progress));
-                tokio::select! {
-                    result = reporting(&context, progress, run) => result,
-                    () = context.ct.cancelled() => {
-                        return Err(ErrorData::internal_error("the request was cancelled", None));
-                    }
-                }
+                until_cancelled(&context, reporting(&context, progress, run)).await?
             }
             DESCRIBE_TOOLS => self.describe_tools(request.arguments),
             RESUME_RUN => {
                 let run = self.resume_run(request.arguments, Arc::clone(&progress));
-                tokio::select! {
-                    result = reporting(&context, progress, run) => result,
-                    () = context.ct.cancelled() => {
-                        return Err(ErrorData::internal_error("the request was cancelled", None));
-                    }
-                }
+                until_cancelled(&context, reporting(&context, progress, run)).await?
             }
             LIST_RUNS => self.list_runs(request.arguments),
             READ_ARTIFACT => self.read_artifact(request.arguments).await,
@@ -734,15 +736,7 @@ fn read_artifact_tool() -> Tool {
         "An artifact a run's output referred to (an `artifact` id where a value, a log or a \
          message was too large for the output): the whole value, or with `page` one page of it \
          (`{page, pages, items | text}`).",
-        object(json!({
-            "type": "object",
-            "properties": {
-                "id": {"type": "string", "description": "The artifact's id."},
-                "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
-            },
-            "required": ["id"],
-            "additionalProperties": false
-        })),
+        object(crate::policy::artifact_args_schema()),
     )
     .with_annotations(
         ToolAnnotations::with_title("Read an artifact")

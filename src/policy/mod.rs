@@ -520,6 +520,19 @@ pub(crate) fn summary(value: &Value, items: usize, chars: usize, depth: usize) -
 /// The name of the runtime's own tool that reads artifacts.
 pub(crate) const ARTIFACT_TOOL: &str = "ts_artifact";
 
+/// The arguments of `ts_artifact` and of the MCP server's `read_artifact`: an id and a page.
+pub(crate) fn artifact_args_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "The artifact's id."},
+            "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
+        },
+        "required": ["id"],
+        "additionalProperties": false
+    })
+}
+
 /// An artifact of `store` as a value: the whole of it, or its page `page`.
 ///
 /// # Errors

@@ -373,6 +373,16 @@ struct Ran {
     stderr: String,
 }
 
+impl From<std::process::Output> for Ran {
+    fn from(out: std::process::Output) -> Ran {
+        Ran {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 fn toolscript(args: &[&str], store: &Path) -> Ran {
     let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
         .args(args)
@@ -382,11 +392,7 @@ fn toolscript(args: &[&str], store: &Path) -> Ran {
         .stdin(Stdio::null())
         .output()
         .expect("toolscript runs");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Ran::from(out)
 }
 
 fn json_of(ran: &Ran) -> Value {
@@ -502,12 +508,7 @@ fn run_or_kill(args: &[String], store: &Path, after: Duration) -> Option<Ran> {
     let started = std::time::Instant::now();
     while started.elapsed() < after {
         if child.try_wait().unwrap().is_some() {
-            let out = child.wait_with_output().unwrap();
-            return Some(Ran {
-                code: out.status.code(),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
+            return Some(Ran::from(child.wait_with_output().unwrap()));
         }
         std::thread::sleep(Duration::from_millis(2));
     }

@@ -304,10 +304,8 @@ async fn rust_client_lists_tools_runs_a_script_and_gets_bad_arguments_as_results
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_client_gets_progress_notifications_while_a_script_runs() {
-    let served = Served::start("127.0.0.1:0", &crate::support::test_store(), &[]);
-    let client = rust_client(&served.url).await;
+/// Runs `SLOW` on `client` and checks the progress notifications it heard; closes the session.
+async fn slow_run_reports_its_progress(client: RunningService<RoleClient, Recorder>) {
     let result = call(
         &client,
         "run_script",
@@ -325,6 +323,13 @@ async fn rust_client_gets_progress_notifications_while_a_script_runs() {
         6.0,
     );
     client.cancel().await.expect("the session closes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_client_gets_progress_notifications_while_a_script_runs() {
+    let served = Served::start("127.0.0.1:0", &crate::support::test_store(), &[]);
+    let client = rust_client(&served.url).await;
+    slow_run_reports_its_progress(client).await;
 }
 
 /// One raw HTTP/1.1 POST of `body` to the server; the response's head (lowercase) and body.
@@ -398,23 +403,7 @@ async fn progress_notifications_come_over_stdio_too() {
         .await
         .unwrap()
         .expect("the session initialises");
-    let result = call(
-        &client,
-        "run_script",
-        json!({"script": SLOW, "sequential": true}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(outcome(&result)["value"], 6);
-    let progress = client.service().progress.lock().unwrap().clone();
-    assert_progress(
-        &progress
-            .iter()
-            .map(|p| (p.progress, p.message.clone().unwrap_or_default()))
-            .collect::<Vec<_>>(),
-        6.0,
-    );
-    client.cancel().await.expect("the session closes");
+    slow_run_reports_its_progress(client).await;
 }
 
 /// SIGTERM (as a service manager sends) and SIGINT (Ctrl-C) end the server cleanly: status 0,

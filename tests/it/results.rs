@@ -67,11 +67,11 @@ fn bounded_runtime(dir: &TempDir, tools: Vec<Tool>, budget: usize) -> (Runtime, 
     let store = Arc::new(Store::open(&dir.path().join("store.sqlite3")).unwrap());
     let mut limits = Limits::default();
     limits.max_inline_tokens = budget;
-    // Rhai measures a container whole after every change when these are set (quadratic for a
-    // large result): 0 lifts them, and the memory budget still holds.
-    limits.max_array_items = 0;
-    limits.max_map_items = 0;
-    limits.max_string_bytes = 0;
+    // Rhai measures a container whole after every change when its sizes are set (quadratic
+    // for a large result): they are off by default in favour of the memory budget, which is
+    // checked where allocations are counted, as the command line counts them. Without the
+    // probe the engine would fall back to sizes.
+    toolscript::set_memory_probe(|| crate::ALLOCATOR.allocated());
     limits.max_operations = 50_000_000;
     let runtime = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .limits(limits)
