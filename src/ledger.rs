@@ -7,6 +7,7 @@
 //! A sequential run uses it too: its reads are de-duplicated here within an epoch.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -36,6 +37,37 @@ pub(crate) struct Cell {
     tx: watch::Sender<Option<Outcome>>,
     /// How many deferred calls lead to this value: 0 for a read started with known arguments.
     depth: u32,
+    /// What the scout may take this value to be until it lands (see [`Prediction`]).
+    prediction: Option<Prediction>,
+}
+
+/// An identical read's value in an earlier epoch: the scout's guess at a read still in flight.
+///
+/// Only the scout ever looks at it, to decide which reads to start; the executor claims only
+/// the read's own outcome. Most reads return what they returned before the last write (a
+/// write touches one record of many), so a guess from the earlier value lets the scout decide
+/// conditions and start the reads that depend on this one without waiting a round trip. A
+/// wrong guess costs wasted reads, and a tool whose values keep changing stops being guessed
+/// (see [`PredictionRecord`]).
+#[derive(Debug)]
+struct Prediction {
+    /// Always a success: errors are not guessed.
+    value: Outcome,
+    record: Arc<PredictionRecord>,
+}
+
+/// How one tool's predictions have fared in this run.
+#[derive(Debug, Default)]
+pub(crate) struct PredictionRecord {
+    right: AtomicU32,
+    wrong: AtomicU32,
+}
+
+impl PredictionRecord {
+    /// Guess while at most one in five guesses (and at least one) has been wrong.
+    fn trusted(&self) -> bool {
+        self.wrong.load(Ordering::Relaxed) * 4 <= self.right.load(Ordering::Relaxed) + 4
+    }
 }
 
 impl Cell {
@@ -44,10 +76,25 @@ impl Cell {
     }
 
     pub(crate) fn at_depth(depth: u32) -> Arc<Cell> {
+        Cell::with(depth, None)
+    }
+
+    fn with(depth: u32, prediction: Option<Prediction>) -> Arc<Cell> {
         Arc::new(Cell {
             tx: watch::channel(None).0,
             depth,
+            prediction,
         })
+    }
+
+    /// The value the scout may take this read to have while it is in flight: an identical
+    /// read's in an earlier epoch, if the tool's guesses have been good.
+    pub(crate) fn predicted(&self) -> Option<&Value> {
+        let prediction = self.prediction.as_ref()?;
+        if !prediction.record.trusted() {
+            return None;
+        }
+        prediction.value.as_ref().as_ref().ok()
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -61,13 +108,22 @@ impl Cell {
 
     /// Sets the outcome; later calls change nothing.
     pub(crate) fn set(&self, outcome: Result<Value, ToolError>) {
-        self.tx.send_if_modified(|slot| {
+        let first = self.tx.send_if_modified(|slot| {
             if slot.is_some() {
                 return false;
             }
             *slot = Some(Arc::new(outcome));
             true
         });
+        if let (true, Some(prediction)) = (first, &self.prediction) {
+            let right = self.tx.borrow().as_deref() == Some(prediction.value.as_ref());
+            let count = if right {
+                &prediction.record.right
+            } else {
+                &prediction.record.wrong
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Waits for the outcome.
@@ -122,6 +178,9 @@ pub struct SpeculationLimits {
     pub max_passes: u64,
     /// Pending deferred calls (reads waiting for their arguments) one pass may create.
     pub max_deferred_per_pass: u64,
+    /// Let the scout take a read still in flight to return what the identical read returned in
+    /// one of the last few epochs, until it lands (a guess: it only steers which reads start).
+    pub predict: bool,
 }
 
 impl Default for SpeculationLimits {
@@ -131,6 +190,7 @@ impl Default for SpeculationLimits {
             max_in_flight_per_tool: 128,
             max_passes: 64,
             max_deferred_per_pass: 2_048,
+            predict: true,
         }
     }
 }
@@ -148,7 +208,14 @@ struct Book {
     in_flight_per_tool: HashMap<String, u64>,
     /// Reads the executor had to dispatch itself.
     misses: u64,
+    /// Guess reads in flight from earlier epochs ([`Prediction`]).
+    predict: bool,
+    /// How each tool's guesses have fared.
+    predictions: HashMap<String, Arc<PredictionRecord>>,
 }
+
+/// How many epochs back [`Book::prediction`] looks for an identical read.
+const LOOKBACK: u64 = 4;
 
 impl Book {
     fn epoch(&self) -> u64 {
@@ -170,9 +237,34 @@ impl Book {
         cell
     }
 
+    /// What the scout may take the read `key` to return while it is in flight: the outcome of
+    /// the identical read in the latest of the last [`LOOKBACK`] epochs that has one (or that
+    /// read's own guess), when it succeeded.
+    fn prediction(&mut self, key: &ReadKey) -> Option<Prediction> {
+        if !self.predict || key.epoch == 0 {
+            return None;
+        }
+        let mut probe = key.clone();
+        let value = (key.epoch.saturating_sub(LOOKBACK)..key.epoch)
+            .rev()
+            .find_map(|epoch| {
+                probe.epoch = epoch;
+                let cell = &self.entries.get(&probe)?.cell;
+                match cell.get() {
+                    Some(outcome) => outcome.is_ok().then_some(outcome),
+                    None => cell.prediction.as_ref().map(|p| Arc::clone(&p.value)),
+                }
+            })?;
+        let record = self.predictions.entry(key.tool.clone()).or_default();
+        Some(Prediction {
+            value,
+            record: Arc::clone(record),
+        })
+    }
+
     /// A fresh executor entry for `key`, replacing any: the executor dispatches into its cell.
     fn executor_entry(&mut self, key: &ReadKey) -> Arc<Cell> {
-        let cell = Cell::new();
+        let cell = Cell::with(0, self.prediction(key));
         let entry = Entry {
             cell: Arc::clone(&cell),
             speculation: None,
@@ -223,10 +315,14 @@ pub(crate) struct RunLedger {
 
 impl RunLedger {
     pub(crate) fn new(ctx: Arc<RunContext>, limits: SpeculationLimits) -> RunLedger {
+        let book = Book {
+            predict: limits.predict,
+            ..Book::default()
+        };
         RunLedger {
             ctx,
             limits,
-            book: Mutex::default(),
+            book: Mutex::new(book),
             progress: watch::channel(0).0,
         }
     }
@@ -362,7 +458,8 @@ impl RunLedger {
         if !self.ctx.reserve_speculative() {
             return Launch::Refused;
         }
-        let (cell, speculation) = (Cell::new(), Arc::new(Speculation::default()));
+        let cell = Cell::with(0, book.prediction(key));
+        let speculation = Arc::new(Speculation::default());
         book.entries.insert(
             key.clone(),
             Entry {
@@ -441,6 +538,10 @@ mod tests {
             None,
         );
         RunLedger::new(Arc::new(ctx), limits)
+    }
+
+    fn ledger_with(limits: SpeculationLimits) -> RunLedger {
+        ledger(limits, 10)
     }
 
     fn key(epoch: u64, tool: &str) -> ReadKey {
@@ -556,6 +657,92 @@ mod tests {
         );
         ledger.close();
         assert!(ledger.is_closed());
+    }
+
+    #[test]
+    fn a_read_in_flight_is_guessed_from_the_identical_read_of_an_earlier_epoch() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Launch::Start(first, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        first.set(Ok(json!({"n": 1})));
+        ledger.landed("a");
+        ledger.record_write(write());
+        let Launch::Start(second, _) = ledger.launch(&key(1, "a")) else {
+            panic!("expected a start");
+        };
+        assert_eq!(second.predicted(), Some(&json!({"n": 1})));
+        assert!(
+            matches!(ledger.launch(&key(1, "b")), Launch::Start(c, _) if c.predicted().is_none()),
+            "no earlier read of it, no guess"
+        );
+        // The guess of a read in flight carries on to the next epoch, and the executor's own
+        // reads are guessed too.
+        ledger.record_write(write());
+        let Read::Dispatch(third) = ledger.read(&key(2, "a")) else {
+            panic!("expected a miss");
+        };
+        assert_eq!(third.predicted(), Some(&json!({"n": 1})));
+        second.set(Ok(json!({"n": 1})));
+        third.set(Ok(json!({"n": 1})));
+        assert_eq!(
+            third.predicted(),
+            Some(&json!({"n": 1})),
+            "a landed cell keeps its guess; the scout reads the outcome first"
+        );
+    }
+
+    #[test]
+    fn a_tool_whose_guesses_prove_wrong_is_not_guessed_any_more() {
+        let ledger = ledger(SpeculationLimits::default(), 100);
+        let mut previous = None;
+        for epoch in 0..4u64 {
+            let Launch::Start(cell, _) = ledger.launch(&key(epoch, "a")) else {
+                panic!("expected a start");
+            };
+            if epoch > 0 {
+                assert_eq!(
+                    cell.predicted().is_some(),
+                    epoch < 3,
+                    "epoch {epoch}: one wrong guess is forgiven, two with none right are not"
+                );
+            }
+            // A counter: every epoch's value differs from the last.
+            cell.set(Ok(json!(epoch)));
+            ledger.landed("a");
+            ledger.record_write(write());
+            previous = Some(cell);
+        }
+        assert!(previous.is_some());
+    }
+
+    #[test]
+    fn errors_are_not_guessed_and_sequential_ledgers_guess_nothing() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Launch::Start(cell, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        cell.set(Err(ToolError::not_found("x")));
+        ledger.record_write(write());
+        let Launch::Start(cell, _) = ledger.launch(&key(1, "a")) else {
+            panic!("expected a start");
+        };
+        assert!(cell.predicted().is_none());
+
+        let off = SpeculationLimits {
+            predict: false,
+            ..SpeculationLimits::default()
+        };
+        let ledger = ledger_with(off);
+        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+            panic!("expected a miss");
+        };
+        cell.set(Ok(json!(1)));
+        ledger.record_write(write());
+        let Read::Dispatch(cell) = ledger.read(&key(1, "a")) else {
+            panic!("expected a miss");
+        };
+        assert!(cell.predicted().is_none());
     }
 
     #[tokio::test]

@@ -687,7 +687,11 @@ impl Runtime {
             .with_values(options.input.clone(), options.context.clone()),
         );
         let handle = tokio::runtime::Handle::current();
-        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), self.speculation.clone()));
+        let speculation = SpeculationLimits {
+            predict: self.speculation.predict && options.mode == Mode::Speculative,
+            ..self.speculation.clone()
+        };
+        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
         let scout = (options.mode == Mode::Speculative).then(|| {
             let scout = Scout::new(
                 Arc::clone(&ctx),

@@ -309,10 +309,9 @@ mod tests {
     use std::collections::HashSet;
     use std::sync::{Arc, Mutex};
 
-    use rhai::{Dynamic, Engine, EvalAltResult, NativeCallContext, Scope};
+    use rhai::{Dynamic, Engine};
 
     use super::ScoutScript;
-    use crate::speculate::rewrite::{COND, INDEX, UNLIKELY, VALUE};
 
     /// Scripts whose functions and closures have sites to rewrite, each giving a value that shows
     /// what ran: Rhai semantics the native functions must keep. `log(x)` records `x`.
@@ -406,29 +405,9 @@ mod tests {
 
     /// An engine with the wrappers registered as their plain meaning, and `log`.
     fn plain_engine(log: Arc<Mutex<Vec<String>>>) -> Engine {
-        let mut engine = Engine::new();
+        let mut engine = crate::speculate::rewrite::tests::plain_engine(log);
         // Debug builds allow 8 levels by default; the scout's engine allows `max_call_depth`.
         engine.set_max_call_levels(48);
-        for name in [COND, UNLIKELY] {
-            engine.register_fn(name, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
-                x.as_bool().map_err(|t| format!("not a bool: {t}").into())
-            });
-        }
-        engine.register_fn(VALUE, |x: Dynamic| x);
-        let read = Arc::new(Engine::new_raw().compile("c[k]").unwrap());
-        engine.register_fn(
-            INDEX,
-            move |ctx: NativeCallContext, c: Dynamic, k: Dynamic| -> Result<Dynamic, _> {
-                let mut scope = Scope::new();
-                scope.push("c", c);
-                scope.push("k", k);
-                ctx.engine().eval_ast_with_scope(&mut scope, &read)
-            },
-        );
-        engine.register_fn("log", move |x: Dynamic| {
-            log.lock().unwrap().push(x.to_string());
-            x
-        });
         engine
     }
 

@@ -16,7 +16,7 @@ use rhai::{
 };
 use serde_json::Value;
 
-use super::rewrite::{COND, INDEX, INTERPOLATE, KEY, UNLIKELY, VALUE};
+use super::rewrite::{COND, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, VALUE};
 use crate::engine::to_dynamic;
 use crate::ledger::Cell;
 
@@ -177,11 +177,19 @@ impl Placeholder {
 
 /// A read's outcome along `path`: walked in JSON, so that only the value reached is converted.
 fn cell_state(cell: &Arc<Cell>, path: &[Step]) -> Resolved {
-    let Some(outcome) = cell.get() else {
-        return Resolved::Pending(vec![Arc::clone(cell)]);
-    };
-    let Ok(root) = outcome.as_ref() else {
-        return Resolved::Never;
+    let outcome = cell.get();
+    let root = match outcome.as_deref() {
+        Some(Ok(root)) => root,
+        Some(Err(_)) => return Resolved::Never,
+        // A read still in flight may be taken to return what it returned before the last
+        // write; the decision that takes it is noted, so that a pass sees the real value.
+        None => match cell.predicted() {
+            Some(guess) => {
+                note(cell);
+                guess
+            }
+            None => return Resolved::Pending(vec![Arc::clone(cell)]),
+        },
     };
     let mut value: &Value = root;
     let null = Value::Null;
@@ -345,6 +353,18 @@ thread_local! {
 
 pub(crate) fn begin_notes() {
     NOTES.with(|n| *n.borrow_mut() = Some(PassNotes::default()));
+    GUESSES.with(|g| g.set(0));
+}
+
+thread_local! {
+    /// Conditions guessed so far by the pass running on this thread (see `rewrite::SETTLE`).
+    static GUESSES: std::cell::Cell<INT> = const { std::cell::Cell::new(0) };
+}
+
+/// A guess at a condition the scout does not know yet, counted.
+fn guess(taken: bool) -> bool {
+    GUESSES.with(|g| g.set(g.get() + 1));
+    taken
 }
 
 pub(crate) fn take_notes() -> PassNotes {
@@ -606,6 +626,23 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
         interpolate(&ctx, items)
     });
     engine.register_fn(KEY, assignment_key);
+    // Rhai's array functions that take any value compare it with each item themselves, and an
+    // unknown comparison is false to them: `x in list` on a value not known yet would be a
+    // confident `false` instead of an unknown.
+    for name in ["contains", "index_of"] {
+        engine.register_fn(
+            name,
+            move |ctx: NativeCallContext, list: &mut Array, p: Placeholder| -> RhaiResult {
+                match known(&Dynamic::from(p)) {
+                    Ok(mut value) => {
+                        let mut list = Dynamic::from_array(list.clone());
+                        ctx.call_native_fn_raw(name, false, &mut [&mut list, &mut value])
+                    }
+                    Err(()) => Ok(Placeholder::unknown()),
+                }
+            },
+        );
+    }
     engine.register_fn("to_string", |p: &mut Placeholder| match p.state() {
         Resolved::Value(v) => v.to_string(),
         _ => PENDING_TEXT.to_string(),
@@ -649,7 +686,7 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
             Ok(v) => v
                 .as_bool()
                 .map_err(|t| format!("a condition must be a boolean, not {t}").into()),
-            Err(()) => Ok(true),
+            Err(()) => Ok(guess(true)),
         }
     });
     // The guard of a branch that leaves: guessed not taken.
@@ -660,10 +697,18 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
                 Ok(v) => v
                     .as_bool()
                     .map_err(|t| format!("a condition must be a boolean, not {t}").into()),
-                Err(()) => Ok(false),
+                Err(()) => Ok(guess(false)),
             }
         },
     );
+    engine.register_fn(MARK, || GUESSES.with(std::cell::Cell::get));
+    engine.register_fn(SETTLE, |mark: INT, value: Dynamic| {
+        if GUESSES.with(std::cell::Cell::get) > mark {
+            Placeholder::unknown()
+        } else {
+            value
+        }
+    });
     engine.register_fn(VALUE, |value: Dynamic| known(&value).unwrap_or(value));
     engine.register_fn(INDEX, |container: &mut Dynamic, key: Dynamic| -> Dynamic {
         match known(&key) {

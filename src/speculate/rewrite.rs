@@ -55,6 +55,13 @@ pub(crate) const COND: &str = "__ts_cond";
 /// while the other does not: an unknown is guessed false, so that a pass goes on past a guard
 /// the run will most likely not take, instead of stopping where the branch leaves.
 pub(crate) const UNLIKELY: &str = "__ts_unlikely";
+/// The function the rewritten script calls before a `&&` or `||` whose value is kept (assigned,
+/// passed, returned) rather than decided on: `() -> INT`, the guesses made so far in the pass.
+pub(crate) const MARK: &str = "__ts_mark";
+/// The function the rewritten script calls on such a `&&` or `||`, with the [`MARK`] taken
+/// before it: `(mark, value) -> Dynamic`. A value that took a guess is an unknown, not the
+/// guess: `let ok = a && b;` must not turn a guessed operand into a known `true`.
+pub(crate) const SETTLE: &str = "__ts_settle";
 /// The function the rewritten script calls on a `??` operand (all but the last), a switch subject,
 /// the argument of `type_of` and an index key that stays inside a chain: `(x) -> Dynamic`.
 pub(crate) const VALUE: &str = "__ts_value";
@@ -168,6 +175,10 @@ struct Rewriter {
     interpolate: FnCallExpr,
     /// A call to [`KEY`] with two arguments.
     key: FnCallExpr,
+    /// A call to [`MARK`] with no arguments.
+    mark: FnCallExpr,
+    /// A call to [`SETTLE`] with two arguments.
+    settle: FnCallExpr,
 }
 
 impl Rewriter {
@@ -185,6 +196,8 @@ impl Rewriter {
                 index: template(&engine, &format!("{INDEX}(x, k)")),
                 interpolate: template(&engine, &format!("{INTERPOLATE}(x)")),
                 key: template(&engine, &format!("{KEY}(x, k)")),
+                mark: template(&engine, &format!("{MARK}()")),
+                settle: template(&engine, &format!("{SETTLE}(x, k)")),
             }
         })
     }
@@ -193,9 +206,8 @@ impl Rewriter {
     fn stmt(&self, stmt: &mut Stmt) {
         match stmt {
             Stmt::If(flow, ..) => {
-                self.expr(&mut flow.expr);
-                self.wrap_cond(&mut flow.expr);
-                if leaves(&flow.body) && !leaves(&flow.branch) {
+                self.cond(&mut flow.expr);
+                if !may_stay(flow.body.statements()) && may_stay(flow.branch.statements()) {
                     self.make_unlikely(&mut flow.expr);
                 }
                 self.block(&mut flow.body);
@@ -204,8 +216,7 @@ impl Rewriter {
             // `loop` is a `while` whose condition is `()`: it has no condition to wrap.
             Stmt::While(flow, ..) | Stmt::Do(flow, ..) => {
                 if !flow.expr.is_unit() {
-                    self.expr(&mut flow.expr);
-                    self.wrap_cond(&mut flow.expr);
+                    self.cond(&mut flow.expr);
                 }
                 self.block(&mut flow.body);
             }
@@ -220,8 +231,7 @@ impl Rewriter {
                 self.wrap_value(subject);
                 // Each case is a guard (`true` when there is none) and the case's expression.
                 for case in cases.expressions.iter_mut() {
-                    self.expr(&mut case.lhs);
-                    self.wrap_cond(&mut case.lhs);
+                    self.cond(&mut case.lhs);
                     self.expr(&mut case.rhs);
                 }
             }
@@ -284,11 +294,11 @@ impl Rewriter {
                     self.expr(arg);
                 }
             }
-            Expr::And(operands, ..) | Expr::Or(operands, ..) => {
-                for operand in operands.iter_mut() {
-                    self.expr(operand);
-                    self.wrap_cond(operand);
-                }
+            Expr::And(..) | Expr::Or(..) => {
+                self.cond(expr);
+                let pos = expr.position();
+                let mark = self.wrapped(&self.mark, [], pos);
+                *expr = self.wrapped(&self.settle, [mark, expr.take()], pos);
             }
             Expr::Coalesce(operands, ..) => {
                 let last = operands.len().saturating_sub(1);
@@ -306,6 +316,20 @@ impl Rewriter {
             // Other chains are rewritten as an assignment target is: keys only.
             Expr::Index(..) | Expr::Dot(..) => self.target(expr),
             _ => {}
+        }
+    }
+
+    /// Rewrites an expression that is decided on (a branch or loop condition, a case guard, an
+    /// operand of `&&` or `||` in one), in place.
+    fn cond(&self, expr: &mut Expr) {
+        match expr {
+            Expr::And(operands, ..) | Expr::Or(operands, ..) => {
+                operands.iter_mut().for_each(|operand| self.cond(operand));
+            }
+            _ => {
+                self.expr(expr);
+                self.wrap_cond(expr);
+            }
         }
     }
 
@@ -486,30 +510,43 @@ impl Rewriter {
     }
 }
 
-/// Whether a block leaves where it stands, for the scout: one of its statements throws,
-/// returns or breaks out of a loop (a `continue` does not count), or it calls a non-read tool
-/// anywhere (where a pass stops until the executor has made the call).
-fn leaves(block: &StmtBlock) -> bool {
-    let exits = block.iter().any(|stmt| match stmt {
-        Stmt::Return(..) => true,
-        Stmt::BreakLoop(_, flags, _) => flags.contains(ASTFlags::BREAK),
-        _ => false,
-    });
-    exits
-        || EFFECTFUL.with(|effectful| {
-            let effectful = effectful.borrow();
-            !effectful.is_empty()
-                && block.iter().any(|stmt| {
-                    let mut found = false;
-                    stmt.walk(&mut Vec::new(), &mut |path: &[rhai::ASTNode]| {
-                        if let Some(rhai::ASTNode::Expr(Expr::FnCall(call, _))) = path.last() {
-                            found |= effectful.contains(call.name.as_str());
-                        }
-                        !found
-                    });
-                    found
-                })
-        })
+/// Whether a block may run to its end without leaving where it stands, for the scout: some way
+/// through it neither throws, returns or breaks out of a loop (a `continue` does not count) nor
+/// calls a non-read tool (where a pass stops until the executor has made the call). An `if`
+/// may when one of its branches may, and its condition calls no such tool; a `try` when its
+/// body may (its `catch` runs only after the body failed, past any write it attempted).
+fn may_stay(block: &[Stmt]) -> bool {
+    block.iter().all(|stmt| match stmt {
+        Stmt::Return(..) => false,
+        Stmt::BreakLoop(_, flags, _) => !flags.contains(ASTFlags::BREAK),
+        Stmt::If(flow, ..) => {
+            !writes(|on_node| flow.expr.walk(&mut Vec::new(), on_node))
+                && (may_stay(flow.body.statements()) || may_stay(flow.branch.statements()))
+        }
+        Stmt::TryCatch(flow, ..) => may_stay(flow.body.statements()),
+        Stmt::Block(block) => may_stay(block.statements()),
+        other => !writes(|on_node| other.walk(&mut Vec::new(), on_node)),
+    })
+}
+
+/// Whether the nodes that `walk` visits call a non-read tool.
+fn writes(walk: impl FnOnce(&mut dyn FnMut(&[rhai::ASTNode]) -> bool) -> bool) -> bool {
+    EFFECTFUL.with(|effectful| {
+        let effectful = effectful.borrow();
+        let mut found = false;
+        if !effectful.is_empty() {
+            walk(&mut |path: &[rhai::ASTNode]| {
+                let call = match path.last() {
+                    Some(rhai::ASTNode::Expr(Expr::FnCall(call, _))) => Some(call),
+                    Some(rhai::ASTNode::Stmt(Stmt::FnCall(call, _))) => Some(call),
+                    _ => None,
+                };
+                found |= call.is_some_and(|call| effectful.contains(call.name.as_str()));
+                !found
+            });
+        }
+        found
+    })
 }
 
 /// The call in a one-call template script.
@@ -562,7 +599,7 @@ fn site(expr: &Expr) -> Position {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
@@ -570,7 +607,7 @@ mod tests {
         Dynamic, Engine, EvalAltResult, NativeCallContext, OptimizationLevel, Position, Scope, AST,
     };
 
-    use super::{rewrite, COND, INDEX, INTERPOLATE, KEY, UNLIKELY, VALUE};
+    use super::{rewrite, COND, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, VALUE};
 
     /// Scripts covering every rule, each returning a value that shows what it did. `log(x)`
     /// records `x` and returns it, to show which operands ran and in which order.
@@ -798,7 +835,7 @@ mod tests {
     ];
 
     /// A test engine with the wrappers registered as their plain meaning, and a `log` function.
-    fn plain_engine(log: Arc<Mutex<Vec<String>>>) -> Engine {
+    pub(crate) fn plain_engine(log: Arc<Mutex<Vec<String>>>) -> Engine {
         let mut engine = Engine::new();
         for name in [COND, UNLIKELY] {
             engine.register_fn(name, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
@@ -824,6 +861,8 @@ mod tests {
         );
         engine.register_fn(KEY, |_: &mut Dynamic, key: Dynamic| key);
         engine.register_fn(INTERPOLATE, plain_interpolate);
+        engine.register_fn(MARK, || 0 as rhai::INT);
+        engine.register_fn(SETTLE, |_: rhai::INT, x: Dynamic| x);
         engine.register_fn("log", move |x: Dynamic| {
             log.lock().unwrap().push(x.to_string());
             x
@@ -932,6 +971,8 @@ mod tests {
             x
         });
         engine.register_fn(INTERPOLATE, plain_interpolate);
+        engine.register_fn(MARK, || 0 as rhai::INT);
+        engine.register_fn(SETTLE, |_: rhai::INT, x: Dynamic| x);
         engine.register_fn(INDEX, move |container: &mut Dynamic, key: Dynamic| {
             index.fetch_add(1, Ordering::Relaxed);
             let array = container.read_lock::<rhai::Array>().expect("an array");
@@ -1045,6 +1086,64 @@ mod tests {
             true
         });
         assert!(names.iter().any(|n| n == UNLIKELY), "{names:?}");
+    }
+
+    /// Which conditions of `script` are guessed not taken, when `save` is a non-read tool.
+    fn unlikely_with_a_write(script: &str) -> usize {
+        let ast = Engine::new_raw()
+            .compile(format!("fn save(x) {{ x }} {script}"))
+            .unwrap();
+        let effectful = std::collections::HashSet::from(["save".to_string()]);
+        let mut count = 0;
+        super::rewrite_with(&ast, &effectful).walk(&mut |path: &[rhai::ASTNode]| {
+            if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
+                count += usize::from(call.name == UNLIKELY);
+            }
+            true
+        });
+        count
+    }
+
+    /// A branch is the unlikely one when every way through it writes or leaves and some way
+    /// through the other does not: a write as a statement, inside `try`, or down an `else if`
+    /// chain whose last `else` does nothing.
+    #[test]
+    fn a_branch_that_always_writes_is_guessed_not_taken_when_the_other_may_not() {
+        assert_eq!(unlikely_with_a_write("let x = 1; if x > 0 { save(x); }"), 1);
+        assert_eq!(
+            unlikely_with_a_write("let x = 1; if x > 0 { try { save(x); } catch { } }"),
+            1
+        );
+        // Both conditions of the chain: the last `else` is the way that does not write.
+        assert_eq!(
+            unlikely_with_a_write("let x = 1; if x > 2 { save(x); } else if x > 1 { save(1); }"),
+            2
+        );
+        // Every way writes: the usual guess.
+        assert_eq!(
+            unlikely_with_a_write("let x = 1; if x > 2 { save(x); } else { save(1); }"),
+            0
+        );
+        // A branch that may write (its own `if`) is not the unlikely one; its inner `if` is.
+        assert_eq!(
+            unlikely_with_a_write("let x = 1; if x > 2 { let y = x; if y > 3 { save(y); } }"),
+            1
+        );
+    }
+
+    /// `&&` and `||` kept as values are settled: a decision inside them is marked, so that a
+    /// guessed operand gives an unknown rather than a known `true`; as conditions they are not.
+    #[test]
+    fn logic_kept_as_a_value_is_settled_and_logic_decided_on_is_not() {
+        let names =
+            called("let a = 1; let ok = a > 0 && a < 3; if a > 0 || a < 3 { ok } else { false }");
+        assert_eq!(names.iter().filter(|n| *n == MARK).count(), 1, "{names:?}");
+        assert_eq!(
+            names.iter().filter(|n| *n == SETTLE).count(),
+            1,
+            "{names:?}"
+        );
+        assert_eq!(names.iter().filter(|n| *n == COND).count(), 4, "{names:?}");
     }
 
     #[test]

@@ -147,10 +147,26 @@ impl Scout {
             }
             match report.end {
                 End::Finished if report.pending.is_empty() => break,
+                // Stopped at a non-read call the executor has not made: wait for it, or for
+                // the reads whose guessed values led there (the guess may have been wrong).
                 End::Write(k) => {
-                    while self.ledger.epoch() as usize <= k && !self.ledger.is_closed() {
-                        if progress.changed().await.is_err() {
-                            return passes;
+                    let landed: futures::future::BoxFuture<'_, ()> = if report.pending.is_empty() {
+                        Box::pin(futures::future::pending())
+                    } else {
+                        Box::pin(async {
+                            futures::future::join_all(report.pending.iter().map(|c| c.wait()))
+                                .await;
+                        })
+                    };
+                    tokio::pin!(landed);
+                    while self.ledger.epoch() as usize <= k {
+                        tokio::select! {
+                            _ = &mut landed => break,
+                            changed = progress.changed() => {
+                                if changed.is_err() || self.ledger.is_closed() {
+                                    return passes;
+                                }
+                            }
                         }
                     }
                 }
