@@ -372,3 +372,128 @@ for id in 1..=8 {
     // A pass that stopped at each unknown key would need a pass per iteration.
     assert!(s.scout_passes <= 3, "{s:?}");
 }
+
+/// A ticket (with the id of its order, and whether it is late) and an order, 30 ms each, and
+/// a write that notes a ticket.
+fn ticket_tools() -> Vec<Tool> {
+    let ticket = Tool::builder("ticket", Effect::Read).handler(|args| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let id = args["id"].as_i64().unwrap_or(0);
+        Ok(json!({"id": id, "order": id * 10, "late": id == 3 || id == 7}))
+    });
+    let order = Tool::builder("order", Effect::Read).handler(|args| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        Ok(json!({"id": args["id"], "total": 5}))
+    });
+    let note = Tool::builder("note", Effect::Write).handler(|_| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        Ok(json!(null))
+    });
+    vec![ticket, order, note]
+}
+
+/// After a write, the reads of the next iterations are started again (a read of the epoch
+/// before is never claimed), and the scout takes each to return what it returned before the
+/// write: the conditions decide at once, and a read whose argument comes from another starts
+/// with it instead of a round trip later. Only the first epoch, which had nothing to guess
+/// from, wastes reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_write_the_scout_guesses_from_the_reads_before_it() {
+    let script = r#"
+let noted = [];
+for id in 1..=10 {
+    let t = ticket(#{id: id});
+    let o = order(#{id: t.order});
+    if t.late && o.total > 0 { note(#{id: id}); noted.push(id); }
+}
+noted
+"#;
+    let runtime = || Runtime::new(Registry::builder().tools(ticket_tools()).build().unwrap());
+    let outcome = run_in(&runtime(), script, Mode::Speculative).await;
+    let sequential = run_in(&runtime(), script, Mode::Sequential).await;
+    assert_eq!(observable(&outcome), observable(&sequential));
+    assert_eq!(value_of(&outcome), &json!([3, 7]));
+
+    let notes: Vec<_> = outcome
+        .receipts
+        .iter()
+        .filter(|r| r.tool == "note")
+        .collect();
+    assert_eq!(notes.len(), 2);
+    let first_write_end = notes[0].started_ms + notes[0].duration_ms;
+    let last_write_end = notes[1].started_ms + notes[1].duration_ms;
+    for r in outcome
+        .receipts
+        .iter()
+        .filter(|r| r.speculative && !r.claimed)
+    {
+        assert!(
+            r.started_ms < first_write_end,
+            "a read wasted after the first epoch: {} started at {} ms",
+            r.tool,
+            r.started_ms
+        );
+    }
+    // Ticket 8, read after the last write, and its order: the order's argument was guessed
+    // from ticket 8's read before the write, so both started together.
+    let used_after = |tool: &str, args: serde_json::Value| {
+        let hash = sha256(&toolscript::receipts::canonical_json(&args));
+        outcome
+            .receipts
+            .iter()
+            .find(|r| {
+                r.tool == tool
+                    && r.args_sha256 == hash
+                    && r.started_ms >= last_write_end - 0.001
+                    && (r.claimed || !r.speculative)
+            })
+            .unwrap_or_else(|| panic!("no {tool} read after the last write"))
+    };
+    let ticket = used_after("ticket", json!({"id": 8}));
+    let order = used_after("order", json!({"id": 80}));
+    assert!(
+        order.started_ms < ticket.started_ms + ticket.duration_ms,
+        "the order read waited for the ticket read: started at {} ms, ticket {} + {} ms",
+        order.started_ms,
+        ticket.started_ms,
+        ticket.duration_ms
+    );
+    assert!(order.speculative && order.claimed, "{order:?}");
+}
+
+/// A read whose value changes at every write is guessed wrong: the wrong guesses cost reads,
+/// never the result, and the tool soon stops being guessed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_changes_at_every_write_is_guessed_wrong_without_changing_anything() {
+    let tools = || {
+        let writes = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&writes);
+        let level = Tool::builder("level", Effect::Read).handler(move |_| {
+            let n = seen.load(Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(json!({"n": n}))
+            }
+        });
+        let detail = Tool::builder("detail", Effect::Read).handler(|args| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(json!({"n": args["n"], "even": args["n"].as_i64().unwrap_or(0) % 2 == 0}))
+        });
+        let bump = Tool::builder("bump", Effect::Write).handler(move |_| {
+            writes.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(json!(null)) }
+        });
+        Registry::builder()
+            .tools([level, detail, bump])
+            .build()
+            .unwrap()
+    };
+    let script = "let out = [];\nfor i in 0..8 {\n  let d = detail(#{n: level().n});\n  out.push(d.n);\n  if d.even || i < 8 { bump(#{i: i}); }\n}\nout";
+    let outcome = run_in(&Runtime::new(tools()), script, Mode::Speculative).await;
+    let sequential = run_in(&Runtime::new(tools()), script, Mode::Sequential).await;
+    assert_eq!(observable(&outcome), observable(&sequential));
+    assert_eq!(value_of(&outcome), &json!([0, 1, 2, 3, 4, 5, 6, 7]));
+    // Two wrong guesses of `level` end its guessing: at most a wasted `detail` each.
+    let s = &outcome.stats;
+    assert!(s.speculative_wasted <= 4, "{s:?}");
+}
