@@ -1198,6 +1198,125 @@ mod tests {
         assert!(matches!(resolve_deep(&out[1]), Resolution::Ready(v) if v == json!({"x": 2})));
     }
 
+    /// An engine with the scout's placeholder functions, and a scope holding `u`, a read in
+    /// flight.
+    fn scout_engine() -> (Engine, rhai::Scope<'static>, Arc<Cell>) {
+        let mut engine = Engine::new();
+        register(&mut engine, Arc::from(Vec::new()));
+        let (cell, p) = pending();
+        let mut scope = rhai::Scope::new();
+        scope.push("u", p);
+        (engine, scope, cell)
+    }
+
+    #[test]
+    fn deferred_comparisons_resolve_to_what_the_run_computes() {
+        let fields = [
+            json!(1),
+            json!(2.5),
+            json!("b"),
+            json!(true),
+            json!(null),
+            json!([1]),
+        ];
+        let others = [
+            "1", "2.5", "2", "\"a\"", "\"b\"", "'b'", "true", "false", "()",
+        ];
+        let plain = Engine::new();
+        for field in &fields {
+            for other in others {
+                for op in ["==", "!=", "<", "<=", ">", ">="] {
+                    for script in [format!("u.v {op} {other}"), format!("{other} {op} u.v")] {
+                        let (engine, mut scope, cell) = scout_engine();
+                        let deferred: Dynamic =
+                            engine.eval_with_scope(&mut scope, &script).unwrap();
+                        let negated: Dynamic = engine
+                            .eval_with_scope(&mut scope, &format!("!({script})"))
+                            .unwrap();
+                        assert!(
+                            is_placeholder(&deferred) && is_placeholder(&negated),
+                            "{script}"
+                        );
+                        cell.set(Ok(json!({ "v": field })));
+                        let mut scope = rhai::Scope::new();
+                        scope.push("u", to_dynamic(&json!({ "v": field })));
+                        let expected = plain.eval_with_scope::<Dynamic>(&mut scope, &script);
+                        match (resolve_deep(&deferred), expected) {
+                            // Only scalars are computed: a container's comparison stays unknown.
+                            (Resolution::Never, _) if field.is_array() => {}
+                            (Resolution::Ready(v), Ok(e)) => {
+                                assert_eq!(v, json!(e.as_bool().unwrap()), "{script} on {field}");
+                                let not = resolve_deep(&negated);
+                                assert!(
+                                    matches!(not, Resolution::Ready(n) if n == json!(!e.as_bool().unwrap())),
+                                    "!({script}) on {field}"
+                                );
+                            }
+                            (got, e) => panic!(
+                                "{script} on {field}: {:?} against {e:?}",
+                                matches!(got, Resolution::Ready(_))
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+        // `!` of a non-boolean is Rhai's error: never known. Arithmetic stays an unknown.
+        let (engine, mut scope, cell) = scout_engine();
+        let not: Dynamic = engine.eval_with_scope(&mut scope, "!u.n").unwrap();
+        let sum: Dynamic = engine.eval_with_scope(&mut scope, "u.n + 1 > 2").unwrap();
+        cell.set(Ok(json!({"n": 5})));
+        assert!(matches!(resolve_deep(&not), Resolution::Never));
+        assert!(matches!(resolve_deep(&sum), Resolution::Never));
+    }
+
+    #[test]
+    fn a_decisive_guess_is_kept_by_the_reads_it_waited_for_until_it_is_proved() {
+        let (engine, mut scope, cell) = scout_engine();
+        let (other, q) = pending();
+        scope.push("q", q);
+        begin_notes();
+        // Decisive: a condition of its own, a guard guessed not taken, `&&` operands guessed
+        // true. Loose: `||` operands guessed true. Another read's guess is not `u`'s.
+        let script = format!(
+            "if {COND}(u.active) {{ 1 }}; if {UNLIKELY}(!u.active) {{ 2 }}; \
+             if {COND}(u.n > 2) && {COND}(u.n < 9) {{ 3 }}; if {COND_LOOSE}(u.team == 0) {{ 4 }}; \
+             if {COND}(q.active) {{ 5 }}"
+        );
+        engine.run_with_scope(&mut scope, &script).unwrap();
+        let guesses = guesses_over(std::slice::from_ref(&cell));
+        assert_eq!(guesses.len(), 4, "{guesses:?}");
+        assert_eq!(guesses_over(std::slice::from_ref(&other)).len(), 1);
+        assert!(guesses.iter().all(|g| !g.proved_wrong()), "still unknown");
+        // Guessed right: active, and 2 < n < 9.
+        cell.set(Ok(json!({"active": true, "n": 5, "team": 1})));
+        assert!(guesses.iter().all(|g| !g.proved_wrong()));
+        let (engine, mut scope, cell) = scout_engine();
+        begin_notes();
+        engine
+            .run_with_scope(&mut scope, &script.replace("q.", "u."))
+            .unwrap();
+        let guesses = guesses_over(std::slice::from_ref(&cell));
+        // `u.active` guessed true, then `!u.active` false: both wrong for an inactive user.
+        cell.set(Ok(json!({"active": false, "n": 5})));
+        assert_eq!(guesses.iter().filter(|g| g.proved_wrong()).count(), 3);
+        take_notes();
+        // A new pass starts with no guesses; a read keeps only its latest ones.
+        let (engine, mut scope, cell) = scout_engine();
+        begin_notes();
+        assert!(guesses_over(std::slice::from_ref(&cell)).is_empty());
+        for _ in 0..2 * GUESSES_PER_CALL {
+            engine
+                .run_with_scope(&mut scope, &format!("if {COND}(u.a) {{}}"))
+                .unwrap();
+        }
+        assert_eq!(
+            guesses_over(std::slice::from_ref(&cell)).len(),
+            GUESSES_PER_CELL
+        );
+        take_notes();
+    }
+
     #[test]
     fn failures_and_pending_text_never_resolve() {
         let cell = Cell::new();
