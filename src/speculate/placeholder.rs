@@ -16,7 +16,9 @@ use rhai::{
 };
 use serde_json::Value;
 
-use super::rewrite::{COND, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, VALUE};
+use super::rewrite::{
+    COND, COND_LOOSE, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, UNLIKELY_LOOSE, VALUE,
+};
 use crate::engine::to_dynamic;
 use crate::ledger::Cell;
 
@@ -48,7 +50,24 @@ enum Source {
     Text(Arc<[Dynamic]>),
     /// A value written into before it was known: the value before, and the writes in order.
     Edited(Arc<Edits>),
+    /// A comparison or a `!` over values not known yet, computed as Rhai computes it once they
+    /// are all scalars; an unknown if one is not.
+    Op(Arc<Op>),
 }
+
+/// An operator the scout applies once its operands are known (see [`DEFERRED_OPERATORS`]).
+#[derive(Clone, Debug)]
+struct Op {
+    op: &'static str,
+    operands: Vec<Dynamic>,
+    /// Deferred operators inside it, itself included: resolving it walks all of them.
+    size: usize,
+}
+
+/// The operators whose value over pending scalars is deferred rather than an unknown: those a
+/// condition is made of. Arithmetic stays an unknown (a sum over a fan-out would grow a deferred
+/// value at each step).
+const DEFERRED_OPERATORS: &[&str] = &["==", "!=", "<", "<=", ">", ">=", "!"];
 
 /// A deferred value's writes: `base[key] = value`, in order. Keys must be known for the value
 /// to be; written values may stay placeholders, as in any container.
@@ -167,6 +186,7 @@ impl Placeholder {
             Source::Cell(cell) => return cell_state(cell, &self.path),
             Source::Text(pieces) => text_state(pieces),
             Source::Edited(edits) => edits.state(),
+            Source::Op(op) => op.state(),
         };
         match root {
             Resolved::Value(root) => walk(root, &self.path),
@@ -248,13 +268,18 @@ fn shallow(value: &Dynamic) -> Resolved {
 /// How interpolation writes a scalar (`rhai_facts::display_of_a_scalar_is_what_interpolation_writes`);
 /// `None` for containers, whose text the scout does not rebuild.
 fn display(value: &Dynamic) -> Option<String> {
-    let scalar = value.is_string()
+    is_scalar(value).then(|| value.to_string())
+}
+
+/// Whether a value is one the scout computes with: a string, number, boolean, `()` or
+/// character.
+fn is_scalar(value: &Dynamic) -> bool {
+    value.is_string()
         || value.is_int()
         || value.is_float()
         || value.is_bool()
         || value.is_unit()
-        || value.is_char();
-    scalar.then(|| value.to_string())
+        || value.is_char()
 }
 
 fn text_state(pieces: &[Dynamic]) -> Resolved {
@@ -275,6 +300,92 @@ fn text_state(pieces: &[Dynamic]) -> Resolved {
     } else {
         Resolved::Pending(pending)
     }
+}
+
+impl Placeholder {
+    /// `op` over `operands`, at least one of them not known yet: a deferred value when `op` is
+    /// one of [`DEFERRED_OPERATORS`] and every operand may still turn out a scalar, an unknown
+    /// otherwise.
+    fn operator(op: &'static str, operands: &[&Dynamic]) -> Dynamic {
+        let mut size = 1;
+        for operand in operands {
+            match operand.read_lock::<Placeholder>() {
+                None if !is_scalar(operand) => return Placeholder::unknown(),
+                None => {}
+                Some(p) => match (&p.source, p.path.is_empty()) {
+                    (Source::Unknown, _) => return Placeholder::unknown(),
+                    (Source::Op(inner), true) => size += inner.size,
+                    _ => size += 1,
+                },
+            }
+        }
+        if !DEFERRED_OPERATORS.contains(&op) || size > MAX_PIECES {
+            return Placeholder::unknown();
+        }
+        Dynamic::from(Placeholder {
+            source: Source::Op(Arc::new(Op {
+                op,
+                operands: operands.iter().map(|&o| o.clone()).collect(),
+                size,
+            })),
+            path: Vec::new(),
+        })
+    }
+}
+
+impl Op {
+    /// The operator's value once every operand is a known scalar, as the executor's engine
+    /// computes it (an error, such as `<` between a number and a string, is never known).
+    fn state(&self) -> Resolved {
+        let mut pending = Vec::new();
+        let mut values = Vec::with_capacity(self.operands.len());
+        for operand in &self.operands {
+            match shallow(operand) {
+                Resolved::Value(v) if is_scalar(&v) => values.push(v),
+                Resolved::Value(_) | Resolved::Never => return Resolved::Never,
+                Resolved::Pending(cells) => pending.extend(cells),
+            }
+        }
+        if !pending.is_empty() {
+            return Resolved::Pending(pending);
+        }
+        match evaluate(self.op, values) {
+            Some(v) => Resolved::Value(v),
+            None => Resolved::Never,
+        }
+    }
+}
+
+/// `op` applied to known scalars by an engine built as the executor's is, so that mixed
+/// numbers, string and character comparisons and `==` between different types give exactly
+/// what the run gives (`rhai_facts::comparisons_between_scalars`).
+fn evaluate(op: &str, values: Vec<Dynamic>) -> Option<Dynamic> {
+    static EVALUATOR: std::sync::OnceLock<(Engine, Vec<(&'static str, rhai::AST)>)> =
+        std::sync::OnceLock::new();
+    let (engine, asts) = EVALUATOR.get_or_init(|| {
+        let engine = crate::engine::new_engine(
+            &crate::engine::Limits::default(),
+            crate::engine::Watch::default(),
+        );
+        let asts = DEFERRED_OPERATORS
+            .iter()
+            .map(|&op| {
+                let text = if op == "!" {
+                    "!a".to_string()
+                } else {
+                    format!("a {op} b")
+                };
+                (op, engine.compile(text).expect("an operator template"))
+            })
+            .collect();
+        (engine, asts)
+    });
+    let ast = &asts.iter().find(|(o, _)| *o == op)?.1;
+    let mut scope = rhai::Scope::new();
+    for (name, value) in ["a", "b"].into_iter().zip(values) {
+        scope.push_dynamic(name, value);
+    }
+    engine.eval_ast_with_scope::<Dynamic>(&mut scope, ast).ok()
 }
 
 impl Edits {
@@ -353,21 +464,119 @@ thread_local! {
 
 pub(crate) fn begin_notes() {
     NOTES.with(|n| *n.borrow_mut() = Some(PassNotes::default()));
-    GUESSES.with(|g| g.set(0));
+    GUESSES.with(|g| *g.borrow_mut() = GuessLog::default());
+}
+
+/// A guess a pass made at a condition it did not know yet: the condition, and the value it
+/// went on with. A deferred call made after it, over the same pending reads, carries it, and is
+/// not started once the condition proved the guess wrong: the pass was then on a path the run
+/// does not take.
+#[derive(Debug)]
+pub(crate) struct Guess {
+    condition: Dynamic,
+    taken: bool,
+}
+
+impl Guess {
+    /// Whether the condition is known now and is not what was guessed (or not a boolean, which
+    /// ends the run there). One still unknown has proved nothing.
+    pub(crate) fn proved_wrong(&self) -> bool {
+        match shallow(&self.condition) {
+            Resolved::Value(v) => v.as_bool() != Ok(self.taken),
+            Resolved::Pending(_) | Resolved::Never => false,
+        }
+    }
+}
+
+/// Guesses kept for one pending cell, the latest ones: a deferred call looks only at these.
+const GUESSES_PER_CELL: usize = 8;
+/// Guesses one deferred call carries at most.
+pub(crate) const GUESSES_PER_CALL: usize = 16;
+
+/// The guesses of one pass.
+#[derive(Default)]
+struct GuessLog {
+    /// Conditions guessed so far, recorded or not (see `rewrite::SETTLE`).
+    count: INT,
+    /// The latest recorded guesses, by each pending cell their condition waits for (keyed by
+    /// the cell's address; the entry holds the cell, so the address is not reused meanwhile).
+    by_cell: std::collections::HashMap<usize, (Arc<Cell>, Vec<Arc<Guess>>)>,
 }
 
 thread_local! {
-    /// Conditions guessed so far by the pass running on this thread (see `rewrite::SETTLE`).
-    static GUESSES: std::cell::Cell<INT> = const { std::cell::Cell::new(0) };
+    /// The guesses of the pass running on this thread, set and cleared with its notes.
+    static GUESSES: RefCell<GuessLog> = RefCell::new(GuessLog::default());
 }
 
-/// A guess at a condition the scout does not know yet, counted.
-fn guess(taken: bool) -> bool {
-    GUESSES.with(|g| g.set(g.get() + 1));
+/// A guess at a condition the scout does not know yet: counted, and, when the condition waits
+/// for reads and the guess alone decides the branch (`recorded`), kept by those reads.
+fn guess(condition: &Dynamic, cells: &[Arc<Cell>], taken: bool, recorded: bool) -> bool {
+    GUESSES.with(|g| {
+        let mut log = g.borrow_mut();
+        log.count += 1;
+        if !recorded || cells.is_empty() {
+            return;
+        }
+        let guess = Arc::new(Guess {
+            condition: condition.clone(),
+            taken,
+        });
+        for cell in cells {
+            let (_, kept) = log
+                .by_cell
+                .entry(Arc::as_ptr(cell) as usize)
+                .or_insert_with(|| (Arc::clone(cell), Vec::new()));
+            if kept.last().is_some_and(|g| Arc::ptr_eq(g, &guess)) {
+                continue;
+            }
+            if kept.len() == GUESSES_PER_CELL {
+                kept.remove(0);
+            }
+            kept.push(Arc::clone(&guess));
+        }
+    });
     taken
 }
 
+/// The guesses made so far in this pass over any of `cells`, latest first, at most
+/// [`GUESSES_PER_CALL`].
+pub(crate) fn guesses_over(cells: &[Arc<Cell>]) -> Vec<Arc<Guess>> {
+    GUESSES.with(|g| {
+        let log = g.borrow();
+        let mut out: Vec<Arc<Guess>> = Vec::new();
+        for cell in cells {
+            let Some((_, kept)) = log.by_cell.get(&(Arc::as_ptr(cell) as usize)) else {
+                continue;
+            };
+            for guess in kept.iter().rev() {
+                if out.len() == GUESSES_PER_CALL {
+                    return out;
+                }
+                if !out.iter().any(|g| Arc::ptr_eq(g, guess)) {
+                    out.push(Arc::clone(guess));
+                }
+            }
+        }
+        out
+    })
+}
+
+/// A condition's value: known, or guessed `guessed` (see [`guess`]).
+fn decide(value: &Dynamic, guessed: bool, recorded: bool) -> Result<bool, Box<EvalAltResult>> {
+    match shallow(value) {
+        Resolved::Value(v) => v
+            .as_bool()
+            .map_err(|t| format!("a condition must be a boolean, not {t}").into()),
+        Resolved::Pending(cells) => {
+            cells.iter().for_each(note);
+            Ok(guess(value, &cells, guessed, recorded))
+        }
+        Resolved::Never => Ok(guess(value, &[], guessed, false)),
+    }
+}
+
 pub(crate) fn take_notes() -> PassNotes {
+    GUESSES.with(|g| *g.borrow_mut() = GuessLog::default());
     NOTES.with(|n| n.borrow_mut().take()).unwrap_or_default()
 }
 
@@ -509,11 +718,12 @@ const BINARY_OPERATORS: &[&str] = &[
 ];
 
 /// A binary operator with a placeholder on either side: the built-in operator over the values
-/// once known, an unknown before.
+/// once known; before, a deferred value for a comparison (see [`DEFERRED_OPERATORS`]) and an
+/// unknown for anything else.
 ///
 /// A `+` of a string and a placeholder (or of a deferred string and anything) is a deferred
 /// string: Rhai's `+` with a string on either side appends the other side's text.
-fn binary(ctx: &NativeCallContext, op: &str, a: &Dynamic, b: &Dynamic) -> RhaiResult {
+fn binary(ctx: &NativeCallContext, op: &'static str, a: &Dynamic, b: &Dynamic) -> RhaiResult {
     if op == "+" && (is_text(a) || is_text(b)) {
         return Ok(match (shallow(a), shallow(b)) {
             (Resolved::Never, _) | (_, Resolved::Never) => Placeholder::unknown(),
@@ -525,7 +735,7 @@ fn binary(ctx: &NativeCallContext, op: &str, a: &Dynamic, b: &Dynamic) -> RhaiRe
     }
     match (known(a), known(b)) {
         (Ok(mut a), Ok(mut b)) => ctx.call_native_fn_raw(op, false, &mut [&mut a, &mut b]),
-        _ => Ok(Placeholder::unknown()),
+        _ => Ok(Placeholder::operator(op, &[a, b])),
     }
 }
 
@@ -671,39 +881,32 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
         engine.register_fn(
             op,
             move |ctx: NativeCallContext, a: Placeholder| -> RhaiResult {
-                match known(&Dynamic::from(a)) {
+                let a = Dynamic::from(a);
+                match known(&a) {
                     Ok(mut a) => ctx.call_native_fn_raw(op, false, &mut [&mut a]),
-                    Err(()) => Ok(Placeholder::unknown()),
+                    Err(()) => Ok(Placeholder::operator(op, &[&a])),
                 }
             },
         );
     }
 
     // An unknown condition is guessed true: the branch that does more work is the one worth
-    // starting reads for, and a wrong guess only wastes reads.
-    engine.register_fn(COND, |value: Dynamic| -> Result<bool, Box<EvalAltResult>> {
-        match known(&value) {
-            Ok(v) => v
-                .as_bool()
-                .map_err(|t| format!("a condition must be a boolean, not {t}").into()),
-            Err(()) => Ok(guess(true)),
-        }
-    });
-    // The guard of a branch that leaves: guessed not taken.
-    engine.register_fn(
-        UNLIKELY,
-        |value: Dynamic| -> Result<bool, Box<EvalAltResult>> {
-            match known(&value) {
-                Ok(v) => v
-                    .as_bool()
-                    .map_err(|t| format!("a condition must be a boolean, not {t}").into()),
-                Err(()) => Ok(guess(false)),
-            }
-        },
-    );
-    engine.register_fn(MARK, || GUESSES.with(std::cell::Cell::get));
+    // starting reads for, and a wrong guess only wastes reads. The guard of a branch that
+    // leaves is guessed not taken. A loose guess (an operand that does not decide its
+    // condition alone) is not recorded.
+    for (name, guessed, recorded) in [
+        (COND, true, true),
+        (UNLIKELY, false, true),
+        (COND_LOOSE, true, false),
+        (UNLIKELY_LOOSE, false, false),
+    ] {
+        engine.register_fn(name, move |value: Dynamic| {
+            decide(&value, guessed, recorded)
+        });
+    }
+    engine.register_fn(MARK, || GUESSES.with(|g| g.borrow().count));
     engine.register_fn(SETTLE, |mark: INT, value: Dynamic| {
-        if GUESSES.with(std::cell::Cell::get) > mark {
+        if GUESSES.with(|g| g.borrow().count) > mark {
             Placeholder::unknown()
         } else {
             value
@@ -993,6 +1196,125 @@ mod tests {
         assert_eq!(out[0].as_int().unwrap(), 1);
         assert!(out[1].is_map(), "{:?}", out[1]);
         assert!(matches!(resolve_deep(&out[1]), Resolution::Ready(v) if v == json!({"x": 2})));
+    }
+
+    /// An engine with the scout's placeholder functions, and a scope holding `u`, a read in
+    /// flight.
+    fn scout_engine() -> (Engine, rhai::Scope<'static>, Arc<Cell>) {
+        let mut engine = Engine::new();
+        register(&mut engine, Arc::from(Vec::new()));
+        let (cell, p) = pending();
+        let mut scope = rhai::Scope::new();
+        scope.push("u", p);
+        (engine, scope, cell)
+    }
+
+    #[test]
+    fn deferred_comparisons_resolve_to_what_the_run_computes() {
+        let fields = [
+            json!(1),
+            json!(2.5),
+            json!("b"),
+            json!(true),
+            json!(null),
+            json!([1]),
+        ];
+        let others = [
+            "1", "2.5", "2", "\"a\"", "\"b\"", "'b'", "true", "false", "()",
+        ];
+        let plain = Engine::new();
+        for field in &fields {
+            for other in others {
+                for op in ["==", "!=", "<", "<=", ">", ">="] {
+                    for script in [format!("u.v {op} {other}"), format!("{other} {op} u.v")] {
+                        let (engine, mut scope, cell) = scout_engine();
+                        let deferred: Dynamic =
+                            engine.eval_with_scope(&mut scope, &script).unwrap();
+                        let negated: Dynamic = engine
+                            .eval_with_scope(&mut scope, &format!("!({script})"))
+                            .unwrap();
+                        assert!(
+                            is_placeholder(&deferred) && is_placeholder(&negated),
+                            "{script}"
+                        );
+                        cell.set(Ok(json!({ "v": field })));
+                        let mut scope = rhai::Scope::new();
+                        scope.push("u", to_dynamic(&json!({ "v": field })));
+                        let expected = plain.eval_with_scope::<Dynamic>(&mut scope, &script);
+                        match (resolve_deep(&deferred), expected) {
+                            // Only scalars are computed: a container's comparison stays unknown.
+                            (Resolution::Never, _) if field.is_array() => {}
+                            (Resolution::Ready(v), Ok(e)) => {
+                                assert_eq!(v, json!(e.as_bool().unwrap()), "{script} on {field}");
+                                let not = resolve_deep(&negated);
+                                assert!(
+                                    matches!(not, Resolution::Ready(n) if n == json!(!e.as_bool().unwrap())),
+                                    "!({script}) on {field}"
+                                );
+                            }
+                            (got, e) => panic!(
+                                "{script} on {field}: {:?} against {e:?}",
+                                matches!(got, Resolution::Ready(_))
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+        // `!` of a non-boolean is Rhai's error: never known. Arithmetic stays an unknown.
+        let (engine, mut scope, cell) = scout_engine();
+        let not: Dynamic = engine.eval_with_scope(&mut scope, "!u.n").unwrap();
+        let sum: Dynamic = engine.eval_with_scope(&mut scope, "u.n + 1 > 2").unwrap();
+        cell.set(Ok(json!({"n": 5})));
+        assert!(matches!(resolve_deep(&not), Resolution::Never));
+        assert!(matches!(resolve_deep(&sum), Resolution::Never));
+    }
+
+    #[test]
+    fn a_decisive_guess_is_kept_by_the_reads_it_waited_for_until_it_is_proved() {
+        let (engine, mut scope, cell) = scout_engine();
+        let (other, q) = pending();
+        scope.push("q", q);
+        begin_notes();
+        // Decisive: a condition of its own, a guard guessed not taken, `&&` operands guessed
+        // true. Loose: `||` operands guessed true. Another read's guess is not `u`'s.
+        let script = format!(
+            "if {COND}(u.active) {{ 1 }}; if {UNLIKELY}(!u.active) {{ 2 }}; \
+             if {COND}(u.n > 2) && {COND}(u.n < 9) {{ 3 }}; if {COND_LOOSE}(u.team == 0) {{ 4 }}; \
+             if {COND}(q.active) {{ 5 }}"
+        );
+        engine.run_with_scope(&mut scope, &script).unwrap();
+        let guesses = guesses_over(std::slice::from_ref(&cell));
+        assert_eq!(guesses.len(), 4, "{guesses:?}");
+        assert_eq!(guesses_over(std::slice::from_ref(&other)).len(), 1);
+        assert!(guesses.iter().all(|g| !g.proved_wrong()), "still unknown");
+        // Guessed right: active, and 2 < n < 9.
+        cell.set(Ok(json!({"active": true, "n": 5, "team": 1})));
+        assert!(guesses.iter().all(|g| !g.proved_wrong()));
+        let (engine, mut scope, cell) = scout_engine();
+        begin_notes();
+        engine
+            .run_with_scope(&mut scope, &script.replace("q.", "u."))
+            .unwrap();
+        let guesses = guesses_over(std::slice::from_ref(&cell));
+        // `u.active` guessed true, then `!u.active` false: both wrong for an inactive user.
+        cell.set(Ok(json!({"active": false, "n": 5})));
+        assert_eq!(guesses.iter().filter(|g| g.proved_wrong()).count(), 3);
+        take_notes();
+        // A new pass starts with no guesses; a read keeps only its latest ones.
+        let (engine, mut scope, cell) = scout_engine();
+        begin_notes();
+        assert!(guesses_over(std::slice::from_ref(&cell)).is_empty());
+        for _ in 0..2 * GUESSES_PER_CALL {
+            engine
+                .run_with_scope(&mut scope, &format!("if {COND}(u.a) {{}}"))
+                .unwrap();
+        }
+        assert_eq!(
+            guesses_over(std::slice::from_ref(&cell)).len(),
+            GUESSES_PER_CELL
+        );
+        take_notes();
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub(crate) const COND: &str = "__ts_cond";
 /// while the other does not: an unknown is guessed false, so that a pass goes on past a guard
 /// the run will most likely not take, instead of stopping where the branch leaves.
 pub(crate) const UNLIKELY: &str = "__ts_unlikely";
+/// As [`COND`], for an operand of `&&` or `||` whose value alone does not decide its condition
+/// (it short-circuits an operator above it, or the `&&`/`||` is kept as a value): guessed the
+/// same, but the guess is not one a deferred call may be held to.
+pub(crate) const COND_LOOSE: &str = "__ts_cond_loose";
+/// As [`UNLIKELY`], for an operand as [`COND_LOOSE`] describes.
+pub(crate) const UNLIKELY_LOOSE: &str = "__ts_unlikely_loose";
 /// The function the rewritten script calls before a `&&` or `||` whose value is kept (assigned,
 /// passed, returned) rather than decided on: `() -> INT`, the guesses made so far in the pass.
 pub(crate) const MARK: &str = "__ts_mark";
@@ -167,6 +173,10 @@ struct Rewriter {
     cond: FnCallExpr,
     /// A call to [`UNLIKELY`] with one argument.
     unlikely: FnCallExpr,
+    /// A call to [`COND_LOOSE`] with one argument.
+    cond_loose: FnCallExpr,
+    /// A call to [`UNLIKELY_LOOSE`] with one argument.
+    unlikely_loose: FnCallExpr,
     /// A call to [`VALUE`] with one argument.
     value: FnCallExpr,
     /// A call to [`INDEX`] with two arguments.
@@ -192,6 +202,8 @@ impl Rewriter {
             Self {
                 cond: template(&engine, &format!("{COND}(x)")),
                 unlikely: template(&engine, &format!("{UNLIKELY}(x)")),
+                cond_loose: template(&engine, &format!("{COND_LOOSE}(x)")),
+                unlikely_loose: template(&engine, &format!("{UNLIKELY_LOOSE}(x)")),
                 value: template(&engine, &format!("{VALUE}(x)")),
                 index: template(&engine, &format!("{INDEX}(x, k)")),
                 interpolate: template(&engine, &format!("{INTERPOLATE}(x)")),
@@ -210,6 +222,7 @@ impl Rewriter {
                 if !may_stay(flow.body.statements()) && may_stay(flow.branch.statements()) {
                     self.make_unlikely(&mut flow.expr);
                 }
+                self.loosen(&mut flow.expr, true, true);
                 self.block(&mut flow.body);
                 self.block(&mut flow.branch);
             }
@@ -217,6 +230,7 @@ impl Rewriter {
             Stmt::While(flow, ..) | Stmt::Do(flow, ..) => {
                 if !flow.expr.is_unit() {
                     self.cond(&mut flow.expr);
+                    self.loosen(&mut flow.expr, true, true);
                 }
                 self.block(&mut flow.body);
             }
@@ -232,6 +246,7 @@ impl Rewriter {
                 // Each case is a guard (`true` when there is none) and the case's expression.
                 for case in cases.expressions.iter_mut() {
                     self.cond(&mut case.lhs);
+                    self.loosen(&mut case.lhs, true, true);
                     self.expr(&mut case.rhs);
                 }
             }
@@ -296,6 +311,7 @@ impl Rewriter {
             }
             Expr::And(..) | Expr::Or(..) => {
                 self.cond(expr);
+                self.loosen(expr, false, false);
                 let pos = expr.position();
                 let mark = self.wrapped(&self.mark, [], pos);
                 *expr = self.wrapped(&self.settle, [mark, expr.take()], pos);
@@ -487,6 +503,34 @@ impl Rewriter {
         }
     }
 
+    /// Turns the guesses of a rewritten condition that do not decide it alone into loose ones
+    /// ([`COND_LOOSE`], [`UNLIKELY_LOOSE`]): a guess decides the condition when proving it
+    /// wrong proves the condition's value wrong, so a guess of `true` must sit under `&&`s
+    /// only (`all_and`), and one of `false` under `||`s only (`all_or`); a guess that
+    /// short-circuits an operator leaves the condition to the operands it skipped.
+    fn loosen(&self, expr: &mut Expr, all_and: bool, all_or: bool) {
+        match expr {
+            Expr::FnCall(call, _) => {
+                let loose = match call.name.as_str() {
+                    COND if !all_and => &self.cond_loose,
+                    UNLIKELY if !all_or => &self.unlikely_loose,
+                    _ => return,
+                };
+                let args = std::mem::take(&mut call.args);
+                let mut replaced = loose.clone();
+                replaced.args = args;
+                **call = replaced;
+            }
+            Expr::And(operands, ..) => operands
+                .iter_mut()
+                .for_each(|operand| self.loosen(operand, all_and, false)),
+            Expr::Or(operands, ..) => operands
+                .iter_mut()
+                .for_each(|operand| self.loosen(operand, false, all_or)),
+            _ => {}
+        }
+    }
+
     /// Wraps a value in [`VALUE`], unless it is a literal constant.
     fn wrap_value(&self, expr: &mut Expr) {
         if !expr.is_constant() {
@@ -607,7 +651,10 @@ pub(crate) mod tests {
         Dynamic, Engine, EvalAltResult, NativeCallContext, OptimizationLevel, Position, Scope, AST,
     };
 
-    use super::{rewrite, COND, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, VALUE};
+    use super::{
+        rewrite, COND, COND_LOOSE, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, UNLIKELY_LOOSE,
+        VALUE,
+    };
 
     /// Scripts covering every rule, each returning a value that shows what it did. `log(x)`
     /// records `x` and returns it, to show which operands ran and in which order.
@@ -837,7 +884,7 @@ pub(crate) mod tests {
     /// A test engine with the wrappers registered as their plain meaning, and a `log` function.
     pub(crate) fn plain_engine(log: Arc<Mutex<Vec<String>>>) -> Engine {
         let mut engine = Engine::new();
-        for name in [COND, UNLIKELY] {
+        for name in [COND, UNLIKELY, COND_LOOSE, UNLIKELY_LOOSE] {
             engine.register_fn(name, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
                 x.as_bool()
                     .map_err(|typ| format!("condition is {typ}, not bool").into())
@@ -949,7 +996,7 @@ pub(crate) mod tests {
         let mut engine = Engine::new();
         let [cond, value, index] = counters.clone();
         // An unlikely condition is a condition: counted as one.
-        for name in [COND, UNLIKELY] {
+        for name in [COND, UNLIKELY, COND_LOOSE, UNLIKELY_LOOSE] {
             let cond = Arc::clone(&cond);
             engine.register_fn(
                 name,
@@ -1054,7 +1101,12 @@ pub(crate) mod tests {
     /// that goes on, or an `if` both of whose branches leave, keeps the usual guess.
     #[test]
     fn guards_that_leave_are_guessed_not_taken() {
-        let unlikely = |script: &str| called(script).iter().filter(|n| *n == UNLIKELY).count();
+        let unlikely = |script: &str| {
+            called(script)
+                .iter()
+                .filter(|n| *n == UNLIKELY || *n == UNLIKELY_LOOSE)
+                .count()
+        };
         assert_eq!(unlikely("let x = 1; if x == () { throw 1; } x"), 1);
         assert_eq!(
             unlikely("let a = 1; let b = 2; loop { if a > 1 && b > 1 { break; } a += 1; }"),
@@ -1097,7 +1149,7 @@ pub(crate) mod tests {
         let mut count = 0;
         super::rewrite_with(&ast, &effectful).walk(&mut |path: &[rhai::ASTNode]| {
             if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
-                count += usize::from(call.name == UNLIKELY);
+                count += usize::from(call.name == UNLIKELY || call.name == UNLIKELY_LOOSE);
             }
             true
         });
@@ -1143,13 +1195,55 @@ pub(crate) mod tests {
             1,
             "{names:?}"
         );
-        assert_eq!(names.iter().filter(|n| *n == COND).count(), 4, "{names:?}");
+        let conds = names.iter().filter(|n| *n == COND || *n == COND_LOOSE);
+        assert_eq!(conds.count(), 4, "{names:?}");
+    }
+
+    /// A guess decides its condition when proving it wrong proves the condition wrong: a
+    /// condition of its own, or an operand guessed `true` under `&&`s only, or `false` under
+    /// `||`s only. Every other guess is loose, and so is every guess in logic kept as a value.
+    #[test]
+    fn only_guesses_that_decide_their_condition_are_recorded() {
+        let kinds = |script: &str| -> Vec<String> {
+            called(script)
+                .into_iter()
+                .filter(|n| [COND, UNLIKELY, COND_LOOSE, UNLIKELY_LOOSE].contains(&n.as_str()))
+                .collect()
+        };
+        let (c, u, cl, ul) = (COND, UNLIKELY, COND_LOOSE, UNLIKELY_LOOSE);
+        assert_eq!(kinds("let a = 1; if a > 0 { 1 }"), [c]);
+        assert_eq!(
+            kinds("let a = 1; let b = 2; if a > 0 && b > 0 { 1 }"),
+            [c, c]
+        );
+        assert_eq!(
+            kinds("let a = 1; let b = 2; if a > 0 || b > 0 { 1 }"),
+            [cl, cl]
+        );
+        assert_eq!(
+            kinds("let a = 1; let b = 2; let c = 3; if (a > 0 || b > 0) && c > 0 { 1 }"),
+            [cl, cl, c]
+        );
+        assert_eq!(kinds("let a = 1; if a > 0 { return 1; } 2"), [u]);
+        assert_eq!(
+            kinds("let a = 1; let b = 2; if a > 0 && b > 0 { return 1; } 2"),
+            [ul, ul]
+        );
+        assert_eq!(
+            kinds("let a = 1; let b = 2; if a > 0 || b > 0 { return 1; } 2"),
+            [u, u]
+        );
+        assert_eq!(kinds("let a = 1; while a < 3 { a += 1; }"), [c]);
+        assert_eq!(
+            kinds("let a = 1; let b = 2; let ok = a > 0 && b > 0;"),
+            [cl, cl]
+        );
     }
 
     #[test]
     fn wrappers_keep_the_position_of_what_they_wrap() {
         let mut engine = Engine::new();
-        for name in [COND, UNLIKELY] {
+        for name in [COND, UNLIKELY, COND_LOOSE, UNLIKELY_LOOSE] {
             engine.register_fn(name, |x: Dynamic| -> Result<bool, Box<EvalAltResult>> {
                 x.as_bool()
                     .map_err(|typ| format!("not a bool: {typ}").into())

@@ -141,3 +141,32 @@ fn display_of_a_scalar_is_what_interpolation_writes() {
         assert_eq!(format!("{value}a"), plus, "{script}");
     }
 }
+
+/// What comparisons and `!` give between scalars of the kinds a read's field can be (and
+/// characters): numbers compare across `INT` and `FLOAT`, a character as a one-character
+/// string; between other kinds `==` and every ordering is `false` and `!=` `true`, with no
+/// error (booleans have no order either); `!` of anything but a boolean is an error. The
+/// scout's deferred operators
+/// compute with an engine built as the executor's, and rely on these being the built-in
+/// operators rather than anything the standard library adds.
+#[test]
+fn comparisons_between_scalars() {
+    let engine = Engine::new();
+    let show = |script: &str| match eval(&engine, script) {
+        Ok(v) => v.to_string(),
+        Err(_) => "error".to_string(),
+    };
+    #[rustfmt::skip]
+    let cases: &[(&str, &str)] = &[
+        ("1 == 1.0", "true"), ("1 < 1.5", "true"), ("2.0 >= 2", "true"), ("1 != 1.0", "false"),
+        ("\"a\" < \"b\"", "true"), ("\"B\" < \"a\"", "true"), ("\"ab\" > \"a\"", "true"),
+        ("'a' == \"a\"", "true"), ("\"a\" == 'a'", "true"), ("'a' < 'b'", "true"),
+        ("1 == \"1\"", "false"), ("1 != \"1\"", "true"), ("() == ()", "true"), ("() != ()", "false"),
+        ("() == 0", "false"), ("true == 1", "false"), ("true == true", "true"),
+        ("1 < \"a\"", "false"), ("() < 1", "false"), ("true < false", "false"),
+        ("!true", "false"), ("!1", "error"), ("!()", "error"),
+    ];
+    for (script, expected) in cases {
+        assert_eq!(show(script), *expected, "{script}");
+    }
+}

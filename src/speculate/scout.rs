@@ -340,10 +340,21 @@ impl Scout {
                 state.deferred += 1;
                 state.started += 1;
                 let cell = Cell::at_depth(depth);
+                // The guesses this pass made over the same reads: the call is on the path
+                // they chose, and is not started if one of them proves wrong.
+                let guesses = placeholder::guesses_over(&inputs);
                 let (scout, out, tool) = (Arc::clone(self), Arc::clone(&cell), spec.name.clone());
-                self.spawn(&self.deferred, async move {
-                    scout.deferred(epoch, tool, args, inputs, out).await
-                });
+                let call = Deferred {
+                    epoch,
+                    tool,
+                    args,
+                    inputs,
+                    guesses,
+                };
+                self.spawn(
+                    &self.deferred,
+                    async move { scout.deferred(call, out).await },
+                );
                 Ok(Dynamic::from(Placeholder::of(cell)))
             }
         }
@@ -416,15 +427,16 @@ impl Scout {
         }
     }
 
-    /// A deferred call: waits for its inputs, then starts the read and forwards its outcome.
-    async fn deferred(
-        self: Arc<Self>,
-        epoch: u64,
-        tool: String,
-        args: Dynamic,
-        inputs: Vec<Arc<Cell>>,
-        out: Arc<Cell>,
-    ) {
+    /// A deferred call: waits for its inputs, then starts the read and forwards its outcome,
+    /// unless a guess it was made under proved wrong.
+    async fn deferred(self: Arc<Self>, call: Deferred, out: Arc<Cell>) {
+        let Deferred {
+            epoch,
+            tool,
+            args,
+            inputs,
+            guesses,
+        } = call;
         let mut pending = inputs;
         let ready = loop {
             futures::future::join_all(pending.iter().map(|c| c.wait())).await;
@@ -434,6 +446,9 @@ impl Scout {
                 Resolution::Never => break None,
             }
         };
+        // The reads it waited for are known now, and often so are the conditions guessed on
+        // them: a call down a branch the run does not take would only be wasted.
+        let ready = ready.filter(|_| !guesses.iter().any(|g| g.proved_wrong()));
         let cell = ready.and_then(|args| self.launch(epoch, &tool, args, &mut Pass::default()));
         match cell {
             Some(cell) => out.set(Arc::unwrap_or_clone(cell.wait().await)),
@@ -443,6 +458,17 @@ impl Scout {
             ))),
         }
     }
+}
+
+/// A read whose arguments wait for reads in flight, as a pass made it.
+struct Deferred {
+    epoch: u64,
+    tool: String,
+    args: Dynamic,
+    /// The reads its arguments wait for.
+    inputs: Vec<Arc<Cell>>,
+    /// The guesses the pass made over those reads before the call.
+    guesses: Vec<Arc<placeholder::Guess>>,
 }
 
 fn take(tasks: &Mutex<Vec<JoinHandle<()>>>) -> Vec<JoinHandle<()>> {

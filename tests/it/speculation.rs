@@ -497,3 +497,33 @@ async fn a_read_that_changes_at_every_write_is_guessed_wrong_without_changing_an
     let s = &outcome.stats;
     assert!(s.speculative_wasted <= 4, "{s:?}");
 }
+
+/// A read down a branch guessed on a read in flight is deferred, and carries the guess: once
+/// the user lands, the inactive users' orders are not started (the condition proved the guess
+/// wrong) and the active users' start at once. Without the guess carried, the scout started
+/// all 40 and wasted 20.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_read_down_a_branch_guessed_wrong_is_not_started() {
+    let (user, _) = counted(Tool::builder("user", Effect::Read), 20);
+    let (orders, order_calls) = counted(Tool::builder("orders", Effect::Read), 20);
+    let runtime = runtime_with(vec![user, orders]);
+    let script = "fn orders_of(id) {\n  let u = user(#{id: id});\n  if u.active { orders(#{id: u.echo.id}).echo.id } else { 0 }\n}\nlet total = 0;\nfor id in 1..=40 { total += orders_of(id); }\ntotal";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    // The even ids are active: 2 + 4 + ... + 40.
+    assert_eq!(value_of(&outcome), &json!(420));
+    let s = &outcome.stats;
+    assert_eq!(s.tool_calls, 60, "{s:?}");
+    assert!(s.speculative_wasted <= 2, "{s:?}");
+    assert!(order_calls.load(Ordering::SeqCst) <= 22, "{s:?}");
+    // The guesses that were right still started their reads early.
+    assert!(s.speculative_claimed >= 50, "{s:?}");
+    // The same with the guard the other way round: an early return guessed not taken.
+    let script = "fn orders_of(id) {\n  let u = user(#{id: id});\n  if !u.active { return 0; }\n  orders(#{id: u.echo.id}).echo.id\n}\nlet total = 0;\nfor id in 1..=40 { total += orders_of(id); }\ntotal";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!(420));
+    let s = &outcome.stats;
+    assert!(s.speculative_wasted <= 2, "{s:?}");
+    assert!(s.speculative_claimed >= 50, "{s:?}");
+    let sequential = run_in(&runtime, script, Mode::Sequential).await;
+    assert_eq!(observable(&outcome), observable(&sequential));
+}
