@@ -65,11 +65,14 @@ pub(crate) fn write_string(text: &str, out: &mut String) {
 pub(crate) fn sha256_hex(text: impl AsRef<[u8]>) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(text.as_ref());
-    let mut out = Vec::with_capacity(64);
-    for b in digest {
-        out.extend([HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+    let mut hex = [0u8; 64];
+    for (pair, b) in hex.chunks_exact_mut(2).zip(digest) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
     }
-    String::from_utf8(out).expect("hex digits are ASCII")
+    std::str::from_utf8(&hex)
+        .expect("hex digits are ASCII")
+        .to_owned()
 }
 
 /// A duration in seconds as a person writes it: `60`, `0.5`.

@@ -133,9 +133,19 @@ impl Receipt {
 /// Room for a receipt's canonical JSON: three digests and the rest (about 450 bytes).
 const CANONICAL_CAPACITY: usize = 640;
 
-fn write_integer(n: u64, out: &mut String) {
-    use std::fmt::Write;
-    let _ = write!(out, "{n}");
+/// An integer's decimal digits, without the formatting machinery (five a receipt).
+fn write_integer(mut n: u64, out: &mut String) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[start..]).expect("decimal digits are ASCII"));
 }
 
 /// A float as serde_json writes it: the shortest text that reads back the same, `null` when it
