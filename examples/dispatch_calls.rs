@@ -9,6 +9,9 @@
 //! ```
 //!
 //! (`read`, `write` or `none` for the loop without calls; `spec-read` runs it speculatively.)
+//! A third argument runs the script that many times in the process and prints the median wall
+//! time of a run, and of a call, to stderr: how the cost of a call changes with the run's length
+//! (`dispatch_calls spec-read 10000 20`).
 
 use serde_json::Value;
 use toolscript::{Effect, Mode, Registry, RunOptions, Runtime, Tool};
@@ -17,6 +20,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let what = args.next().unwrap_or_else(|| "read".to_string());
     let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let runs: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1);
     let echo = Tool::builder("echo", Effect::Read).handler(|args: Value| async move { Ok(args) });
     let record =
         Tool::builder("record", Effect::Write).handler(|args: Value| async move { Ok(args) });
@@ -41,6 +45,31 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let outcome = rt.block_on(runtime.run_with(&script, RunOptions::with_mode(mode)));
+    let mut times = Vec::with_capacity(runs);
+    let mut last = None;
+    for _ in 0..runs.max(1) {
+        let start = std::time::Instant::now();
+        let outcome = rt.block_on(runtime.run_with(&script, RunOptions::with_mode(mode)));
+        times.push(start.elapsed());
+        last = Some(outcome);
+    }
+    let outcome = last.expect("at least one run");
+    if runs > 1 {
+        times.sort();
+        let median = times[times.len() / 2];
+        eprintln!(
+            "{what} {n}: median of {runs} runs {:.3} ms, {:.2} µs a call",
+            median.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e6 / n.max(1) as f64
+        );
+        let stats = &outcome.stats;
+        eprintln!(
+            "  last run: {} scout passes ({} operations), {} reads speculated, {} claimed",
+            stats.scout_passes,
+            stats.scout_operations,
+            stats.speculative_launched,
+            stats.speculative_claimed
+        );
+    }
     println!("{:?}", outcome.result);
 }

@@ -51,7 +51,7 @@ fn write_canonical(value: &Value, out: &mut String) {
 
 /// A JSON string: as it is between quotes when nothing in it needs escaping (the usual case
 /// for keys and identifiers), else escaped by serde_json.
-fn write_string(text: &str, out: &mut String) {
+pub(crate) fn write_string(text: &str, out: &mut String) {
     if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
         out.push('"');
         out.push_str(text);
@@ -65,12 +65,14 @@ fn write_string(text: &str, out: &mut String) {
 pub(crate) fn sha256_hex(text: impl AsRef<[u8]>) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(text.as_ref());
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    let mut hex = [0u8; 64];
+    for (pair, b) in hex.chunks_exact_mut(2).zip(digest) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
     }
-    out
+    std::str::from_utf8(&hex)
+        .expect("hex digits are ASCII")
+        .to_owned()
 }
 
 /// A duration in seconds as a person writes it: `60`, `0.5`.

@@ -89,9 +89,11 @@ impl Breakers {
     /// Lets a call through, or fails it fast with `circuit_open`.
     pub(crate) fn admit(&self, tool: &str, now: Instant) -> Result<Admission, ToolError> {
         let mut states = self.lock();
-        let circuit = states
-            .entry(tool.to_string())
-            .or_insert(Circuit::Closed { failures: 0 });
+        // Looked up before it is inserted: a tool's name is copied once, not at every call.
+        if !states.contains_key(tool) {
+            states.insert(tool.to_string(), Circuit::Closed { failures: 0 });
+        }
+        let circuit = states.get_mut(tool).expect("inserted above");
         self.admit_in(circuit, tool, now)
     }
 

@@ -256,11 +256,12 @@ impl InProgress {
                 None => {}
             }
         }
+        tracing::debug!(tool = %self.tool, call_id = self.call_id, ok = result.is_ok(), "tool call finished");
         // 11. Write the receipt.
         self.ctx.receipts.append(receipt::Draft {
             call_id: self.call_id,
             parent: self.parent,
-            tool: self.tool.clone(),
+            tool: std::mem::take(&mut self.tool),
             effect: self.effect,
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
@@ -272,7 +273,6 @@ impl InProgress {
             attempt: self.attempts,
         });
         self.ctx.call_closed();
-        tracing::debug!(tool = %self.tool, call_id = self.call_id, ok = result.is_ok(), "tool call finished");
     }
 }
 
@@ -333,7 +333,8 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         call_id = flight.call_id,
         speculative = flight.speculation.is_some()
     );
-    let result = steps(ctx, &tool, &call, &mut flight)
+    let mut call = call;
+    let result = steps(ctx, &tool, &mut call, &mut flight)
         .instrument(span)
         .await
         .map_err(|e| e.for_tool(&tool.spec.name));
@@ -341,15 +342,15 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     result
 }
 
-/// Steps 2 to 9.
+/// Steps 2 to 9. The body's last attempt is given the call's arguments themselves.
 async fn steps(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
-    call: &Call,
+    call: &mut Call,
     flight: &mut InProgress,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
-    let speculation = call.caller.speculation();
+    let speculation = call.caller.speculation().cloned();
     // 2. The caller may call it: a composite only its declared nested tools.
     if let Caller::Composite { allowed, .. } = &call.caller {
         if !allowed.contains(&spec.name) {
@@ -378,11 +379,12 @@ async fn steps(
     }
     // 5. Charge the budget; the guard frees the in-flight slot when the call ends. A
     // speculative call is charged when it is claimed.
+    let now = Instant::now();
     let _in_flight = match speculation {
-        None => ctx.budget.charge(Instant::now())?,
-        Some(_) => ctx.budget.charge_speculative(Instant::now())?,
+        None => ctx.budget.charge(now)?,
+        Some(_) => ctx.budget.charge_speculative(now)?,
     };
-    if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, speculation) {
+    if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, &speculation) {
         let mut nested = lock(&speculation.nested);
         flight.nested_index = Some(nested.len());
         nested.push((spec.name.clone(), None));
@@ -390,8 +392,8 @@ async fn steps(
     // 6. The breaker admits or fails fast. A speculative call only checks it: the executor's
     // claim admits and records, as its own call would.
     match speculation {
-        None => flight.admission = Some(ctx.breakers.admit(&spec.name, Instant::now())?),
-        Some(_) => ctx.breakers.check(&spec.name, Instant::now())?,
+        None => flight.admission = Some(ctx.breakers.admit(&spec.name, now)?),
+        Some(_) => ctx.breakers.check(&spec.name, now)?,
     }
     flight.stage = Stage::Admitted;
     // 7. Validate the input.
@@ -401,13 +403,20 @@ async fn steps(
     // tool's own work; then run the body under its timeout, catching panics, retrying where
     // the policy allows.
     let work = async {
-        let slot = tokio::time::timeout(
-            ctx.budget.remaining(Instant::now()),
-            Arc::clone(&tool.slots).acquire_owned(),
-        );
-        // The semaphore is never closed: only the deadline ends the wait.
-        let Ok(Ok(slot)) = slot.await else {
-            return Err(ctx.budget.past_deadline());
+        // A free slot is taken at once; only a wait for one needs the deadline's timer.
+        let slot = match Arc::clone(&tool.slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let slot = tokio::time::timeout(
+                    ctx.budget.remaining(Instant::now()),
+                    Arc::clone(&tool.slots).acquire_owned(),
+                );
+                // The semaphore is never closed: only the deadline ends the wait.
+                let Ok(Ok(slot)) = slot.await else {
+                    return Err(ctx.budget.past_deadline());
+                };
+                slot
+            }
         };
         // Held until the call ends, or until its body gives it back.
         let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
@@ -459,7 +468,7 @@ async fn steps(
 async fn run_body(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
-    call: &Call,
+    call: &mut Call,
     flight: &mut InProgress,
     slot: &Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 ) -> Result<Value, ToolError> {
@@ -487,8 +496,13 @@ async fn run_body(
             nested.clone(),
             Arc::clone(slot),
         );
-        let body = AssertUnwindSafe(async { (tool.body)(call.args.clone(), context).await })
-            .catch_unwind();
+        // The last attempt there can be takes the arguments; one that may be retried, a copy.
+        let args = if policy.is_last(flight.attempts) {
+            std::mem::take(&mut call.args)
+        } else {
+            call.args.clone()
+        };
+        let body = AssertUnwindSafe(async { (tool.body)(args, context).await }).catch_unwind();
         let result = match tokio::time::timeout(limit, body).await {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => Err(ToolError::internal(format!(

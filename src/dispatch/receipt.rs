@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::json::{canonical, sha256_hex};
+use crate::json::{canonical, sha256_hex, write_string};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -71,8 +71,99 @@ pub struct Receipt {
 impl Receipt {
     /// The hash this receipt should carry.
     pub fn compute_hash(&self) -> String {
-        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
-        hash_without_field(&mut value)
+        let mut text = String::with_capacity(CANONICAL_CAPACITY);
+        self.write_canonical(false, &mut text);
+        sha256_hex(text)
+    }
+
+    /// Writes the receipt's canonical JSON — the text `canonical(&serde_json::to_value(self))`
+    /// gives — with its `hash` or without it (the text the hash covers). Written field by
+    /// field, in the sorted order of their names, because every call seals a receipt and
+    /// building a JSON map for it cost more than the rest of the call;
+    /// `tests::the_canonical_text_is_that_of_the_json_value` holds the two texts equal.
+    fn write_canonical(&self, with_hash: bool, out: &mut String) {
+        out.push_str("{\"args_sha256\":");
+        write_string(&self.args_sha256, out);
+        out.push_str(",\"attempt\":");
+        write_integer(u64::from(self.attempt), out);
+        out.push_str(",\"call_id\":");
+        write_integer(self.call_id, out);
+        out.push_str(",\"claimed\":");
+        out.push_str(if self.claimed { "true" } else { "false" });
+        out.push_str(",\"duration_ms\":");
+        write_float(self.duration_ms, out);
+        out.push_str(",\"effect\":");
+        write_string(self.effect.as_str(), out);
+        out.push_str(",\"error_kind\":");
+        write_optional_string(self.error_kind.as_deref(), out);
+        if with_hash {
+            out.push_str(",\"hash\":");
+            write_string(&self.hash, out);
+        }
+        out.push_str(",\"parent\":");
+        match self.parent {
+            Some(parent) => write_integer(parent, out),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"prev\":");
+        write_optional_string(self.prev.as_deref(), out);
+        out.push_str(",\"result_sha256\":");
+        write_optional_string(self.result_sha256.as_deref(), out);
+        out.push_str(",\"run_id\":");
+        write_string(&self.run_id, out);
+        out.push_str(",\"seq\":");
+        write_integer(self.seq, out);
+        out.push_str(",\"speculative\":");
+        out.push_str(if self.speculative { "true" } else { "false" });
+        out.push_str(",\"started_ms\":");
+        write_float(self.started_ms, out);
+        out.push_str(",\"status\":");
+        out.push_str(match self.status {
+            Status::Ok => "\"ok\"",
+            Status::Error => "\"error\"",
+        });
+        out.push_str(",\"tool\":");
+        write_string(&self.tool, out);
+        out.push_str(",\"v\":");
+        write_integer(u64::from(self.v), out);
+        out.push('}');
+    }
+}
+
+/// Room for a receipt's canonical JSON: three digests and the rest (about 450 bytes).
+const CANONICAL_CAPACITY: usize = 640;
+
+/// An integer's decimal digits, without the formatting machinery (five a receipt).
+fn write_integer(mut n: u64, out: &mut String) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[start..]).expect("decimal digits are ASCII"));
+}
+
+/// A float as serde_json writes it: the shortest text that reads back the same, `null` when it
+/// is not finite.
+fn write_float(x: f64, out: &mut String) {
+    use std::fmt::Write;
+    match serde_json::Number::from_f64(x) {
+        Some(number) => {
+            let _ = write!(out, "{number}");
+        }
+        None => out.push_str("null"),
+    }
+}
+
+fn write_optional_string(text: Option<&str>, out: &mut String) {
+    match text {
+        Some(text) => write_string(text, out),
+        None => out.push_str("null"),
     }
 }
 
@@ -127,6 +218,9 @@ struct Chain {
     sink: Option<Sink>,
     /// Why the sink failed, once it has: the run makes no further call.
     failed: Option<String>,
+    /// The buffer receipts are written into to be hashed and appended, reused from one to the
+    /// next.
+    text: String,
 }
 
 /// Where receipts are appended as they become final.
@@ -298,24 +392,33 @@ impl ReceiptLog {
             },
             hash: String::new(),
         };
-        receipt.hash = receipt.compute_hash();
+        // The text the hash covers, then (with a sink) the receipt's line: one buffer, kept.
+        let mut text = std::mem::take(&mut chain.text);
+        text.clear();
+        receipt.write_canonical(false, &mut text);
+        receipt.hash = sha256_hex(&text);
         if let Some(sink) = &mut chain.sink {
             use std::io::Write;
-            let line = receipt_line(&receipt);
-            if let Err(e) = sink.file.write_all(line.as_bytes()) {
+            text.clear();
+            receipt.write_canonical(true, &mut text);
+            text.push('\n');
+            if let Err(e) = sink.file.write_all(text.as_bytes()) {
                 chain.failed = Some(format!("{}: {e}", sink.path.display()));
                 chain.sink = None;
                 self.broken.store(true, Ordering::SeqCst);
             }
         }
+        chain.text = text;
         chain.receipts.push(receipt);
     }
 }
 
 /// A receipt as one line of a receipts file.
 fn receipt_line(receipt: &Receipt) -> String {
-    let value = serde_json::to_value(receipt).unwrap_or(Value::Null);
-    canonical(&value) + "\n"
+    let mut line = String::with_capacity(CANONICAL_CAPACITY);
+    receipt.write_canonical(true, &mut line);
+    line.push('\n');
+    line
 }
 
 /// Microsecond precision is plenty, and keeps receipts short.
@@ -425,6 +528,97 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Receipts with every field at its edges: text needing escapes and beyond ASCII, absent
+    /// options, integers to `u64::MAX`, floats large, small, negative, zero and not finite.
+    fn any_receipt() -> impl Strategy<Value = Receipt> {
+        let text = || "[a-z0-9 \"\\\\\n\t\u{1}\u{7f}é✓]{0,12}";
+        let float = || {
+            prop_oneof![
+                any::<f64>(),
+                (0u64..10_000_000).prop_map(|us| us as f64 / 1000.0),
+                Just(0.0),
+                Just(-0.0),
+                Just(f64::NAN),
+                Just(f64::INFINITY),
+                Just(1e300),
+                Just(5e-324),
+            ]
+        };
+        let effect = prop_oneof![
+            Just(Effect::Read),
+            Just(Effect::Write),
+            Just(Effect::Idempotent),
+            Just(Effect::External),
+        ];
+        let status = prop_oneof![Just(Status::Ok), Just(Status::Error)];
+        (
+            (
+                any::<u32>(),
+                text(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<Option<u64>>(),
+            ),
+            (text(), effect, any::<bool>(), any::<bool>(), text()),
+            (
+                proptest::option::of(text()),
+                status,
+                proptest::option::of(text()),
+            ),
+            (
+                float(),
+                float(),
+                any::<u32>(),
+                proptest::option::of(text()),
+                text(),
+            ),
+        )
+            .prop_map(
+                |(
+                    (v, run_id, seq, call_id, parent),
+                    (tool, effect, speculative, claimed, args_sha256),
+                    (result_sha256, status, error_kind),
+                    (started_ms, duration_ms, attempt, prev, hash),
+                )| Receipt {
+                    v,
+                    run_id,
+                    seq,
+                    call_id,
+                    parent,
+                    tool,
+                    effect,
+                    speculative,
+                    claimed,
+                    args_sha256,
+                    result_sha256,
+                    status,
+                    error_kind,
+                    started_ms,
+                    duration_ms,
+                    attempt,
+                    prev,
+                    hash,
+                },
+            )
+    }
+
+    proptest! {
+        /// The receipt's text, written field by field, is the canonical JSON of its serde
+        /// value, with its hash and without: hashes and receipts files are what they were when
+        /// receipts were written through a JSON value.
+        #[test]
+        fn the_canonical_text_is_that_of_the_json_value(receipt in any_receipt()) {
+            let mut value = serde_json::to_value(&receipt).unwrap();
+            prop_assert_eq!(receipt_line(&receipt), canonical(&value) + "\n");
+            let mut text = String::new();
+            receipt.write_canonical(false, &mut text);
+            value.as_object_mut().unwrap().remove("hash");
+            prop_assert_eq!(&text, &canonical(&value));
+            prop_assert_eq!(receipt.compute_hash(), hash_without_field(&mut value));
+        }
+    }
 
     fn draft(call_id: u64) -> Draft {
         Draft {

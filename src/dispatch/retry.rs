@@ -33,6 +33,11 @@ impl RetryPolicy {
         }
     }
 
+    /// Whether attempt `attempt` (from 1) is the last there can be, whatever its outcome.
+    pub(crate) fn is_last(&self, attempt: u32) -> bool {
+        attempt >= self.max_attempts
+    }
+
     /// The pause before another attempt, after attempt `attempt` (from 1) failed with `error`;
     /// `None` when the failure is final.
     pub(crate) fn retry_after(&self, attempt: u32, error: &ToolError) -> Option<Duration> {

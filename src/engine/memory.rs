@@ -33,24 +33,47 @@ pub(crate) const MAX_JSON_BYTES: usize = 256 << 20;
 /// About how many bytes `value` takes as JSON, or `None` once it is over `limit`.
 pub(crate) fn json_size(value: &Dynamic, limit: usize) -> Option<usize> {
     let mut total = 0usize;
-    let mut stack = vec![value.clone()];
-    while let Some(value) = stack.pop() {
-        total = total.saturating_add(if let Ok(s) = value.clone().into_immutable_string() {
-            s.len() + 2
-        } else if let Some(items) = value.read_lock::<rhai::Array>() {
-            stack.extend(items.iter().cloned());
-            items.len() + 2
-        } else if let Some(map) = value.read_lock::<rhai::Map>() {
-            stack.extend(map.values().cloned());
-            map.keys().map(|k| k.len() + 4).sum::<usize>() + 2
-        } else {
-            24
-        });
-        if total > limit {
-            return None;
-        }
+    let mut shared = Vec::new();
+    add_json_size(value, limit, &mut total, &mut shared)?;
+    while let Some(value) = shared.pop() {
+        add_json_size(&value, limit, &mut total, &mut shared)?;
     }
     Some(total)
+}
+
+/// Adds to `total` about how many bytes `value` takes as JSON, reading it where it is (it is
+/// measured at every tool call, and copying it cost more than measuring it); `None` once the
+/// total is over `limit`. A value shared by closures, which may hold itself, is copied out to
+/// `shared` to be measured in turn rather than recursed into: a value that holds itself then
+/// grows the total until it is over the limit.
+fn add_json_size(
+    value: &Dynamic,
+    limit: usize,
+    total: &mut usize,
+    shared: &mut Vec<Dynamic>,
+) -> Option<()> {
+    let mut add = |bytes: usize| {
+        *total = total.saturating_add(bytes);
+        (*total <= limit).then_some(())
+    };
+    if value.is_shared() {
+        shared.push(value.flatten_clone());
+        return Some(());
+    }
+    if let Some(text) = value.read_lock::<ImmutableString>() {
+        add(text.len() + 2)
+    } else if let Some(items) = value.read_lock::<rhai::Array>() {
+        add(items.len() + 2)?;
+        items
+            .iter()
+            .try_for_each(|item| add_json_size(item, limit, total, shared))
+    } else if let Some(map) = value.read_lock::<rhai::Map>() {
+        add(map.keys().map(|k| k.len() + 4).sum::<usize>() + 2)?;
+        map.values()
+            .try_for_each(|item| add_json_size(item, limit, total, shared))
+    } else {
+        add(24)
+    }
 }
 
 /// Size-checked versions of the built-ins that allocate before Rhai checks the result's size

@@ -24,7 +24,7 @@ pub(crate) use errors::{
     Thrown,
 };
 pub(crate) use functions::{register_tool_functions, ToolCall};
-pub(crate) use threads::{block_on, spawn_script_thread, ScriptPool};
+pub(crate) use threads::{block_on, poll_once, spawn_script_thread, ScriptPool};
 
 #[cfg(test)]
 mod tests;

@@ -47,6 +47,32 @@ pub(crate) fn block_on<T: Send + 'static>(
     rx.blocking_recv().ok()
 }
 
+/// What is left of a future that [`poll_once`] could not finish: to be spawned.
+pub(crate) type Rest<F> = std::pin::Pin<Box<F>>;
+
+/// Polls `future` once on this thread, inside `handle`'s runtime, and gives back what is left of
+/// it if it has to wait, for the caller to spawn: a scout's read of a tool that answers at once
+/// (a native tool) then costs no task and no wake-up of a worker, and its value is there for the
+/// rest of the pass. The task that takes the rest over polls it again, with its own waker, as
+/// soon as it starts. A panic is caught and ends the future, as it would end a task. On a
+/// current-thread runtime nothing is polled here (as in [`block_on`]): the whole future is
+/// given back.
+pub(crate) fn poll_once<F: Future<Output = ()> + Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    future: F,
+) -> Option<Rest<F>> {
+    let mut future = Box::pin(future);
+    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+        return Some(future);
+    }
+    let _entered = handle.enter();
+    let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+    match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+        Ok(std::task::Poll::Pending) => Some(future),
+        Ok(std::task::Poll::Ready(())) | Err(_) => None,
+    }
+}
+
 type Job = Box<dyn FnOnce() + Send>;
 
 thread_local! {

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::dispatch::{dispatch, Call, RunContext};
 use crate::engine::{self, block_on, Limits, ToolCall, Watch};
 use crate::error::{ErrorKind, RunError, ToolError};
-use crate::ledger::{Read, ReadKey, RunLedger, WriteRecord};
+use crate::ledger::{Outcome, Read, ReadKey, RunLedger, WriteRecord};
 use crate::policy::ResultPolicy;
 use crate::sync::lock;
 use crate::tool::Effect;
@@ -114,16 +114,21 @@ pub(crate) type ToolResults = std::collections::HashMap<String, (ResultPolicy, S
 impl Executor {
     /// One tool call made by the script: reads go through the ledger (answered by an identical
     /// read earlier in the epoch, claimed from the scout, or dispatched); non-read calls are
-    /// dispatched and end the epoch.
-    fn call(&self, name: &str, args: &Dynamic) -> Result<Value, ToolError> {
+    /// dispatched and end the epoch. The outcome is shared with the ledger, not copied.
+    fn call(&self, name: &str, args: &Dynamic) -> Outcome {
         lock(&self.counts).tool_calls += 1;
-        let args = engine::to_json(args).map_err(|e| {
-            ToolError::invalid_input(format!("the arguments of `{name}` cannot be sent: {e}"))
-                .for_tool(name)
-        })?;
+        let args = match engine::to_json(args) {
+            Ok(args) => args,
+            Err(e) => {
+                return Arc::new(Err(ToolError::invalid_input(format!(
+                    "the arguments of `{name}` cannot be sent: {e}"
+                ))
+                .for_tool(name)))
+            }
+        };
         let Some(tool) = self.ctx.registry.get(name) else {
             // The dispatch path refuses it (`unknown_tool`) and counts it.
-            return self.dispatch(Call::top_level(name, args));
+            return Arc::new(self.dispatch(Call::top_level(name, args)));
         };
         let (tool, effect, polling, policy) = (
             tool.spec.name.clone(),
@@ -138,7 +143,7 @@ impl Executor {
             _ => self.non_read(Call::top_level(tool, args), effect),
         };
         // A tool with a result policy of its own: the run's output knows its results by hash.
-        if let (Some(name), Ok(value)) = (name, &result) {
+        if let (Some(name), Ok(value)) = (name, &*result) {
             let hash = crate::json::sha256_hex(crate::json::canonical(value));
             lock(&self.results).insert(hash, (policy, name));
         }
@@ -148,17 +153,17 @@ impl Executor {
     /// A non-read call: answered by the journal when an earlier process of the run made it,
     /// else dispatched (its intent journaled before its body runs, its outcome after). Either
     /// way the epoch advances.
-    fn non_read(&self, call: Call, effect: Effect) -> Result<Value, ToolError> {
+    fn non_read(&self, call: Call, effect: Effect) -> Outcome {
         let seq = self.ledger.epoch();
         let call = call.at_seq(self.ctx.run_id(), seq);
         let journal = self.ctx.journal.clone();
         let journaled = journal.as_ref().and_then(|j| j.write(seq));
         if let Some(entry) = &journaled {
             if entry.tool != call.tool || entry.args != call.args_key {
-                return Err(self.stop_with(format!(
+                return Arc::new(Err(self.stop_with(format!(
                     "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {}",
                     entry.tool, entry.args, call.tool, call.args_key
-                )));
+                ))));
             }
             if let Some(outcome) = &entry.outcome {
                 if entry.state.intent {
@@ -174,33 +179,34 @@ impl Executor {
             // Made, and its outcome lost with the process: only a person (or an idempotent
             // tool, made again under the same key) may decide whether to make it again.
             if entry.state.intent && effect != Effect::Idempotent {
-                return Err(self.pause(&call, effect, Awaiting::Resolve));
+                return Arc::new(Err(self.pause(&call, effect, Awaiting::Resolve)));
             }
         }
         let result = self.dispatch(call.clone());
         if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
-            return Err(self.pause(&call, effect, Awaiting::Approval));
+            return Arc::new(Err(self.pause(&call, effect, Awaiting::Approval)));
         }
         lock(&self.counts).effectful_calls += 1;
         if let Some(journal) = &journal {
             if let Err(why) = journal.outcome(seq, &call.tool, &call.args_key, &result) {
-                return Err(self.stop_with(format!(
+                return Arc::new(Err(self.stop_with(format!(
                     "the outcome of `{}` could not be journaled ({why}): the run stops, and a resume will ask whether it took effect",
                     call.tool
-                )));
+                ))));
             }
         }
         self.written(&call, result)
     }
 
     /// The executor is done with a non-read call: the epoch advances.
-    fn written(&self, call: &Call, result: Result<Value, ToolError>) -> Result<Value, ToolError> {
+    fn written(&self, call: &Call, result: Result<Value, ToolError>) -> Outcome {
+        let outcome = Arc::new(result);
         self.ledger.record_write(WriteRecord {
             tool: call.tool.clone(),
             args: call.args_key.clone(),
-            outcome: Arc::new(result.clone()),
+            outcome: Arc::clone(&outcome),
         });
-        result
+        outcome
     }
 
     /// Pauses the run at `call`: it ends here, uncatchably, with `call` pending.
@@ -239,7 +245,7 @@ impl Executor {
 
     /// A polling read: dispatched afresh every time (or answered by the journal, which keeps
     /// each occurrence).
-    fn poll(&self, call: Call) -> Result<Value, ToolError> {
+    fn poll(&self, call: Call) -> Outcome {
         let key = ReadKey {
             epoch: self.ledger.epoch(),
             tool: call.tool.clone(),
@@ -258,15 +264,15 @@ impl Executor {
             .and_then(|j| j.read(key.epoch, &key.tool, &key.args, n));
         if let Some(outcome) = journaled {
             lock(&self.counts).replayed += 1;
-            return (*outcome).clone();
+            return outcome;
         }
         let result = self.dispatch(call);
         self.ledger.used(&key, n, &result);
-        result
+        Arc::new(result)
     }
 
     /// A read, through the ledger.
-    fn read(&self, call: Call) -> Result<Value, ToolError> {
+    fn read(&self, call: Call) -> Outcome {
         let key = ReadKey {
             epoch: self.ledger.epoch(),
             tool: call.tool.clone(),
@@ -275,21 +281,23 @@ impl Executor {
         match self.ledger.read(&key) {
             Read::Repeat(outcome) => {
                 lock(&self.counts).deduplicated += 1;
-                (*outcome).clone()
+                outcome
             }
             Read::Replayed(outcome) => {
                 lock(&self.counts).replayed += 1;
-                (*outcome).clone()
+                outcome
             }
             Read::Claimed(outcome) => {
                 self.ledger.used(&key, 0, &outcome);
-                (*outcome).clone()
+                outcome
             }
             Read::Dispatch(cell) => {
-                let result = self.dispatch(call);
-                cell.set(result.clone());
-                self.ledger.used(&key, 0, &result);
-                result
+                cell.set(self.dispatch(call));
+                // Only the executor sets the cell of its own read: the outcome is the one just
+                // set, shared with the ledger rather than copied.
+                let outcome = cell.wait_blocking();
+                self.ledger.used(&key, 0, &outcome);
+                outcome
             }
         }
     }

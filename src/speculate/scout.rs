@@ -232,7 +232,11 @@ impl Scout {
     ) {
         let handle = self.handle.spawn(task);
         let mut tasks = lock(into);
-        tasks.retain(|t| !t.is_finished());
+        // Finished tasks are dropped only when the list would grow, so that a run's spawns
+        // cost amortised constant time rather than a walk of the list each.
+        if tasks.len() == tasks.capacity() {
+            tasks.retain(|t| !t.is_finished());
+        }
         tasks.push(handle);
     }
 
@@ -410,7 +414,7 @@ impl Scout {
                     Arc::clone(&cell),
                 );
                 let tool = tool.to_string();
-                self.spawn(&self.dispatches, async move {
+                let read = async move {
                     let call = Call {
                         tool: tool.clone(),
                         args,
@@ -421,7 +425,11 @@ impl Scout {
                     };
                     out.set(dispatch(&ctx, call).await);
                     ledger.landed(&tool);
-                });
+                };
+                // A read that lands at once is done here; only one that waits becomes a task.
+                if let Some(rest) = engine::poll_once(&self.handle, read) {
+                    self.spawn(&self.dispatches, rest);
+                }
                 Some(cell)
             }
         }
