@@ -53,7 +53,14 @@ enum Source {
     /// A comparison or a `!` over values not known yet, computed as Rhai computes it once they
     /// are all scalars; an unknown if one is not.
     Op(Arc<Op>),
+    /// `container[key]` read with a key not known yet: the container as it was then, indexed
+    /// once the key lands.
+    Lookup(Arc<(Dynamic, Dynamic)>),
 }
+
+/// Items a container may hold for a read of it by a key not known yet to be deferred: the
+/// deferred value keeps a copy of the container as it was, and a larger one is an unknown.
+const MAX_LOOKUP_ITEMS: usize = 256;
 
 /// An operator the scout applies once its operands are known (see [`DEFERRED_OPERATORS`]).
 #[derive(Clone, Debug)]
@@ -187,6 +194,7 @@ impl Placeholder {
             Source::Text(pieces) => text_state(pieces),
             Source::Edited(edits) => edits.state(),
             Source::Op(op) => op.state(),
+            Source::Lookup(lookup) => lookup_state(&lookup.0, &lookup.1),
         };
         match root {
             Resolved::Value(root) => walk(root, &self.path),
@@ -227,6 +235,36 @@ fn cell_state(cell: &Arc<Cell>, path: &[Step]) -> Resolved {
         };
     }
     Resolved::Value(to_dynamic(value))
+}
+
+/// `container[key]`, once the key and the container are known: Rhai's indexing of known values,
+/// where anything Rhai would refuse is an unknown.
+fn lookup_state(container: &Dynamic, key: &Dynamic) -> Resolved {
+    let key = match shallow(key) {
+        Resolved::Value(key) => key,
+        other => return other,
+    };
+    match shallow(container) {
+        Resolved::Value(container) => shallow(&index_known(&container, &key)),
+        other => other,
+    }
+}
+
+/// A read of `container[key]` with a key not known yet: deferred for a small map or array
+/// (see [`MAX_LOOKUP_ITEMS`]) or a value not known yet itself, an unknown otherwise.
+fn lookup(container: &Dynamic, key: Dynamic) -> Dynamic {
+    let items = container
+        .read_lock::<Map>()
+        .map(|m| m.len())
+        .or_else(|| container.read_lock::<Array>().map(|a| a.len()));
+    let small = is_placeholder(container) || items.is_some_and(|n| n <= MAX_LOOKUP_ITEMS);
+    match shallow(&key) {
+        Resolved::Pending(_) if small => Dynamic::from(Placeholder {
+            source: Source::Lookup(Arc::new((container.clone(), key))),
+            path: Vec::new(),
+        }),
+        _ => Placeholder::unknown(),
+    }
 }
 
 /// A known value along `path`, as [`cell_state`] walks JSON.
@@ -920,7 +958,7 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
                 None => Placeholder::unknown(),
             },
             Ok(key) => index_known(container, &key),
-            Err(()) => Placeholder::unknown(),
+            Err(()) => lookup(container, key),
         }
     });
 
@@ -1095,6 +1133,68 @@ mod tests {
         assert!(matches!(resolve_deep(&text), Resolution::Never));
         let long = Placeholder::text(vec![pa; MAX_PIECES + 1]);
         assert!(matches!(resolve_deep(&long), Resolution::Never));
+    }
+
+    #[test]
+    fn a_lookup_by_a_pending_key_resolves_as_rhai_indexes() {
+        let (cell, p) = pending();
+        let map = Dynamic::from_map(Map::from_iter([
+            ("u1".into(), Dynamic::from("red")),
+            (
+                "u2".into(),
+                Dynamic::from_map(Map::from_iter([("n".into(), Dynamic::from(7_i64))])),
+            ),
+        ]));
+        let array = Dynamic::from_array(vec![Dynamic::from(10_i64), Dynamic::from(20_i64)]);
+        let team = lookup(&map, field(&p, "name"));
+        let nested = field(&lookup(&map, field(&p, "other")), "n");
+        let item = lookup(&array, field(&p, "i"));
+        let missing = lookup(&map, field(&p, "none"));
+        let beyond = lookup(&array, field(&p, "far"));
+        for value in [&team, &nested, &item] {
+            assert!(matches!(resolve_deep(value), Resolution::Pending(_)));
+        }
+        cell.set(Ok(
+            json!({"name": "u1", "other": "u2", "i": -1, "none": "u9", "far": 5}),
+        ));
+        assert!(matches!(resolve_deep(&team), Resolution::Ready(v) if v == json!("red")));
+        assert!(matches!(resolve_deep(&nested), Resolution::Ready(v) if v == json!(7)));
+        // A negative index counts from the end, a missing map key is `()`, as in Rhai; an index
+        // out of bounds is an error there, and never known here.
+        assert!(matches!(resolve_deep(&item), Resolution::Ready(v) if v == json!(20)));
+        assert!(matches!(resolve_deep(&missing), Resolution::Ready(v) if v == json!(null)));
+        assert!(matches!(resolve_deep(&beyond), Resolution::Never));
+        // A large container, or a key that can never be known, is an unknown at once.
+        let large = Dynamic::from_array(vec![Dynamic::UNIT; MAX_LOOKUP_ITEMS + 1]);
+        let (_cell, q) = pending();
+        assert!(matches!(
+            resolve_deep(&lookup(&large, q)),
+            Resolution::Never
+        ));
+        assert!(matches!(
+            resolve_deep(&lookup(&map, Placeholder::unknown())),
+            Resolution::Never
+        ));
+    }
+
+    /// Through the scout's own indexing function, as the rewritten script calls it.
+    #[test]
+    fn the_scouts_index_defers_a_lookup_by_a_pending_key() {
+        let mut engine = Engine::new_raw();
+        register(&mut engine, Arc::from(Vec::<String>::new()));
+        let (cell, u) = pending();
+        let mut scope = rhai::Scope::new();
+        scope.push("u", u);
+        scope.push(
+            "m",
+            Dynamic::from_map(Map::from_iter([("u1".into(), Dynamic::from("red"))])),
+        );
+        let team: Dynamic = engine
+            .eval_with_scope(&mut scope, &format!("{INDEX}(m, u.name)"))
+            .unwrap();
+        assert!(matches!(resolve_deep(&team), Resolution::Pending(_)));
+        cell.set(Ok(json!({"name": "u1"})));
+        assert!(matches!(resolve_deep(&team), Resolution::Ready(v) if v == json!("red")));
     }
 
     #[test]
