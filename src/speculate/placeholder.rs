@@ -11,8 +11,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use rhai::{
-    Array, Dynamic, Engine, EvalAltResult, ImmutableString, Map, NativeCallContext, FUNC_TO_STRING,
-    INT,
+    Array, Dynamic, Engine, EvalAltResult, FnPtr, ImmutableString, Map, NativeCallContext,
+    FUNC_TO_STRING, INT,
 };
 use serde_json::Value;
 
@@ -891,6 +891,51 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>) {
             },
         );
     }
+    // Rhai's `sort` with a comparator takes a comparison it cannot read for "in order", and
+    // so would order an array of values not known yet by a guess (and a `extract` of its
+    // first items would pick a guessed few). The scout's sorts as Rhai's does when every
+    // comparison is known, and makes every item an unknown when one is not.
+    engine.register_fn(
+        "sort",
+        |ctx: NativeCallContext,
+         array: &mut Array,
+         comparer: FnPtr|
+         -> Result<(), Box<EvalAltResult>> {
+            if array.len() <= 1 {
+                return Ok(());
+            }
+            let mut undecided = false;
+            let sorted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                array.sort_by(|x, y| {
+                    let compared = comparer
+                        .call_raw(&ctx, None, [x.clone(), y.clone()])
+                        .ok()
+                        .and_then(|v| match known(&v) {
+                            Ok(v) => Some(v),
+                            Err(()) => {
+                                undecided = true;
+                                None
+                            }
+                        })
+                        .and_then(|v| {
+                            v.as_int()
+                                .or_else(|_| v.as_bool().map(|v| if v { -1 } else { 1 }))
+                                .ok()
+                        });
+                    match compared {
+                        Some(v) => v.cmp(&0),
+                        None => x.type_id().cmp(&y.type_id()),
+                    }
+                });
+            }));
+            if undecided {
+                array
+                    .iter_mut()
+                    .for_each(|item| *item = Placeholder::unknown());
+            }
+            sorted.map_err(|_| "error in comparer for sorting".into())
+        },
+    );
     engine.register_fn("to_string", |p: &mut Placeholder| match p.state() {
         Resolved::Value(v) => v.to_string(),
         _ => PENDING_TEXT.to_string(),
@@ -1195,6 +1240,61 @@ mod tests {
         assert!(matches!(resolve_deep(&team), Resolution::Pending(_)));
         cell.set(Ok(json!({"name": "u1"})));
         assert!(matches!(resolve_deep(&team), Resolution::Ready(v) if v == json!("red")));
+    }
+
+    /// The scout's `sort` with a comparator sorts known values as Rhai does (an int or a bool
+    /// from the comparator, anything else by type), and leaves no guessed order: over a value
+    /// not known yet every item becomes an unknown.
+    #[test]
+    fn a_sort_over_values_not_known_yet_orders_nothing() {
+        let scripts = [
+            "let a = [3, 1, 2]; a.sort(|x, y| x - y); a",
+            "let a = [3, 1, 2]; a.sort(|x, y| x > y); a",
+            "let a = [#{n: 2}, #{n: 1}]; a.sort(|x, y| x.n - y.n); a",
+            "let a = [1, \"b\", 2.5, ()]; a.sort(|x, y| \"no\"); a",
+            "let a = [2, 1]; a.sort(|x, y| x.missing - y); a",
+        ];
+        let mut scout = Engine::new();
+        register(&mut scout, Arc::from(Vec::<String>::new()));
+        let plain = Engine::new();
+        for script in scripts {
+            let ours = format!(
+                "{:?}",
+                scout.eval::<Dynamic>(script).map_err(|e| e.to_string())
+            );
+            let rhai = format!(
+                "{:?}",
+                plain.eval::<Dynamic>(script).map_err(|e| e.to_string())
+            );
+            assert_eq!(ours, rhai, "{script}");
+        }
+        let (cell, p) = pending();
+        let mut scope = rhai::Scope::new();
+        scope.push("p", p);
+        let sorted: Array = scout
+            .eval_with_scope(
+                &mut scope,
+                "let a = [p, #{n: 1}]; a.sort(|x, y| x.n - y.n); a",
+            )
+            .unwrap();
+        assert!(sorted
+            .iter()
+            .all(|item| matches!(resolve_deep(item), Resolution::Never)));
+        cell.set(Ok(json!({"n": 2})));
+        let sorted: Array = scout
+            .eval_with_scope(
+                &mut scope,
+                "let a = [p, #{n: 1}]; a.sort(|x, y| x.n - y.n); a",
+            )
+            .unwrap();
+        let sorted: Vec<Value> = sorted
+            .iter()
+            .map(|item| match resolve_deep(item) {
+                Resolution::Ready(v) => v,
+                _ => panic!("known once its read landed"),
+            })
+            .collect();
+        assert_eq!(sorted, vec![json!({"n": 1}), json!({"n": 2})]);
     }
 
     #[test]
