@@ -21,10 +21,18 @@
 //! | the key of an assignment to a variable's element, `a[i] = v` | `a[__ts_key(a, i)] = v` |
 //! | any other index key (assignment targets, chains with `.`) | `a[__ts_value(i)]` |
 //! | an interpolated string `` `a${x}b` `` | `__ts_interpolate(["a", x, "b"])` |
+//! | a `&&` or `\|\|` kept as a value, `let ok = a && b` | `__ts_settle(__ts_mark(), a && b)` |
 //!
-//! With `__ts_cond` and `__ts_value` as the identity, `__ts_key(a, i)` as `i`, `__ts_index` as
-//! indexing and `__ts_interpolate` as joining its pieces' `to_string`s, the rewritten AST means
-//! what the original means; the tests check that on a corpus of scripts.
+//! A condition whose branch every way writes or leaves, while the other branch may not, calls
+//! `__ts_unlikely` instead of `__ts_cond` (guessed not taken). A guess that does not alone decide
+//! its condition (one that only short-circuits a `&&` or `||`, or one inside logic kept as a
+//! value) calls the `_loose` variant of either, which guesses the same but is not kept for the
+//! deferred calls made after it.
+//!
+//! With `__ts_cond` (and its variants) and `__ts_value` as the identity, `__ts_key(a, i)` as `i`,
+//! `__ts_index` as indexing, `__ts_interpolate` as joining its pieces' `to_string`s and
+//! `__ts_settle(m, x)` as `x`, the rewritten AST means what the original means; the tests check
+//! that on a corpus of scripts.
 //!
 //! # What is not rewritten
 //!
