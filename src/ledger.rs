@@ -8,23 +8,26 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::dispatch::{Claim, RunContext, Speculation};
 use crate::error::ToolError;
 use crate::sync::lock;
 
 /// A read call as the run's meaning sees it: identical reads in one epoch are one call.
+///
+/// Its strings are shared, not owned: the tool's name with the registry, the arguments with
+/// the call, so that a key is made, kept in the ledger and copied without copying its text.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ReadKey {
     /// Non-read calls completed before this one.
     pub(crate) epoch: u64,
-    pub(crate) tool: String,
+    pub(crate) tool: Arc<str>,
     /// Canonical JSON of the arguments.
-    pub(crate) args: String,
+    pub(crate) args: Arc<str>,
 }
 
 /// The outcome of a call, shared by everyone waiting for it.
@@ -34,7 +37,10 @@ pub(crate) type Outcome = Arc<Result<Value, ToolError>>;
 /// deferred scout calls (async).
 #[derive(Debug)]
 pub(crate) struct Cell {
-    tx: watch::Sender<Option<Outcome>>,
+    /// Set once, when the outcome arrives.
+    outcome: OnceLock<Outcome>,
+    /// Wakes the async waiters (and, through them, the blocking ones) when it is set.
+    landed: Notify,
     /// How many deferred calls lead to this value: 0 for a read started with known arguments.
     depth: u32,
     /// What the scout may take this value to be until it lands (see [`Prediction`]).
@@ -81,7 +87,8 @@ impl Cell {
 
     fn with(depth: u32, prediction: Option<Prediction>) -> Arc<Cell> {
         Arc::new(Cell {
-            tx: watch::channel(None).0,
+            outcome: OnceLock::new(),
+            landed: Notify::new(),
             depth,
             prediction,
         })
@@ -103,40 +110,35 @@ impl Cell {
 
     /// The outcome, if it has arrived.
     pub(crate) fn get(&self) -> Option<Outcome> {
-        self.tx.borrow().clone()
+        self.outcome.get().cloned()
     }
 
     /// Sets the outcome; later calls change nothing.
     pub(crate) fn set(&self, outcome: Result<Value, ToolError>) {
-        let first = self.tx.send_if_modified(|slot| {
-            if slot.is_some() {
-                return false;
-            }
-            *slot = Some(Arc::new(outcome));
-            true
-        });
-        if let (true, Some(prediction)) = (first, &self.prediction) {
-            let right = self.tx.borrow().as_deref() == Some(prediction.value.as_ref());
-            let count = if right {
+        if self.outcome.get().is_some() || self.outcome.set(Arc::new(outcome)).is_err() {
+            return;
+        }
+        if let (Some(prediction), Some(outcome)) = (&self.prediction, self.outcome.get()) {
+            let count = if **outcome == *prediction.value {
                 &prediction.record.right
             } else {
                 &prediction.record.wrong
             };
             count.fetch_add(1, Ordering::Relaxed);
         }
+        self.landed.notify_waiters();
     }
 
     /// Waits for the outcome.
     pub(crate) async fn wait(&self) -> Outcome {
-        let mut rx = self.tx.subscribe();
         loop {
-            if let Some(outcome) = rx.borrow_and_update().clone() {
+            // Registered before the outcome is looked at, so that a `set` in between wakes it.
+            let mut landed = std::pin::pin!(self.landed.notified());
+            landed.as_mut().enable();
+            if let Some(outcome) = self.get() {
                 return outcome;
             }
-            // The sender lives in `self`, so the channel cannot close while we wait.
-            if rx.changed().await.is_err() {
-                return Arc::new(Err(ToolError::internal("a pending result was dropped")));
-            }
+            landed.await;
         }
     }
 
@@ -205,13 +207,13 @@ struct Book {
     launched: u64,
     claimed: u64,
     in_flight: u64,
-    in_flight_per_tool: HashMap<String, u64>,
+    in_flight_per_tool: HashMap<Arc<str>, u64>,
     /// Reads the executor had to dispatch itself.
     misses: u64,
     /// Guess reads in flight from earlier epochs ([`Prediction`]).
     predict: bool,
     /// How each tool's guesses have fared.
-    predictions: HashMap<String, Arc<PredictionRecord>>,
+    predictions: HashMap<Arc<str>, Arc<PredictionRecord>>,
 }
 
 /// How many epochs back [`Book::prediction`] looks for an identical read.
@@ -414,8 +416,8 @@ impl RunLedger {
         if let Some(journal) = &self.ctx.journal {
             journal.record_read(crate::store::ReadRow {
                 epoch: key.epoch,
-                tool: key.tool.clone(),
-                args: key.args.clone(),
+                tool: key.tool.to_string(),
+                args: key.args.to_string(),
                 n,
                 outcome: Arc::new(outcome.clone()),
             });
@@ -444,7 +446,11 @@ impl RunLedger {
         if let Some(outcome) = self.journaled(key) {
             return Launch::Existing(book.replayed_entry(key, &outcome));
         }
-        let per_tool = book.in_flight_per_tool.get(&key.tool).copied().unwrap_or(0);
+        let per_tool = book
+            .in_flight_per_tool
+            .get(&*key.tool)
+            .copied()
+            .unwrap_or(0);
         // A read for an epoch the executor has left can never be claimed, and one for an epoch
         // it has not reached would start before a non-read call that precedes it.
         if book.closed || key.epoch != book.epoch() {

@@ -126,7 +126,7 @@ pub(crate) struct Call {
     pub(crate) args: Value,
     /// Canonical JSON of `args`: the call's identity for the read ledger, the repeat guard and
     /// the receipt, computed once.
-    pub(crate) args_key: String,
+    pub(crate) args_key: Arc<str>,
     pub(crate) caller: Caller,
     /// For a non-read call of the script: its position among the script's non-read calls
     /// (the journal's key), and the idempotency key its tool sees.
@@ -139,7 +139,7 @@ impl Call {
     pub(crate) fn new(tool: impl Into<String>, args: Value, caller: Caller) -> Call {
         Call {
             tool: tool.into(),
-            args_key: canonical(&args),
+            args_key: canonical(&args).into(),
             args,
             caller,
             seq: None,
@@ -210,7 +210,7 @@ impl InProgress {
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
-            args_sha256: sha256_hex(&call.args_key),
+            args_sha256: sha256_hex(call.args_key.as_bytes()),
             started: ctx.elapsed(),
             attempts: 0,
             stage: Stage::Refused,
@@ -426,7 +426,7 @@ async fn steps(
             let (journal, tool, args) = (
                 Arc::clone(journal),
                 spec.name.clone(),
-                call.args_key.clone(),
+                Arc::clone(&call.args_key),
             );
             let committed = tokio::task::spawn_blocking(move || journal.intent(seq, &tool, &args))
                 .await
