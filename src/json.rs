@@ -9,7 +9,8 @@ use sha2::{Digest, Sha256};
 /// Sorting is done here rather than relied on from `serde_json::Map`, whose order depends on a
 /// feature flag that any crate in the build may turn on.
 pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
+    // Room for the usual call's arguments or result without growing the text several times.
+    let mut out = String::with_capacity(64);
     write_canonical(value, &mut out);
     out
 }
@@ -17,16 +18,15 @@ pub fn canonical(value: &Value) -> String {
 fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(key, out);
-                out.push(':');
-                write_canonical(item, out);
+            // A map whose keys come sorted (serde_json's default) is written as it is; only
+            // another order is copied out and sorted first.
+            if map.keys().is_sorted() {
+                write_entries(map.iter(), out);
+            } else {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                write_entries(entries.into_iter(), out);
             }
             out.push('}');
         }
@@ -46,6 +46,18 @@ fn write_canonical(value: &Value, out: &mut String) {
             // `Value`'s `Display` is its JSON; written in place, without a string of its own.
             let _ = write!(out, "{scalar}");
         }
+    }
+}
+
+/// A map's entries, in the order given, separated by commas.
+fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut String) {
+    for (i, (key, item)) in entries.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(key, out);
+        out.push(':');
+        write_canonical(item, out);
     }
 }
 
