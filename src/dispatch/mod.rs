@@ -201,12 +201,19 @@ enum Stage {
 }
 
 impl InProgress {
-    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &Call) -> InProgress {
+    /// Opens the call. The receipt names the tool by its own name: the call's copy of it is
+    /// taken when the caller used that name (no step after this one reads it), not copied.
+    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &mut Call) -> InProgress {
         ctx.call_opened();
+        let name = if call.tool == tool.spec.name {
+            std::mem::take(&mut call.tool)
+        } else {
+            tool.spec.name.clone()
+        };
         InProgress {
             ctx: Arc::clone(ctx),
             call_id: ctx.next_call_id(),
-            tool: tool.spec.name.clone(),
+            tool: name,
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
@@ -326,14 +333,14 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
         return Err(ctx.registry.unknown_tool(&call.tool));
     };
-    let mut flight = InProgress::start(ctx, &tool, &call);
+    let mut call = call;
+    let mut flight = InProgress::start(ctx, &tool, &mut call);
     let span = tracing::debug_span!(
         "tool_call",
         tool = %tool.spec.name,
         call_id = flight.call_id,
         speculative = flight.speculation.is_some()
     );
-    let mut call = call;
     let result = steps(ctx, &tool, &mut call, &mut flight)
         .instrument(span)
         .await
