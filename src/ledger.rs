@@ -216,6 +216,10 @@ struct Book {
     predictions: HashMap<Arc<str>, Arc<PredictionRecord>>,
 }
 
+/// From how many entries on [`RunLedger::release`] frees a run's ledger on a thread of its
+/// own: starting one costs about as much as freeing a thousand entries.
+const RELEASE_ELSEWHERE: usize = 1_000;
+
 /// How many epochs back [`Book::prediction`] looks for an identical read.
 const LOOKBACK: u64 = 4;
 
@@ -508,6 +512,25 @@ impl RunLedger {
         self.bump();
     }
 
+    /// Frees the run's entries and writes once the run has ended and its outcome no longer
+    /// needs them: on a thread of its own when there are many, so that a long run's caller
+    /// does not wait for thousands of outcomes to be freed. The ledger is closed and left
+    /// empty; a lookup after this finds nothing (and launches nothing).
+    pub(crate) fn release(&self) {
+        let mut book = self.lock();
+        book.closed = true;
+        let entries = std::mem::take(&mut book.entries);
+        let writes = std::mem::take(&mut book.writes);
+        drop(book);
+        if entries.len() + writes.len() < RELEASE_ELSEWHERE {
+            return;
+        }
+        // Should no thread start, the closure and what it holds are freed here instead.
+        let _ = std::thread::Builder::new()
+            .name("toolscript-release".into())
+            .spawn(move || drop((entries, writes)));
+    }
+
     /// Reads the executor dispatched itself so far.
     pub(crate) fn misses(&self) -> u64 {
         self.lock().misses
@@ -754,6 +777,23 @@ mod tests {
             panic!("expected a miss");
         };
         assert!(cell.predicted().is_none());
+    }
+
+    #[test]
+    fn a_released_ledger_is_closed_and_empty() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+            panic!("expected a miss");
+        };
+        cell.set(Ok(json!(1)));
+        ledger.release();
+        assert!(ledger.is_closed());
+        assert!(matches!(ledger.launch(&key(0, "b")), Launch::Refused));
+        assert_eq!(
+            *cell.get().unwrap(),
+            Ok(json!(1)),
+            "a cell held elsewhere lives on"
+        );
     }
 
     #[tokio::test]
