@@ -8,23 +8,26 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::dispatch::{Claim, RunContext, Speculation};
 use crate::error::ToolError;
 use crate::sync::lock;
 
 /// A read call as the run's meaning sees it: identical reads in one epoch are one call.
+///
+/// Its strings are shared, not owned: the tool's name with the registry, the arguments with
+/// the call, so that a key is made, kept in the ledger and copied without copying its text.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ReadKey {
     /// Non-read calls completed before this one.
     pub(crate) epoch: u64,
-    pub(crate) tool: String,
+    pub(crate) tool: Arc<str>,
     /// Canonical JSON of the arguments.
-    pub(crate) args: String,
+    pub(crate) args: Arc<str>,
 }
 
 /// The outcome of a call, shared by everyone waiting for it.
@@ -34,7 +37,10 @@ pub(crate) type Outcome = Arc<Result<Value, ToolError>>;
 /// deferred scout calls (async).
 #[derive(Debug)]
 pub(crate) struct Cell {
-    tx: watch::Sender<Option<Outcome>>,
+    /// Set once, when the outcome arrives.
+    outcome: OnceLock<Outcome>,
+    /// Wakes the async waiters (and, through them, the blocking ones) when it is set.
+    landed: Notify,
     /// How many deferred calls lead to this value: 0 for a read started with known arguments.
     depth: u32,
     /// What the scout may take this value to be until it lands (see [`Prediction`]).
@@ -81,7 +87,8 @@ impl Cell {
 
     fn with(depth: u32, prediction: Option<Prediction>) -> Arc<Cell> {
         Arc::new(Cell {
-            tx: watch::channel(None).0,
+            outcome: OnceLock::new(),
+            landed: Notify::new(),
             depth,
             prediction,
         })
@@ -103,40 +110,35 @@ impl Cell {
 
     /// The outcome, if it has arrived.
     pub(crate) fn get(&self) -> Option<Outcome> {
-        self.tx.borrow().clone()
+        self.outcome.get().cloned()
     }
 
     /// Sets the outcome; later calls change nothing.
     pub(crate) fn set(&self, outcome: Result<Value, ToolError>) {
-        let first = self.tx.send_if_modified(|slot| {
-            if slot.is_some() {
-                return false;
-            }
-            *slot = Some(Arc::new(outcome));
-            true
-        });
-        if let (true, Some(prediction)) = (first, &self.prediction) {
-            let right = self.tx.borrow().as_deref() == Some(prediction.value.as_ref());
-            let count = if right {
+        if self.outcome.get().is_some() || self.outcome.set(Arc::new(outcome)).is_err() {
+            return;
+        }
+        if let (Some(prediction), Some(outcome)) = (&self.prediction, self.outcome.get()) {
+            let count = if **outcome == *prediction.value {
                 &prediction.record.right
             } else {
                 &prediction.record.wrong
             };
             count.fetch_add(1, Ordering::Relaxed);
         }
+        self.landed.notify_waiters();
     }
 
     /// Waits for the outcome.
     pub(crate) async fn wait(&self) -> Outcome {
-        let mut rx = self.tx.subscribe();
         loop {
-            if let Some(outcome) = rx.borrow_and_update().clone() {
+            // Registered before the outcome is looked at, so that a `set` in between wakes it.
+            let mut landed = std::pin::pin!(self.landed.notified());
+            landed.as_mut().enable();
+            if let Some(outcome) = self.get() {
                 return outcome;
             }
-            // The sender lives in `self`, so the channel cannot close while we wait.
-            if rx.changed().await.is_err() {
-                return Arc::new(Err(ToolError::internal("a pending result was dropped")));
-            }
+            landed.await;
         }
     }
 
@@ -205,14 +207,18 @@ struct Book {
     launched: u64,
     claimed: u64,
     in_flight: u64,
-    in_flight_per_tool: HashMap<String, u64>,
+    in_flight_per_tool: HashMap<Arc<str>, u64>,
     /// Reads the executor had to dispatch itself.
     misses: u64,
     /// Guess reads in flight from earlier epochs ([`Prediction`]).
     predict: bool,
     /// How each tool's guesses have fared.
-    predictions: HashMap<String, Arc<PredictionRecord>>,
+    predictions: HashMap<Arc<str>, Arc<PredictionRecord>>,
 }
+
+/// From how many entries on [`RunLedger::release`] frees a run's ledger on a thread of its
+/// own: starting one costs about as much as freeing a thousand entries.
+const RELEASE_ELSEWHERE: usize = 1_000;
 
 /// How many epochs back [`Book::prediction`] looks for an identical read.
 const LOOKBACK: u64 = 4;
@@ -335,8 +341,13 @@ impl RunLedger {
         lock(&self.book)
     }
 
+    /// Wakes the scout, if there is one: a run without (sequential) skips the wake-ups, half
+    /// a thousand instructions a call. Nothing reads the count itself, and a scout that
+    /// subscribes after a skipped bump looks at the ledger as it is then, bump or not.
     fn bump(&self) {
-        self.progress.send_modify(|n| *n += 1);
+        if self.progress.receiver_count() > 0 {
+            self.progress.send_modify(|n| *n += 1);
+        }
     }
 
     /// The executor's epoch: the non-read calls it has completed.
@@ -414,8 +425,8 @@ impl RunLedger {
         if let Some(journal) = &self.ctx.journal {
             journal.record_read(crate::store::ReadRow {
                 epoch: key.epoch,
-                tool: key.tool.clone(),
-                args: key.args.clone(),
+                tool: key.tool.to_string(),
+                args: key.args.to_string(),
                 n,
                 outcome: Arc::new(outcome.clone()),
             });
@@ -444,7 +455,11 @@ impl RunLedger {
         if let Some(outcome) = self.journaled(key) {
             return Launch::Existing(book.replayed_entry(key, &outcome));
         }
-        let per_tool = book.in_flight_per_tool.get(&key.tool).copied().unwrap_or(0);
+        let per_tool = book
+            .in_flight_per_tool
+            .get(&*key.tool)
+            .copied()
+            .unwrap_or(0);
         // A read for an epoch the executor has left can never be claimed, and one for an epoch
         // it has not reached would start before a non-read call that precedes it.
         if book.closed || key.epoch != book.epoch() {
@@ -495,6 +510,25 @@ impl RunLedger {
     pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.bump();
+    }
+
+    /// Frees the run's entries and writes once the run has ended and its outcome no longer
+    /// needs them: on a thread of its own when there are many, so that a long run's caller
+    /// does not wait for thousands of outcomes to be freed. The ledger is closed and left
+    /// empty; a lookup after this finds nothing (and launches nothing).
+    pub(crate) fn release(&self) {
+        let mut book = self.lock();
+        book.closed = true;
+        let entries = std::mem::take(&mut book.entries);
+        let writes = std::mem::take(&mut book.writes);
+        drop(book);
+        if entries.len() + writes.len() < RELEASE_ELSEWHERE {
+            return;
+        }
+        // Should no thread start, the closure and what it holds are freed here instead.
+        let _ = std::thread::Builder::new()
+            .name("toolscript-release".into())
+            .spawn(move || drop((entries, writes)));
     }
 
     /// Reads the executor dispatched itself so far.
@@ -743,6 +777,23 @@ mod tests {
             panic!("expected a miss");
         };
         assert!(cell.predicted().is_none());
+    }
+
+    #[test]
+    fn a_released_ledger_is_closed_and_empty() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+            panic!("expected a miss");
+        };
+        cell.set(Ok(json!(1)));
+        ledger.release();
+        assert!(ledger.is_closed());
+        assert!(matches!(ledger.launch(&key(0, "b")), Launch::Refused));
+        assert_eq!(
+            *cell.get().unwrap(),
+            Ok(json!(1)),
+            "a cell held elsewhere lives on"
+        );
     }
 
     #[tokio::test]

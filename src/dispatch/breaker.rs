@@ -89,11 +89,14 @@ impl Breakers {
     /// Lets a call through, or fails it fast with `circuit_open`.
     pub(crate) fn admit(&self, tool: &str, now: Instant) -> Result<Admission, ToolError> {
         let mut states = self.lock();
-        // Looked up before it is inserted: a tool's name is copied once, not at every call.
-        if !states.contains_key(tool) {
-            states.insert(tool.to_string(), Circuit::Closed { failures: 0 });
+        // Looked up before it is inserted: a tool's name is copied once, not at every call,
+        // and hashed once at every call but its first.
+        if let Some(circuit) = states.get_mut(tool) {
+            return self.admit_in(circuit, tool, now);
         }
-        let circuit = states.get_mut(tool).expect("inserted above");
+        let circuit = states
+            .entry(tool.to_string())
+            .or_insert(Circuit::Closed { failures: 0 });
         self.admit_in(circuit, tool, now)
     }
 

@@ -126,7 +126,7 @@ pub(crate) struct Call {
     pub(crate) args: Value,
     /// Canonical JSON of `args`: the call's identity for the read ledger, the repeat guard and
     /// the receipt, computed once.
-    pub(crate) args_key: String,
+    pub(crate) args_key: Arc<str>,
     pub(crate) caller: Caller,
     /// For a non-read call of the script: its position among the script's non-read calls
     /// (the journal's key), and the idempotency key its tool sees.
@@ -139,7 +139,7 @@ impl Call {
     pub(crate) fn new(tool: impl Into<String>, args: Value, caller: Caller) -> Call {
         Call {
             tool: tool.into(),
-            args_key: canonical(&args),
+            args_key: canonical(&args).into(),
             args,
             caller,
             seq: None,
@@ -201,16 +201,23 @@ enum Stage {
 }
 
 impl InProgress {
-    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &Call) -> InProgress {
+    /// Opens the call. The receipt names the tool by its own name: the call's copy of it is
+    /// taken when the caller used that name (no step after this one reads it), not copied.
+    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &mut Call) -> InProgress {
         ctx.call_opened();
+        let name = if call.tool == tool.spec.name {
+            std::mem::take(&mut call.tool)
+        } else {
+            tool.spec.name.clone()
+        };
         InProgress {
             ctx: Arc::clone(ctx),
             call_id: ctx.next_call_id(),
-            tool: tool.spec.name.clone(),
+            tool: name,
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
-            args_sha256: sha256_hex(&call.args_key),
+            args_sha256: sha256_hex(call.args_key.as_bytes()),
             started: ctx.elapsed(),
             attempts: 0,
             stage: Stage::Refused,
@@ -326,14 +333,14 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
         return Err(ctx.registry.unknown_tool(&call.tool));
     };
-    let mut flight = InProgress::start(ctx, &tool, &call);
+    let mut call = call;
+    let mut flight = InProgress::start(ctx, &tool, &mut call);
     let span = tracing::debug_span!(
         "tool_call",
         tool = %tool.spec.name,
         call_id = flight.call_id,
         speculative = flight.speculation.is_some()
     );
-    let mut call = call;
     let result = steps(ctx, &tool, &mut call, &mut flight)
         .instrument(span)
         .await
@@ -426,7 +433,7 @@ async fn steps(
             let (journal, tool, args) = (
                 Arc::clone(journal),
                 spec.name.clone(),
-                call.args_key.clone(),
+                Arc::clone(&call.args_key),
             );
             let committed = tokio::task::spawn_blocking(move || journal.intent(seq, &tool, &args))
                 .await

@@ -1,7 +1,7 @@
 //! Step 3: the repeat guard. A non-read call runs at most once per run with the same arguments,
 //! unless its tool allows repeats.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::error::{ErrorKind, ToolError};
@@ -11,7 +11,8 @@ use crate::tool::{Effect, ToolSpec};
 /// The non-read calls one run has made, by tool and canonical arguments.
 #[derive(Debug, Default)]
 pub(crate) struct RepeatGuard {
-    made: Mutex<HashSet<(String, String)>>,
+    /// By tool, then arguments: looked up without copying either.
+    made: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl RepeatGuard {
@@ -21,7 +22,10 @@ impl RepeatGuard {
             return Ok(());
         }
         let made = lock(&self.made);
-        if made.contains(&(spec.name.clone(), args_key.to_string())) {
+        if made
+            .get(&spec.name)
+            .is_some_and(|args| args.contains(args_key))
+        {
             return Err(ToolError::new(
                 ErrorKind::RepeatedCall,
                 format!(
@@ -38,7 +42,14 @@ impl RepeatGuard {
     pub(crate) fn record(&self, spec: &ToolSpec, args_key: &str) {
         if guarded(spec) {
             let mut made = lock(&self.made);
-            made.insert((spec.name.clone(), args_key.to_string()));
+            match made.get_mut(&spec.name) {
+                Some(args) => {
+                    args.insert(args_key.to_string());
+                }
+                None => {
+                    made.insert(spec.name.clone(), HashSet::from([args_key.to_string()]));
+                }
+            }
         }
     }
 }

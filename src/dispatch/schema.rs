@@ -23,6 +23,11 @@ pub(crate) fn check_input(tool: &RegisteredTool, args: &Value) -> Result<(), Too
         )
         .with_next_action(format!("write {function}({example})")));
     }
+    // Valid arguments, the usual case, are checked without the errors' iterator and its
+    // allocation.
+    if tool.input.is_valid(args) {
+        return Ok(());
+    }
     let problems: Vec<(String, Option<String>)> = tool
         .input
         .iter_errors(args)
@@ -267,6 +272,9 @@ pub(crate) fn check_output(tool: &RegisteredTool, result: &Value) -> Result<(), 
     let Some(validator) = &tool.output else {
         return Ok(());
     };
+    if validator.is_valid(result) {
+        return Ok(());
+    }
     let declared = declared_keys(tool.spec.output_schema.as_ref());
     let problems: Vec<String> = validator
         .iter_errors(result)

@@ -130,16 +130,17 @@ impl Executor {
             // The dispatch path refuses it (`unknown_tool`) and counts it.
             return Arc::new(self.dispatch(Call::top_level(name, args)));
         };
-        let (tool, effect, polling, policy) = (
-            tool.spec.name.clone(),
+        let (shared, effect, polling, policy) = (
+            Arc::clone(&tool.name),
             tool.spec.effect,
             tool.spec.allow_repeat,
             tool.spec.result,
         );
+        let tool = tool.spec.name.clone();
         let name = (policy != ResultPolicy::Auto).then(|| tool.clone());
         let result = match effect {
-            Effect::Read if polling => self.poll(Call::top_level(tool, args)),
-            Effect::Read => self.read(Call::top_level(tool, args)),
+            Effect::Read if polling => self.poll(Call::top_level(tool, args), shared),
+            Effect::Read => self.read(Call::top_level(tool, args), shared),
             _ => self.non_read(Call::top_level(tool, args), effect),
         };
         // A tool with a result policy of its own: the run's output knows its results by hash.
@@ -159,7 +160,7 @@ impl Executor {
         let journal = self.ctx.journal.clone();
         let journaled = journal.as_ref().and_then(|j| j.write(seq));
         if let Some(entry) = &journaled {
-            if entry.tool != call.tool || entry.args != call.args_key {
+            if entry.tool != call.tool || *entry.args != *call.args_key {
                 return Arc::new(Err(self.stop_with(format!(
                     "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {}",
                     entry.tool, entry.args, call.tool, call.args_key
@@ -203,7 +204,7 @@ impl Executor {
         let outcome = Arc::new(result);
         self.ledger.record_write(WriteRecord {
             tool: call.tool.clone(),
-            args: call.args_key.clone(),
+            args: call.args_key.to_string(),
             outcome: Arc::clone(&outcome),
         });
         outcome
@@ -243,13 +244,13 @@ impl Executor {
         lock(&self.stop).clone()
     }
 
-    /// A polling read: dispatched afresh every time (or answered by the journal, which keeps
-    /// each occurrence).
-    fn poll(&self, call: Call) -> Outcome {
+    /// A polling read of the tool `tool` (its shared name): dispatched afresh every time (or
+    /// answered by the journal, which keeps each occurrence).
+    fn poll(&self, call: Call, tool: Arc<str>) -> Outcome {
         let key = ReadKey {
             epoch: self.ledger.epoch(),
-            tool: call.tool.clone(),
-            args: call.args_key.clone(),
+            tool,
+            args: Arc::clone(&call.args_key),
         };
         let n = {
             let mut polls = lock(&self.polls);
@@ -271,12 +272,12 @@ impl Executor {
         Arc::new(result)
     }
 
-    /// A read, through the ledger.
-    fn read(&self, call: Call) -> Outcome {
+    /// A read of the tool `tool` (its shared name), through the ledger.
+    fn read(&self, call: Call, tool: Arc<str>) -> Outcome {
         let key = ReadKey {
             epoch: self.ledger.epoch(),
-            tool: call.tool.clone(),
-            args: call.args_key.clone(),
+            tool,
+            args: Arc::clone(&call.args_key),
         };
         match self.ledger.read(&key) {
             Read::Repeat(outcome) => {

@@ -396,8 +396,8 @@ impl Scout {
     ) -> Option<Arc<Cell>> {
         let key = ReadKey {
             epoch,
-            tool: tool.to_string(),
-            args: canonical(&args),
+            tool: Arc::from(tool),
+            args: canonical(&args).into(),
         };
         match self.ledger.launch(&key) {
             Launch::Existing(cell) => Some(cell),

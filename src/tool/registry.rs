@@ -57,6 +57,8 @@ const RESERVED_WORDS: &[&str] = &[
 /// A tool after validation: its spec, body, compiled schemas and script alias.
 pub(crate) struct RegisteredTool {
     pub(crate) spec: ToolSpec,
+    /// `spec.name`, shared: the ledger's keys hold it without a copy of their own.
+    pub(crate) name: Arc<str>,
     pub(crate) body: Body,
     pub(crate) input: jsonschema::Validator,
     pub(crate) output: Option<jsonschema::Validator>,
@@ -395,6 +397,7 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
         ))
     });
     Ok(RegisteredTool {
+        name: Arc::from(spec.name.as_str()),
         spec,
         body: tool.body,
         input,
