@@ -574,10 +574,6 @@ mod tests {
         RunLedger::new(Arc::new(ctx), limits)
     }
 
-    fn ledger_with(limits: SpeculationLimits) -> RunLedger {
-        ledger(limits, 10)
-    }
-
     fn key(epoch: u64, tool: &str) -> ReadKey {
         ReadKey {
             epoch,
@@ -752,13 +748,13 @@ mod tests {
 
     #[test]
     fn errors_are_not_guessed_and_sequential_ledgers_guess_nothing() {
-        let ledger = ledger(SpeculationLimits::default(), 10);
-        let Launch::Start(cell, _) = ledger.launch(&key(0, "a")) else {
+        let speculative = ledger(SpeculationLimits::default(), 10);
+        let Launch::Start(cell, _) = speculative.launch(&key(0, "a")) else {
             panic!("expected a start");
         };
         cell.set(Err(ToolError::not_found("x")));
-        ledger.record_write(write());
-        let Launch::Start(cell, _) = ledger.launch(&key(1, "a")) else {
+        speculative.record_write(write());
+        let Launch::Start(cell, _) = speculative.launch(&key(1, "a")) else {
             panic!("expected a start");
         };
         assert!(cell.predicted().is_none());
@@ -767,13 +763,13 @@ mod tests {
             predict: false,
             ..SpeculationLimits::default()
         };
-        let ledger = ledger_with(off);
-        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+        let sequential = ledger(off, 10);
+        let Read::Dispatch(cell) = sequential.read(&key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(1)));
-        ledger.record_write(write());
-        let Read::Dispatch(cell) = ledger.read(&key(1, "a")) else {
+        sequential.record_write(write());
+        let Read::Dispatch(cell) = sequential.read(&key(1, "a")) else {
             panic!("expected a miss");
         };
         assert!(cell.predicted().is_none());

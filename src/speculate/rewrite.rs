@@ -125,21 +125,13 @@ pub(crate) fn rewrite_body(
     effectful: &std::collections::HashSet<String>,
 ) -> Option<Vec<Stmt>> {
     knowing(effectful, || {
-        let rewriter = Rewriter::get();
         WRAPPED.with(|w| w.set(0));
-        let rewritten: Vec<Stmt> = statements
-            .iter()
-            .map(|stmt| {
-                let mut stmt = stmt.clone();
-                rewriter.stmt(&mut stmt);
-                stmt
-            })
-            .collect();
+        let rewritten = Rewriter::get().statements(statements);
         (WRAPPED.with(std::cell::Cell::get) > 0).then_some(rewritten)
     })
 }
 
-/// Runs `rewrite` with the non-read tools' names known to [`leaves`].
+/// Runs `rewrite` with the non-read tools' names known to [`may_stay`].
 fn knowing<T>(effectful: &std::collections::HashSet<String>, rewrite: impl FnOnce() -> T) -> T {
     EFFECTFUL.with(|e| *e.borrow_mut() = effectful.clone());
     let rewritten = rewrite();
@@ -157,16 +149,7 @@ thread_local! {
 }
 
 fn rewrite_main(ast: &AST) -> AST {
-    let rewriter = Rewriter::get();
-    let statements: Vec<Stmt> = ast
-        .statements()
-        .iter()
-        .map(|stmt| {
-            let mut stmt = stmt.clone();
-            rewriter.stmt(&mut stmt);
-            stmt
-        })
-        .collect();
+    let statements = Rewriter::get().statements(ast.statements());
     // `clone_functions_only` keeps the source, the documentation and any embedded module
     // resolver, which `AST::new` would drop.
     let mut rewritten = ast.clone_functions_only();
@@ -220,6 +203,18 @@ impl Rewriter {
                 settle: template(&engine, &format!("{SETTLE}(x, k)")),
             }
         })
+    }
+
+    /// A rewritten copy of `statements`.
+    fn statements(&self, statements: &[Stmt]) -> Vec<Stmt> {
+        statements
+            .iter()
+            .map(|stmt| {
+                let mut stmt = stmt.clone();
+                self.stmt(&mut stmt);
+                stmt
+            })
+            .collect()
     }
 
     /// Rewrites one statement in place.
