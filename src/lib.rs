@@ -98,3 +98,8 @@ pub mod receipts {
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of `docs/library.md`, compiled and run as doc tests.
+#[doc = include_str!("../docs/library.md")]
+#[cfg(doctest)]
+pub struct LibraryDoctests;

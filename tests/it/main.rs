@@ -13,6 +13,7 @@ mod api;
 mod cli;
 mod composites;
 mod dispatch_path;
+mod docs;
 #[cfg(feature = "cli")]
 mod durable;
 mod equivalence;
