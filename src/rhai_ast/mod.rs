@@ -334,7 +334,10 @@ mod tests {
         };
         assert_eq!(ending("let x = 1;").as_deref(), Some("let x"));
         assert_eq!(ending("let c = 1; if c > 0 { 1 }").as_deref(), Some("if"));
-        assert_eq!(ending("try { g(); } catch { h(); }").as_deref(), Some("try"));
+        assert_eq!(
+            ending("try { g(); } catch { h(); }").as_deref(),
+            Some("try")
+        );
         assert_eq!(ending("let c = 1; if c > 0 { 1 } else { 2 }"), None);
         assert_eq!(ending("1 + 2"), None);
     }

@@ -21,7 +21,9 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 
-use rhai::{ASTFlags, ASTNode, BinaryExpr, Engine, Expr, FnCallExpr, Position, Stmt, StmtBlock, AST};
+use rhai::{
+    ASTFlags, ASTNode, BinaryExpr, Engine, Expr, FnCallExpr, Position, Stmt, StmtBlock, AST,
+};
 
 use super::{template, with_main_body, Statements};
 
@@ -145,7 +147,8 @@ impl<'a> Rewriter<'a> {
         match stmt {
             Stmt::If(flow, ..) => {
                 self.cond(&mut flow.expr);
-                if !self.may_stay(flow.body.statements()) && self.may_stay(flow.branch.statements()) {
+                if !self.may_stay(flow.body.statements()) && self.may_stay(flow.branch.statements())
+                {
                     self.make_unlikely(&mut flow.expr);
                 }
                 self.loosen(&mut flow.expr, true, true);
@@ -492,7 +495,8 @@ impl<'a> Rewriter<'a> {
             Stmt::BreakLoop(_, flags, _) => !flags.contains(ASTFlags::BREAK),
             Stmt::If(flow, ..) => {
                 !self.writes(|on_node| flow.expr.walk(&mut Vec::new(), on_node))
-                    && (self.may_stay(flow.body.statements()) || self.may_stay(flow.branch.statements()))
+                    && (self.may_stay(flow.body.statements())
+                        || self.may_stay(flow.branch.statements()))
             }
             Stmt::TryCatch(flow, ..) => self.may_stay(flow.body.statements()),
             Stmt::Block(block) => self.may_stay(block.statements()),
@@ -547,4 +551,3 @@ fn site(expr: &Expr) -> Position {
         pos => pos,
     }
 }
-

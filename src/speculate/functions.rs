@@ -235,8 +235,7 @@ fn run(
     for (name, arg) in body.params.iter().zip(args.iter()) {
         scope.push_dynamic(name.clone(), (**arg).clone());
     }
-    let start =
-        rhai_ast::operations_so_far(ctx) + lock(owed).last().copied().unwrap_or_default();
+    let start = rhai_ast::operations_so_far(ctx) + lock(owed).last().copied().unwrap_or_default();
     lock(owed).push(0);
     let (result, end) = rhai_ast::run_nested(ctx, &body.statements, &mut scope, start);
     let mut owed = lock(owed);

@@ -253,7 +253,11 @@ fn a_rhai_internal_outside_rhai_ast_is_found() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("rhai_ast")).unwrap();
     std::fs::create_dir_all(dir.path().join("script")).unwrap();
-    std::fs::write(dir.path().join("rhai_ast/mod.rs"), "use rhai::{Expr, Stmt};\n").unwrap();
+    std::fs::write(
+        dir.path().join("rhai_ast/mod.rs"),
+        "use rhai::{Expr, Stmt};\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("script/check.rs"),
         "// Stmt in a comment does not count\nuse rhai::{ASTNode, Engine};\nlet e: Expression = x;\n",
@@ -267,10 +271,17 @@ fn a_rhai_internal_outside_rhai_ast_is_found() {
     let found = rhai_internals_outside_rhai_ast(dir.path());
     let found: Vec<String> = found
         .iter()
-        .map(|f| f.strip_prefix(&dir.path().display().to_string()).unwrap().to_string())
+        .map(|f| {
+            f.strip_prefix(&dir.path().display().to_string())
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(
         found,
-        ["/run.rs:1: eval_statements_raw", "/script/check.rs:2: ASTNode"]
+        [
+            "/run.rs:1: eval_statements_raw",
+            "/script/check.rs:2: ASTNode"
+        ]
     );
 }
