@@ -413,8 +413,8 @@ impl<'a> Rewriter<'a> {
         }
     }
 
-    /// Turns the condition-wrapper calls that decide a condition (its own, and its `&&`/`||` operands')
-    /// into `unlikely` calls, leaving the calls inside operands as they are.
+    /// Turns the condition-wrapper calls that decide a condition (its own, and its `&&`/`||`
+    /// operands') into `unlikely` calls, leaving the calls inside operands as they are.
     fn make_unlikely(&self, expr: &mut Expr) {
         match expr {
             Expr::FnCall(call, _) if call.name.as_str() == self.templates.names.cond => {
@@ -483,12 +483,12 @@ impl<'a> Rewriter<'a> {
         Expr::FnCall(Box::new(call), pos)
     }
 
-    /// Whether a block may run to its end without leaving where it stands, for the scout: some way
-    /// through it neither throws, returns or breaks out of a loop (a `continue` does not count) nor
-    /// calls one of the functions where the run stops (a pass of the scout stops at a non-read
-    /// tool until the executor has made the call). An `if`
-    /// may when one of its branches may, and its condition calls no such tool; a `try` when its
-    /// body may (its `catch` runs only after the body failed, past any write it attempted).
+    /// Whether a block may run to its end without leaving where it stands: some way through it
+    /// neither throws, returns or breaks out of a loop (a `continue` does not count) nor calls
+    /// one of the functions where the run stops (a pass of the scout stops at a non-read tool
+    /// until the executor has made the call). An `if` may when one of its branches may, and its
+    /// condition calls no such function; a `try` when its body may (its `catch` runs only after
+    /// the body failed, past any write it attempted).
     fn may_stay(&self, block: &[Stmt]) -> bool {
         block.iter().all(|stmt| match stmt {
             Stmt::Return(..) => false,
@@ -522,8 +522,9 @@ impl<'a> Rewriter<'a> {
     }
 }
 
-/// Whether an index expression is a chain of indexing only (`a[i][j]`): no `.` step, whose method
-/// calls might write through the chain, and no `?[`, which the index wrapper does not short-circuit.
+/// Whether an index expression is a chain of indexing only (`a[i][j]`): no `.` step, whose
+/// method calls might write through the chain, and no `?[`, which the index wrapper does not
+/// short-circuit.
 fn is_plain_index_chain(mut expr: &Expr) -> bool {
     loop {
         let Expr::Index(node, options, ..) = expr else {

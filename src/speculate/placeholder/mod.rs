@@ -103,6 +103,8 @@ impl Placeholder {
         })
     }
 
+    /// Where the placeholder stands now; a read in flight taken to return what it returned
+    /// before (a prediction) is noted in `log`, so that the pass runs again when it lands.
     pub(crate) fn state(&self, log: &PassLog) -> Resolved {
         let root = match &self.source {
             Source::Unknown => return Resolved::Never,

@@ -28,8 +28,8 @@ const BINARY_OPERATORS: &[&str] = &[
 ];
 
 /// A binary operator with a placeholder on either side: the built-in operator over the values
-/// once known; before, a deferred value for a comparison (see [`DEFERRED_OPERATORS`]) and an
-/// unknown for anything else.
+/// once known; before, a deferred value for a comparison (see
+/// `deferred::DEFERRED_OPERATORS`) and an unknown for anything else.
 ///
 /// A `+` of a string and a placeholder (or of a deferred string and anything) is a deferred
 /// string: Rhai's `+` with a string on either side appends the other side's text.
@@ -102,9 +102,9 @@ fn printed(ctx: &NativeCallContext, mut item: Dynamic) -> String {
     }
 }
 
-/// The key of `container[key] = ...` (see [`KEY`]): a key the scout does not have yet turns a
-/// map or an array into a value edited before it was known, so that the write is kept for
-/// when the key arrives instead of failing.
+/// The key of `container[key] = ...` (see `rewrite::KEY`): a key the scout does not have yet
+/// turns a map or an array into a value edited before it was known, so that the write is kept
+/// for when the key arrives instead of failing.
 pub(super) fn assignment_key(container: &mut Dynamic, key: Dynamic, log: &PassLog) -> Dynamic {
     match shallow(&key, log) {
         Resolved::Value(k) => k,
