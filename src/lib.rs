@@ -31,7 +31,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `error`, `json`, `sync` | error kinds and errors; canonical JSON and SHA-256; locks that survive a panic |
+//! | `error`, `json`, `sync`, `rhai_ast` | error kinds and errors; canonical JSON and SHA-256; locks that survive a panic; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
 //! | `store` | the embedded store of durable runs (SQLite): runs, their journals |
 //! | `policy` | result policies: the run's output bounded in tokens, artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
@@ -63,6 +63,7 @@ mod ledger;
 mod manifest;
 pub mod mcp;
 mod policy;
+mod rhai_ast;
 mod runtime;
 mod script;
 mod speculate;

@@ -27,14 +27,12 @@
 
 use std::sync::OnceLock;
 
-use rhai::{
-    Dynamic, Engine, Expr, FnCallExpr, Map, Module, NativeCallContext, Position, Stmt, StmtBlock,
-    AST,
-};
+use rhai::{Dynamic, Engine, Map, NativeCallContext, Position, AST};
 
 use super::diagnose::{Fault, Known};
 use super::errors::error_map;
 use crate::error::{ErrorKind, RunError};
+use crate::rhai_ast::catches::CatchRewrite;
 use crate::tool::Registry;
 
 /// The function a rewritten `catch` block calls on its variable first.
@@ -46,141 +44,10 @@ pub(crate) const THROWN: &str = "__ts_thrown";
 /// `throw` wrapped (see the module documentation). Functions, the source and the
 /// documentation are kept. No variable is added: the assignment is to the catch variable.
 pub(crate) fn rewrite(ast: AST) -> AST {
-    let mut changed = false;
-    let statements: Vec<Stmt> = ast
-        .statements()
-        .iter()
-        .map(|stmt| {
-            let mut stmt = stmt.clone();
-            changed |= rewrite_stmt(&mut stmt);
-            stmt
-        })
-        .collect();
-    if !changed {
-        return ast;
-    }
-    let mut rewritten = ast.clone_functions_only();
-    rewritten.combine(AST::new(statements, Module::new()));
-    rewritten
-}
-
-/// A raw engine for the templates: no custom syntax, no functions the optimizer could fold.
-fn template_engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(Engine::new_raw)
-}
-
-/// A call of [`THROWN`] with one argument, to be given the thrown expression.
-fn thrown_call() -> &'static FnCallExpr {
-    static CALL: OnceLock<FnCallExpr> = OnceLock::new();
-    CALL.get_or_init(|| {
-        let ast = template_engine()
-            .compile(format!("{THROWN}(x)"))
-            .expect("the throw template compiles");
-        match ast.statements() {
-            [Stmt::FnCall(call, ..)] => (**call).clone(),
-            [Stmt::Expr(expr)] => match &**expr {
-                Expr::FnCall(call, ..) => (**call).clone(),
-                other => unreachable!("the throw template is a call: {other:?}"),
-            },
-            other => unreachable!("the throw template is one call: {other:?}"),
-        }
-    })
-}
-
-/// `name = __ts_caught(name);`
-fn caught_statement(name: &str) -> Option<Stmt> {
-    let ast = template_engine()
-        .compile(format!("{name} = {CAUGHT}({name});"))
-        .ok()?;
-    ast.statements().first().cloned()
-}
-
-fn rewrite_block(block: &mut StmtBlock) -> bool {
-    let mut changed = false;
-    for stmt in block.statements_mut().iter_mut() {
-        changed |= rewrite_stmt(stmt);
-    }
-    changed
-}
-
-fn rewrite_stmt(stmt: &mut Stmt) -> bool {
-    match stmt {
-        Stmt::If(flow, ..) => {
-            let a = rewrite_expr(&mut flow.expr);
-            let b = rewrite_block(&mut flow.body);
-            rewrite_block(&mut flow.branch) | a | b
-        }
-        Stmt::While(flow, ..) | Stmt::Do(flow, ..) => {
-            rewrite_expr(&mut flow.expr) | rewrite_block(&mut flow.body)
-        }
-        Stmt::For(for_loop, ..) => {
-            let flow = &mut for_loop.2;
-            rewrite_expr(&mut flow.expr) | rewrite_block(&mut flow.body)
-        }
-        Stmt::Switch(switch, ..) => {
-            let (subject, cases) = &mut **switch;
-            let mut changed = rewrite_expr(subject);
-            for case in cases.expressions.iter_mut() {
-                changed |= rewrite_expr(&mut case.lhs);
-                changed |= rewrite_expr(&mut case.rhs);
-            }
-            changed
-        }
-        Stmt::Var(var, ..) => rewrite_expr(&mut var.1),
-        Stmt::Assignment(assignment) => {
-            rewrite_expr(&mut assignment.1.lhs) | rewrite_expr(&mut assignment.1.rhs)
-        }
-        Stmt::FnCall(call, ..) => call.args.iter_mut().fold(false, |c, a| rewrite_expr(a) | c),
-        Stmt::Block(block) => rewrite_block(block),
-        Stmt::TryCatch(flow, ..) => {
-            rewrite_block(&mut flow.body);
-            rewrite_block(&mut flow.branch);
-            if let Expr::Variable(var, ..) = &flow.expr {
-                if let Some(first) = caught_statement(var.1.as_str()) {
-                    flow.branch.statements_mut().insert(0, first);
-                }
-            }
-            true
-        }
-        Stmt::Expr(expr) => rewrite_expr(expr),
-        Stmt::Return(value, flags, pos) if flags.contains(rhai::ASTFlags::BREAK) => {
-            let thrown = value.as_mut().map_or(Expr::Unit(*pos), |v| {
-                rewrite_expr(v);
-                v.take()
-            });
-            let mut call = thrown_call().clone();
-            call.args.clear();
-            call.args.push(thrown);
-            *value = Some(Box::new(Expr::FnCall(Box::new(call), *pos)));
-            true
-        }
-        Stmt::Return(Some(expr), ..) | Stmt::BreakLoop(Some(expr), ..) => rewrite_expr(expr),
-        _ => false,
-    }
-}
-
-fn rewrite_expr(expr: &mut Expr) -> bool {
-    match expr {
-        Expr::InterpolatedString(items, ..) | Expr::Array(items, ..) => items
-            .iter_mut()
-            .fold(false, |c, item| rewrite_expr(item) | c),
-        Expr::Map(map, ..) => map
-            .0
-            .iter_mut()
-            .fold(false, |c, (_, item)| rewrite_expr(item) | c),
-        Expr::Stmt(block) => rewrite_block(block),
-        Expr::FnCall(call, ..) | Expr::MethodCall(call, ..) => {
-            call.args.iter_mut().fold(false, |c, a| rewrite_expr(a) | c)
-        }
-        Expr::And(operands, ..) | Expr::Or(operands, ..) | Expr::Coalesce(operands, ..) => {
-            operands.iter_mut().fold(false, |c, o| rewrite_expr(o) | c)
-        }
-        Expr::Index(chain, ..) | Expr::Dot(chain, ..) => {
-            rewrite_expr(&mut chain.lhs) | rewrite_expr(&mut chain.rhs)
-        }
-        _ => false,
-    }
+    static REWRITE: OnceLock<CatchRewrite> = OnceLock::new();
+    REWRITE
+        .get_or_init(|| CatchRewrite::new(CAUGHT, THROWN))
+        .apply(ast)
 }
 
 /// The value a rewritten `throw` throws: a map as it is, anything else in the one shape.

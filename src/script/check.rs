@@ -12,11 +12,12 @@
 
 use std::collections::HashSet;
 
-use rhai::{ASTNode, Engine, Expr, FnCallExpr, Position, Stmt, AST};
+use rhai::{Dynamic, Engine, Position, AST};
 use serde::Serialize;
 
 use crate::engine::{self, diagnose};
 use crate::error::ErrorKind;
+use crate::rhai_ast::{self, Call, Ending, Node};
 use crate::tool::{RegisteredTool, Registry};
 
 /// How sure `check` is that a problem is one.
@@ -85,9 +86,9 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
         known.extend(f.params.iter().map(|p| p.to_string()));
     }
     // A variable may hold a function pointer called like a function.
-    ast.walk(&mut |path: &[ASTNode]| {
-        if let Some(ASTNode::Stmt(Stmt::Var(var, _, _))) = path.last() {
-            known.insert(var.0.name.to_string());
+    rhai_ast::visit(ast, |node| {
+        if let Node::Let(name) = node {
+            known.insert(name.to_string());
         }
         true
     });
@@ -104,32 +105,27 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
             suggested_next_action: hint.action,
         });
     };
-    ast.walk(&mut |path: &[ASTNode]| {
-        let (call, position, method) = match path.last() {
-            Some(ASTNode::Expr(Expr::FnCall(call, pos))) => (call, *pos, false),
-            Some(ASTNode::Stmt(Stmt::FnCall(call, pos))) => (call, *pos, false),
-            Some(ASTNode::Expr(Expr::MethodCall(call, pos))) => (call, *pos, true),
-            _ => return true,
+    rhai_ast::visit(ast, |node| {
+        let Node::Call(call) = node else {
+            return true;
         };
-        if call.is_operator_call() || !call.namespace.is_empty() {
+        if call.is_operator() || call.is_qualified() {
             return true;
         }
-        let name = call.name.as_str();
+        let (name, position, method) = (call.name(), call.position(), call.is_method());
         if !method && tools.contains(name) {
-            if call.args.len() > 1 {
+            if call.arity() > 1 {
                 if let Some(tool) = registry.get(name) {
-                    report(position, diagnose::positional_call(tool, call.args.len()));
+                    report(position, diagnose::positional_call(tool, call.arity()));
                 }
-            } else if let (Some(tool), Some(args)) = (registry.get(name), call.args.first()) {
-                check_constant_args(tool, args, position, &mut report);
+            } else if let (Some(tool), Some(args)) = (registry.get(name), call.constant_arg(0)) {
+                check_constant_args(tool, &args, position, &mut report);
             }
         } else if !method && name == "tool" {
-            check_generic(call, registry, position, &mut report);
-            if let (Some(Expr::StringConstant(tool, _)), Some(args)) =
-                (call.args.first(), call.args.get(1))
-            {
+            check_generic(&call, registry, position, &mut report);
+            if let (Some(tool), Some(args)) = (call.text_arg(0), call.constant_arg(1)) {
                 if let Some(tool) = registry.get(tool) {
-                    check_constant_args(tool, args, position, &mut report);
+                    check_constant_args(tool, &args, position, &mut report);
                 }
             }
         } else if !known.contains(name) {
@@ -138,11 +134,10 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
         true
     });
     // Names from other languages, where the script declares no such variable.
-    ast.walk(&mut |path: &[ASTNode]| {
-        if let Some(ASTNode::Expr(Expr::Variable(var, _, position))) = path.last() {
-            let name = var.1.as_str();
+    rhai_ast::visit(ast, |node| {
+        if let Node::Variable(name, position) = node {
             if FOREIGN_NAMES.contains(&name) && !known.contains(name) {
-                report(*position, diagnose::variable_not_found(name));
+                report(position, diagnose::variable_not_found(name));
             }
         }
         true
@@ -166,40 +161,33 @@ fn warnings(ast: &AST) -> Vec<Problem> {
             suggested_next_action: Some(action),
         });
     };
-    if let Some(last) = ast.statements().last() {
-        let what = match last {
-            Stmt::TryCatch(..) => Some("a `try` is a statement"),
-            Stmt::For(..) => Some("a `for` loop is a statement"),
-            Stmt::While(..) => Some("a `while` or `loop` is a statement"),
-            Stmt::Do(..) => Some("a `do` loop is a statement"),
-            Stmt::Var(..) => Some("a `let` is a statement"),
-            Stmt::Assignment(..) => Some("an assignment is a statement"),
-            Stmt::If(flow, ..) if flow.branch.is_empty() => {
-                Some("an `if` without `else` gives () when its condition is false")
-            }
-            _ => None,
+    if let Some((ending, position)) = rhai_ast::last_statement(ast) {
+        let what = match ending {
+            Ending::Try => "a `try` is a statement",
+            Ending::For => "a `for` loop is a statement",
+            Ending::While => "a `while` or `loop` is a statement",
+            Ending::Do => "a `do` loop is a statement",
+            Ending::Let(_) => "a `let` is a statement",
+            Ending::Assignment => "an assignment is a statement",
+            Ending::IfWithoutElse => "an `if` without `else` gives () when its condition is false",
         };
-        if let Some(what) = what {
-            let action = match last {
-                Stmt::Var(var, ..) => format!("end the script with the value: write `{}` as its last line", var.0.name),
-                Stmt::TryCatch(..) => "declare the result before the `try` (`let result = ();`), assign it in both blocks, and end the script with `result`".to_string(),
-                Stmt::If(..) => "add an `else` branch with the value for the other case, or end the script with a variable".to_string(),
-                _ => "collect what you need in a variable declared before it, and end the script with that variable".to_string(),
-            };
-            warn(
-                last.position(),
-                format!(
-                    "the script's last statement has no value, so the script returns (): {what}"
-                ),
-                action,
-            );
-        }
+        let action = match &ending {
+            Ending::Let(name) => format!("end the script with the value: write `{name}` as its last line"),
+            Ending::Try => "declare the result before the `try` (`let result = ();`), assign it in both blocks, and end the script with `result`".to_string(),
+            Ending::IfWithoutElse => "add an `else` branch with the value for the other case, or end the script with a variable".to_string(),
+            _ => "collect what you need in a variable declared before it, and end the script with that variable".to_string(),
+        };
+        warn(
+            position,
+            format!("the script's last statement has no value, so the script returns (): {what}"),
+            action,
+        );
     }
-    ast.walk(&mut |path: &[ASTNode]| {
-        if let Some(ASTNode::Expr(Expr::StringConstant(text, position))) = path.last() {
+    rhai_ast::visit(ast, |node| {
+        if let Node::Text(text, position) = node {
             if has_interpolation(text) {
                 warn(
-                    *position,
+                    position,
                     format!(
                         "\"{text}\" is not interpolated: `${{...}}` works only in backtick strings"
                     ),
@@ -219,56 +207,29 @@ fn has_interpolation(text: &str) -> bool {
         .any(|rest| rest.contains('}') && rest.starts_with(|c: char| c.is_alphabetic() || c == '_'))
 }
 
-/// Arguments written as a constant map are checked against the tool's input schema, as the
+/// Arguments written as a constant (a map literal of literals) are checked against the tool's input schema, as the
 /// dispatch path will check them.
 fn check_constant_args(
     tool: &RegisteredTool,
-    args: &Expr,
+    value: &Dynamic,
     position: Position,
     report: &mut impl FnMut(Position, diagnose::Hint),
 ) {
-    let Some(value) = constant_value(args) else {
-        return;
-    };
-    if let Ok(json) = engine::to_json(&value) {
+    if let Ok(json) = engine::to_json(value) {
         if let Err(e) = crate::dispatch::check_input(tool, &json) {
             report(position, diagnose::Hint::from_tool(e));
         }
     }
 }
 
-/// The value of an expression made only of constants (a map literal of literals, say).
-fn constant_value(expr: &Expr) -> Option<rhai::Dynamic> {
-    match expr {
-        Expr::DynamicConstant(value, _) => Some((**value).clone()),
-        Expr::Map(map, _) => {
-            let (items, template) = &**map;
-            let mut out = rhai::Map::new();
-            for name in template.keys() {
-                out.insert(name.clone(), rhai::Dynamic::UNIT);
-            }
-            for (ident, value) in items {
-                out.insert(ident.name.as_str().into(), constant_value(value)?);
-            }
-            Some(out.into())
-        }
-        Expr::Array(items, _) => items
-            .iter()
-            .map(constant_value)
-            .collect::<Option<rhai::Array>>()
-            .map(Into::into),
-        other => other.get_literal_value(None),
-    }
-}
-
 /// `tool("name", ...)` with a literal name must name a tool.
 fn check_generic(
-    call: &FnCallExpr,
+    call: &Call<'_>,
     registry: &Registry,
     position: Position,
     report: &mut impl FnMut(Position, diagnose::Hint),
 ) {
-    if let Some(Expr::StringConstant(name, _)) = call.args.first() {
+    if let Some(name) = call.text_arg(0) {
         if registry.get(name).is_none() {
             report(
                 position,

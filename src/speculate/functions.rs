@@ -28,12 +28,10 @@ use std::any::TypeId;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use rhai::{
-    ASTNode, Caches, Dynamic, Engine, EvalAltResult, Expr, ImmutableString, NativeCallContext,
-    Scope, Stmt, AST,
-};
+use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext, Scope, AST};
 
 use super::rewrite::{rewrite_body, rewrite_with};
+use crate::rhai_ast::{self, Node, Statements};
 use crate::sync::lock;
 
 /// At most this many script functions have their bodies rewritten: finding one body clones the
@@ -57,32 +55,34 @@ pub(crate) struct ScoutScript {
 struct Body {
     name: ImmutableString,
     params: Vec<ImmutableString>,
-    statements: Box<[Stmt]>,
+    statements: Statements,
 }
 
 impl ScoutScript {
     /// Rewrites `ast` for the scout, knowing the functions of non-read tools (`effectful`).
     pub(crate) fn new(ast: &AST, effectful: &HashSet<String>) -> ScoutScript {
         let mut main = rewrite_with(ast, effectful);
-        let names: Vec<String> = ast.iter_fn_def().map(|f| f.name.to_string()).collect();
+        let functions = rhai_ast::functions(ast);
+        let names: Vec<String> = functions.iter().map(|f| f.name.to_string()).collect();
         let mut bodies = Vec::new();
         if names.len() <= MAX_REWRITTEN {
             let reads_caller_scope = called_with_caller_scope(ast);
-            for def in ast.iter_fn_def() {
-                if def.this_type.is_some() || reads_caller_scope.contains(def.name.as_str()) {
+            for def in functions {
+                if def.is_typed_method || reads_caller_scope.contains(def.name.as_str()) {
                     continue;
                 }
-                let Some(statements) = body_of(ast, &def.name, def.params.len()) else {
+                let Some(statements) = Statements::of_function(ast, &def.name, def.params.len())
+                else {
                     continue;
                 };
-                if statements.iter().any(uses_this) {
+                if statements.uses_this() {
                     continue;
                 }
                 if let Some(rewritten) = rewrite_body(&statements, effectful) {
                     bodies.push(Arc::new(Body {
-                        name: def.name.clone(),
-                        params: def.params.iter().cloned().collect(),
-                        statements: rewritten.into(),
+                        name: def.name,
+                        params: def.params,
+                        statements: rewritten,
                     }));
                 }
             }
@@ -228,13 +228,6 @@ fn run(
     args: &mut [&mut Dynamic],
     owed: &Mutex<Vec<u64>>,
 ) -> Result<Dynamic, Box<EvalAltResult>> {
-    let engine = ctx.engine();
-    let caller = ctx.global_runtime_state();
-    let mut global = caller.clone();
-    global.level = caller.level + 1;
-    if global.level > engine.max_call_levels() {
-        return Err(EvalAltResult::ErrorStackOverflow(ctx.call_position()).into());
-    }
     // Arguments are copied, never taken: the first may be the caller's variable itself (Rhai
     // passes it by reference), and a closure's captured variables are its function pointer's
     // curried values (shared, so that the body writes through to them as the original does).
@@ -242,62 +235,25 @@ fn run(
     for (name, arg) in body.params.iter().zip(args.iter()) {
         scope.push_dynamic(name.clone(), (**arg).clone());
     }
-    let start = caller.num_operations() + lock(owed).last().copied().unwrap_or_default();
-    global.num_operations = start;
+    let start = rhai_ast::operations_so_far(ctx) + lock(owed).last().copied().unwrap_or_default();
     lock(owed).push(0);
-    #[allow(deprecated)] // Not deprecated in meaning: the one way to run statements in a state.
-    let result = engine.eval_statements_raw(
-        &mut global,
-        &mut Caches::new(),
-        &mut scope,
-        &body.statements,
-    );
+    let (result, end) = rhai_ast::run_nested(ctx, &body.statements, &mut scope, start);
     let mut owed = lock(owed);
     let inner = owed.pop().unwrap_or_default();
     if let Some(callers) = owed.last_mut() {
-        *callers += global.num_operations().saturating_sub(start) + inner;
+        *callers += end.saturating_sub(start) + inner;
     }
     result
-}
-
-/// The top-level statements of the body of the function `name` of `arity` parameters.
-fn body_of(ast: &AST, name: &str, arity: usize) -> Option<Vec<Stmt>> {
-    let mut alone = ast.clone_functions_only();
-    alone.retain_functions(|_, _, n, a| n == name && a == arity);
-    if alone.iter_fn_def().count() != 1 {
-        return None;
-    }
-    let mut statements = Vec::new();
-    alone.walk(&mut |path: &[ASTNode]| {
-        if let [ASTNode::Stmt(stmt)] = path {
-            statements.push((*stmt).clone());
-        }
-        true
-    });
-    Some(statements)
-}
-
-/// Whether a statement reads or writes `this`.
-fn uses_this(stmt: &Stmt) -> bool {
-    let mut found = false;
-    stmt.walk(&mut Vec::new(), &mut |path: &[ASTNode]| {
-        found |= matches!(path.last(), Some(ASTNode::Expr(Expr::ThisPtr(..))));
-        !found
-    });
-    found
 }
 
 /// The names of the functions that some call gives the caller's scope (`f!(…)`).
 fn called_with_caller_scope(ast: &AST) -> HashSet<String> {
     let mut names = HashSet::new();
-    ast.walk(&mut |path: &[ASTNode]| {
-        let call = match path.last() {
-            Some(ASTNode::Expr(Expr::FnCall(call, _))) => Some(&**call),
-            Some(ASTNode::Stmt(Stmt::FnCall(call, _))) => Some(&**call),
-            _ => None,
-        };
-        if let Some(call) = call.filter(|c| c.capture_parent_scope) {
-            names.insert(call.name.to_string());
+    rhai_ast::visit(ast, |node| {
+        if let Node::Call(call) = node {
+            if call.captures_scope() && !call.is_method() {
+                names.insert(call.name().to_string());
+            }
         }
         true
     });

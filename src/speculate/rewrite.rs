@@ -8,7 +8,9 @@
 //! an array index before any function runs. At those sites a placeholder would stop the scout (a type
 //! error) or, worse, silently steer it the wrong way.
 //!
-//! [`rewrite`] therefore wraps each such site in a call to a function that the scout registers:
+//! [`rewrite`] therefore wraps each such site in a call to a function that the scout registers
+//! (the edit of Rhai's AST itself is `rhai_ast::sites`; this module names the wrappers and the
+//! tools where a pass stops):
 //!
 //! | site | becomes |
 //! |---|---|
@@ -50,11 +52,13 @@
 //! root that is not a plain variable before the key. The two differ only when both the root and the
 //! key have side effects, as in `f()[g()]`.
 
+use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use rhai::{
-    ASTFlags, BinaryExpr, Engine, Expr, FnCallExpr, Module, Position, Stmt, StmtBlock, AST,
-};
+use rhai::AST;
+
+use crate::rhai_ast::sites::{self, Templates, Wrappers};
+use crate::rhai_ast::Statements;
 
 /// The function the rewritten script calls on a branch or loop condition, a `&&` or `||` operand
 /// or a switch case guard: `(x) -> bool`.
@@ -95,554 +99,52 @@ pub(crate) const INTERPOLATE: &str = "__ts_interpolate";
 /// that keeps the write until the key is known; Rhai looks the variable up after the key.
 pub(crate) const KEY: &str = "__ts_key";
 
+/// The wrappers by the names above.
+const WRAPPERS: Wrappers = Wrappers {
+    cond: COND,
+    unlikely: UNLIKELY,
+    cond_loose: COND_LOOSE,
+    unlikely_loose: UNLIKELY_LOOSE,
+    value: VALUE,
+    index: INDEX,
+    interpolate: INTERPOLATE,
+    key: KEY,
+    mark: MARK,
+    settle: SETTLE,
+};
+
+/// The wrapper calls, compiled once per process: a call's hashes depend only on its name and
+/// arity (and on Rhai's process-wide hashing seed), not on the engine that will run it.
+fn templates() -> &'static Templates {
+    static TEMPLATES: OnceLock<Templates> = OnceLock::new();
+    TEMPLATES.get_or_init(|| Templates::new(WRAPPERS))
+}
+
 /// Returns a new AST in which the sites that Rhai evaluates without calling a registered function
-/// call [`COND`], [`VALUE`] or [`INDEX`] instead (see the module documentation).
+/// call [`COND`], [`VALUE`], [`INDEX`] and the other wrappers instead (see the module
+/// documentation).
 ///
-/// The result has the same meaning as `ast` when `COND` and `VALUE` are the identity and `INDEX`
-/// is indexing. Only the main body is rewritten; functions, the source name and the documentation
-/// are kept. The rewrite adds no variables and moves no statements, so the variable offsets that
-/// Rhai cached in the AST stay valid.
-///
-/// The wrapper calls are built from templates compiled once per process by a raw engine, since a call's hashes depend only on its name and arity (and on Rhai's
-/// process-wide hashing seed), not on the engine that will run it.
+/// The result has the same meaning as `ast` when the wrappers are their plain meaning. Only the
+/// main body is rewritten; functions, the source name and the documentation are kept. The
+/// rewrite adds no variables and moves no statements, so the variable offsets that Rhai cached
+/// in the AST stay valid.
 #[cfg(test)]
 pub(crate) fn rewrite(ast: &AST) -> AST {
-    rewrite_with(ast, &std::collections::HashSet::new())
+    rewrite_with(ast, &HashSet::new())
 }
 
 /// As [`rewrite`], knowing which functions are non-read tools: a branch that calls one is, like
 /// one that throws, returns or breaks, a branch where a pass would stop, and its guard is
 /// guessed not taken.
-pub(crate) fn rewrite_with(ast: &AST, effectful: &std::collections::HashSet<String>) -> AST {
-    knowing(effectful, || rewrite_main(ast))
+pub(crate) fn rewrite_with(ast: &AST, effectful: &HashSet<String>) -> AST {
+    sites::rewrite_main(ast, templates(), effectful)
 }
 
 /// Rewrites the statements of a function or closure body as the main body is rewritten (with
 /// the non-read tools `effectful`); `None` when no site in them needs a wrapper, so that the
 /// body can run as it is.
-pub(crate) fn rewrite_body(
-    statements: &[Stmt],
-    effectful: &std::collections::HashSet<String>,
-) -> Option<Vec<Stmt>> {
-    knowing(effectful, || {
-        WRAPPED.with(|w| w.set(0));
-        let rewritten = Rewriter::get().statements(statements);
-        (WRAPPED.with(std::cell::Cell::get) > 0).then_some(rewritten)
-    })
-}
-
-/// Runs `rewrite` with the non-read tools' names known to [`may_stay`].
-fn knowing<T>(effectful: &std::collections::HashSet<String>, rewrite: impl FnOnce() -> T) -> T {
-    EFFECTFUL.with(|e| *e.borrow_mut() = effectful.clone());
-    let rewritten = rewrite();
-    EFFECTFUL.with(|e| e.borrow_mut().clear());
-    rewritten
-}
-
-thread_local! {
-    /// The non-read tools' function names, for the rewrite running on this thread.
-    static EFFECTFUL: std::cell::RefCell<std::collections::HashSet<String>> =
-        std::cell::RefCell::new(std::collections::HashSet::new());
-    /// Wrapper calls made by the rewrite running on this thread, so that [`rewrite_body`] can
-    /// tell a body that needs none.
-    static WRAPPED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-fn rewrite_main(ast: &AST) -> AST {
-    let statements = Rewriter::get().statements(ast.statements());
-    // `clone_functions_only` keeps the source, the documentation and any embedded module
-    // resolver, which `AST::new` would drop.
-    let mut rewritten = ast.clone_functions_only();
-    rewritten.combine(AST::new(statements, Module::new()));
-    rewritten
-}
-
-/// The three wrapper calls, each with its precomputed hashes, ready to be cloned around an
-/// expression.
-struct Rewriter {
-    /// A call to [`COND`] with one argument.
-    cond: FnCallExpr,
-    /// A call to [`UNLIKELY`] with one argument.
-    unlikely: FnCallExpr,
-    /// A call to [`COND_LOOSE`] with one argument.
-    cond_loose: FnCallExpr,
-    /// A call to [`UNLIKELY_LOOSE`] with one argument.
-    unlikely_loose: FnCallExpr,
-    /// A call to [`VALUE`] with one argument.
-    value: FnCallExpr,
-    /// A call to [`INDEX`] with two arguments.
-    index: FnCallExpr,
-    /// A call to [`INTERPOLATE`] with one argument.
-    interpolate: FnCallExpr,
-    /// A call to [`KEY`] with two arguments.
-    key: FnCallExpr,
-    /// A call to [`MARK`] with no arguments.
-    mark: FnCallExpr,
-    /// A call to [`SETTLE`] with two arguments.
-    settle: FnCallExpr,
-}
-
-impl Rewriter {
-    /// The process-wide rewriter, built on first use.
-    fn get() -> &'static Self {
-        static REWRITER: OnceLock<Rewriter> = OnceLock::new();
-        REWRITER.get_or_init(|| {
-            // A raw engine has no custom syntax, disabled symbols or strict variables that could
-            // make a template fail, and no registered functions that the optimizer could fold.
-            let engine = Engine::new_raw();
-            Self {
-                cond: template(&engine, &format!("{COND}(x)")),
-                unlikely: template(&engine, &format!("{UNLIKELY}(x)")),
-                cond_loose: template(&engine, &format!("{COND_LOOSE}(x)")),
-                unlikely_loose: template(&engine, &format!("{UNLIKELY_LOOSE}(x)")),
-                value: template(&engine, &format!("{VALUE}(x)")),
-                index: template(&engine, &format!("{INDEX}(x, k)")),
-                interpolate: template(&engine, &format!("{INTERPOLATE}(x)")),
-                key: template(&engine, &format!("{KEY}(x, k)")),
-                mark: template(&engine, &format!("{MARK}()")),
-                settle: template(&engine, &format!("{SETTLE}(x, k)")),
-            }
-        })
-    }
-
-    /// A rewritten copy of `statements`.
-    fn statements(&self, statements: &[Stmt]) -> Vec<Stmt> {
-        statements
-            .iter()
-            .map(|stmt| {
-                let mut stmt = stmt.clone();
-                self.stmt(&mut stmt);
-                stmt
-            })
-            .collect()
-    }
-
-    /// Rewrites one statement in place.
-    fn stmt(&self, stmt: &mut Stmt) {
-        match stmt {
-            Stmt::If(flow, ..) => {
-                self.cond(&mut flow.expr);
-                if !may_stay(flow.body.statements()) && may_stay(flow.branch.statements()) {
-                    self.make_unlikely(&mut flow.expr);
-                }
-                self.loosen(&mut flow.expr, true, true);
-                self.block(&mut flow.body);
-                self.block(&mut flow.branch);
-            }
-            // `loop` is a `while` whose condition is `()`: it has no condition to wrap.
-            Stmt::While(flow, ..) | Stmt::Do(flow, ..) => {
-                if !flow.expr.is_unit() {
-                    self.cond(&mut flow.expr);
-                    self.loosen(&mut flow.expr, true, true);
-                }
-                self.block(&mut flow.body);
-            }
-            Stmt::For(for_loop, ..) => {
-                let flow = &mut for_loop.2;
-                self.expr(&mut flow.expr);
-                self.block(&mut flow.body);
-            }
-            Stmt::Switch(switch, ..) => {
-                let (subject, cases) = &mut **switch;
-                self.expr(subject);
-                self.wrap_value(subject);
-                // Each case is a guard (`true` when there is none) and the case's expression.
-                for case in cases.expressions.iter_mut() {
-                    self.cond(&mut case.lhs);
-                    self.loosen(&mut case.lhs, true, true);
-                    self.expr(&mut case.rhs);
-                }
-            }
-            Stmt::Var(var, ..) => self.expr(&mut var.1),
-            Stmt::Assignment(assignment) => {
-                let BinaryExpr { lhs, rhs } = &mut assignment.1;
-                if !self.element_key(lhs) {
-                    self.target(lhs);
-                }
-                self.expr(rhs);
-            }
-            Stmt::FnCall(call, ..) => self.call(call),
-            Stmt::Block(block) => self.block(block),
-            // The try-catch expression is the catch variable, not a value.
-            Stmt::TryCatch(flow, ..) => {
-                self.block(&mut flow.body);
-                self.block(&mut flow.branch);
-            }
-            Stmt::Expr(expr) => self.expr(expr),
-            Stmt::BreakLoop(Some(expr), ..) | Stmt::Return(Some(expr), ..) => self.expr(expr),
-            Stmt::Import(import, ..) => self.expr(&mut import.0),
-            _ => {}
-        }
-    }
-
-    /// Rewrites every statement of a block in place.
-    fn block(&self, block: &mut StmtBlock) {
-        for stmt in block.statements_mut().iter_mut() {
-            self.stmt(stmt);
-        }
-    }
-
-    /// Rewrites an expression that is evaluated as a value, in place.
-    fn expr(&self, expr: &mut Expr) {
-        match expr {
-            Expr::InterpolatedString(..) if !expr.is_constant() => {
-                let pos = expr.position();
-                let Expr::InterpolatedString(mut items, _) = expr.take() else {
-                    unreachable!("matched above");
-                };
-                for item in items.iter_mut() {
-                    self.expr(item);
-                }
-                *expr = self.wrapped(&self.interpolate, [Expr::Array(items, pos)], pos);
-            }
-            Expr::InterpolatedString(items, ..) | Expr::Array(items, ..) => {
-                for item in items.iter_mut() {
-                    self.expr(item);
-                }
-            }
-            Expr::Map(map, ..) => {
-                for (_, item) in map.0.iter_mut() {
-                    self.expr(item);
-                }
-            }
-            Expr::Stmt(block) => self.block(block),
-            Expr::FnCall(call, ..) => self.call(call),
-            Expr::MethodCall(call, ..) => {
-                for arg in call.args.iter_mut() {
-                    self.expr(arg);
-                }
-            }
-            Expr::And(..) | Expr::Or(..) => {
-                self.cond(expr);
-                self.loosen(expr, false, false);
-                let pos = expr.position();
-                let mark = self.wrapped(&self.mark, [], pos);
-                *expr = self.wrapped(&self.settle, [mark, expr.take()], pos);
-            }
-            Expr::Coalesce(operands, ..) => {
-                let last = operands.len().saturating_sub(1);
-                for (i, operand) in operands.iter_mut().enumerate() {
-                    self.expr(operand);
-                    if i < last {
-                        self.wrap_value(operand);
-                    }
-                }
-            }
-            Expr::Index(..) if is_plain_index_chain(expr) => {
-                let chain = expr.take();
-                *expr = self.index_calls(chain);
-            }
-            // Other chains are rewritten as an assignment target is: keys only.
-            Expr::Index(..) | Expr::Dot(..) => self.target(expr),
-            _ => {}
-        }
-    }
-
-    /// Rewrites an expression that is decided on (a branch or loop condition, a case guard, an
-    /// operand of `&&` or `||` in one), in place.
-    fn cond(&self, expr: &mut Expr) {
-        match expr {
-            Expr::And(operands, ..) | Expr::Or(operands, ..) => {
-                operands.iter_mut().for_each(|operand| self.cond(operand));
-            }
-            _ => {
-                self.expr(expr);
-                self.wrap_cond(expr);
-            }
-        }
-    }
-
-    /// Rewrites the target of an assignment in place: only the keys of an index chain, since the
-    /// chain must stay a chain for Rhai to write through it.
-    fn target(&self, target: &mut Expr) {
-        match target {
-            Expr::Index(chain, options, ..) => {
-                let options = *options;
-                self.chain(chain, true, options);
-            }
-            Expr::Dot(chain, options, ..) => {
-                let options = *options;
-                self.chain(chain, false, options);
-            }
-            _ => {}
-        }
-    }
-
-    /// Rewrites the target `variable[key]` of an assignment (one index step, a key that is not a
-    /// constant) to `variable[__ts_key(variable, key)]`; `false` for any other target.
-    fn element_key(&self, target: &mut Expr) -> bool {
-        let Expr::Index(node, options, ..) = target else {
-            return false;
-        };
-        let single = options.contains(ASTFlags::BREAK)
-            || !matches!(node.rhs, Expr::Index(..) | Expr::Dot(..));
-        if !single
-            || options.contains(ASTFlags::NEGATED)
-            || !matches!(node.lhs, Expr::Variable(..))
-            || node.rhs.is_constant()
-        {
-            return false;
-        }
-        let key = &mut node.rhs;
-        self.expr(key);
-        let pos = site(key);
-        *key = self.wrapped(&self.key, [node.lhs.clone(), key.take()], pos);
-        true
-    }
-
-    /// Rewrites the arguments of a function call in place, and wraps the argument of `type_of`.
-    fn call(&self, call: &mut FnCallExpr) {
-        for arg in call.args.iter_mut() {
-            self.expr(arg);
-        }
-        if call.name == "type_of" && call.args.len() == 1 && !call.is_qualified() {
-            self.wrap_value(&mut call.args[0]);
-        }
-    }
-
-    /// Rewrites a dot/index chain in place, keeping it a chain: the root (unless it is a variable
-    /// or `this`, which a chain may write through), method call arguments and index keys.
-    ///
-    /// Rhai binds chains to the right: `a[i].b[j]` is `Index(a, Dot(i, Index(b, j)))`, where the
-    /// left side of each inner node is the key or property of the step its parent starts.
-    fn chain(&self, chain: &mut BinaryExpr, is_index: bool, options: ASTFlags) {
-        if !matches!(chain.lhs, Expr::Variable(..) | Expr::ThisPtr(..)) {
-            self.expr(&mut chain.lhs);
-        }
-        self.chain_rest(&mut chain.rhs, is_index, options);
-    }
-
-    /// Rewrites the right side of a chain node: either the last step, or a node whose left side
-    /// is the next step and whose right side is the rest of the chain.
-    fn chain_rest(&self, rest: &mut Expr, parent_is_index: bool, parent_options: ASTFlags) {
-        // A node marked BREAK ends the chain: its right side is a whole key expression even when
-        // that expression is itself an index or a dot expression.
-        if !parent_options.contains(ASTFlags::BREAK) {
-            match rest {
-                Expr::Index(node, options, ..) => {
-                    let options = *options;
-                    self.chain_step(&mut node.lhs, parent_is_index);
-                    self.chain_rest(&mut node.rhs, true, options);
-                    return;
-                }
-                Expr::Dot(node, options, ..) => {
-                    let options = *options;
-                    self.chain_step(&mut node.lhs, parent_is_index);
-                    self.chain_rest(&mut node.rhs, false, options);
-                    return;
-                }
-                _ => {}
-            }
-        }
-        self.chain_step(rest, parent_is_index);
-    }
-
-    /// Rewrites one step of a chain: an index key, or a property or method call after a dot.
-    fn chain_step(&self, step: &mut Expr, is_index: bool) {
-        if is_index {
-            self.expr(step);
-            self.wrap_value(step);
-        } else if let Expr::MethodCall(call, ..) = step {
-            for arg in call.args.iter_mut() {
-                self.expr(arg);
-            }
-        }
-    }
-
-    /// Turns a plain index chain read as a value into nested [`INDEX`] calls:
-    /// `a[i][j]` becomes `__ts_index(__ts_index(a, i), j)`.
-    fn index_calls(&self, chain: Expr) -> Expr {
-        let Expr::Index(node, mut options, mut pos) = chain else {
-            return chain;
-        };
-        let BinaryExpr { lhs: root, rhs } = *node;
-        let mut value = root;
-        self.expr(&mut value);
-        let mut rest = rhs;
-        loop {
-            match rest {
-                // Each call takes the position of its `[`, where Rhai reports indexing errors.
-                Expr::Index(next, next_options, next_pos) if !options.contains(ASTFlags::BREAK) => {
-                    let BinaryExpr { lhs: mut key, rhs } = *next;
-                    self.expr(&mut key);
-                    value = self.wrapped(&self.index, [value, key], pos);
-                    rest = rhs;
-                    options = next_options;
-                    pos = next_pos;
-                }
-                mut key => {
-                    self.expr(&mut key);
-                    return self.wrapped(&self.index, [value, key], pos);
-                }
-            }
-        }
-    }
-
-    /// Wraps a condition in [`COND`], unless it is already a boolean by construction.
-    fn wrap_cond(&self, expr: &mut Expr) {
-        // `&&` and `||` always give a boolean, and their operands are wrapped themselves.
-        if !matches!(expr, Expr::BoolConstant(..) | Expr::And(..) | Expr::Or(..)) {
-            let pos = site(expr);
-            *expr = self.wrapped(&self.cond, [expr.take()], pos);
-        }
-    }
-
-    /// Turns the [`COND`] calls that decide a condition (its own, and its `&&`/`||` operands')
-    /// into [`UNLIKELY`] calls, leaving the calls inside operands as they are.
-    fn make_unlikely(&self, expr: &mut Expr) {
-        match expr {
-            Expr::FnCall(call, _) if call.name.as_str() == COND => {
-                let args = std::mem::take(&mut call.args);
-                let mut unlikely = self.unlikely.clone();
-                unlikely.args = args;
-                **call = unlikely;
-            }
-            Expr::And(operands, ..) | Expr::Or(operands, ..) => {
-                operands
-                    .iter_mut()
-                    .for_each(|operand| self.make_unlikely(operand));
-            }
-            _ => {}
-        }
-    }
-
-    /// Turns the guesses of a rewritten condition that do not decide it alone into loose ones
-    /// ([`COND_LOOSE`], [`UNLIKELY_LOOSE`]): a guess decides the condition when proving it
-    /// wrong proves the condition's value wrong, so a guess of `true` must sit under `&&`s
-    /// only (`all_and`), and one of `false` under `||`s only (`all_or`); a guess that
-    /// short-circuits an operator leaves the condition to the operands it skipped.
-    fn loosen(&self, expr: &mut Expr, all_and: bool, all_or: bool) {
-        match expr {
-            Expr::FnCall(call, _) => {
-                let loose = match call.name.as_str() {
-                    COND if !all_and => &self.cond_loose,
-                    UNLIKELY if !all_or => &self.unlikely_loose,
-                    _ => return,
-                };
-                let args = std::mem::take(&mut call.args);
-                let mut replaced = loose.clone();
-                replaced.args = args;
-                **call = replaced;
-            }
-            Expr::And(operands, ..) => operands
-                .iter_mut()
-                .for_each(|operand| self.loosen(operand, all_and, false)),
-            Expr::Or(operands, ..) => operands
-                .iter_mut()
-                .for_each(|operand| self.loosen(operand, false, all_or)),
-            _ => {}
-        }
-    }
-
-    /// Wraps a value in [`VALUE`], unless it is a literal constant.
-    fn wrap_value(&self, expr: &mut Expr) {
-        if !expr.is_constant() {
-            let pos = site(expr);
-            *expr = self.wrapped(&self.value, [expr.take()], pos);
-        }
-    }
-
-    /// A call of `template`'s function on `args`, at `pos`.
-    fn wrapped<const N: usize>(
-        &self,
-        template: &FnCallExpr,
-        args: [Expr; N],
-        pos: Position,
-    ) -> Expr {
-        WRAPPED.with(|w| w.set(w.get() + 1));
-        let mut call = template.clone();
-        call.args.clear();
-        call.args.extend(args);
-        Expr::FnCall(Box::new(call), pos)
-    }
-}
-
-/// Whether a block may run to its end without leaving where it stands, for the scout: some way
-/// through it neither throws, returns or breaks out of a loop (a `continue` does not count) nor
-/// calls a non-read tool (where a pass stops until the executor has made the call). An `if`
-/// may when one of its branches may, and its condition calls no such tool; a `try` when its
-/// body may (its `catch` runs only after the body failed, past any write it attempted).
-fn may_stay(block: &[Stmt]) -> bool {
-    block.iter().all(|stmt| match stmt {
-        Stmt::Return(..) => false,
-        Stmt::BreakLoop(_, flags, _) => !flags.contains(ASTFlags::BREAK),
-        Stmt::If(flow, ..) => {
-            !writes(|on_node| flow.expr.walk(&mut Vec::new(), on_node))
-                && (may_stay(flow.body.statements()) || may_stay(flow.branch.statements()))
-        }
-        Stmt::TryCatch(flow, ..) => may_stay(flow.body.statements()),
-        Stmt::Block(block) => may_stay(block.statements()),
-        other => !writes(|on_node| other.walk(&mut Vec::new(), on_node)),
-    })
-}
-
-/// Whether the nodes that `walk` visits call a non-read tool.
-fn writes(walk: impl FnOnce(&mut dyn FnMut(&[rhai::ASTNode]) -> bool) -> bool) -> bool {
-    EFFECTFUL.with(|effectful| {
-        let effectful = effectful.borrow();
-        let mut found = false;
-        if !effectful.is_empty() {
-            walk(&mut |path: &[rhai::ASTNode]| {
-                let call = match path.last() {
-                    Some(rhai::ASTNode::Expr(Expr::FnCall(call, _))) => Some(call),
-                    Some(rhai::ASTNode::Stmt(Stmt::FnCall(call, _))) => Some(call),
-                    _ => None,
-                };
-                found |= call.is_some_and(|call| effectful.contains(call.name.as_str()));
-                !found
-            });
-        }
-        found
-    })
-}
-
-/// The call in a one-call template script.
-///
-/// # Panics
-///
-/// Panics if `script` is not a single function call; the templates are fixed, so that is a bug.
-fn template(engine: &Engine, script: &str) -> FnCallExpr {
-    let ast = engine
-        .compile(script)
-        .unwrap_or_else(|err| panic!("template {script:?} does not compile: {err}"));
-    match ast.statements() {
-        [Stmt::FnCall(call, ..)] => (**call).clone(),
-        [Stmt::Expr(expr)] => match &**expr {
-            Expr::FnCall(call, ..) => (**call).clone(),
-            other => panic!("template {script:?} is not a call: {other:?}"),
-        },
-        other => panic!("template {script:?} is not a single call: {other:?}"),
-    }
-}
-
-/// Whether an index expression is a chain of indexing only (`a[i][j]`): no `.` step, whose method
-/// calls might write through the chain, and no `?[`, which [`INDEX`] does not short-circuit.
-fn is_plain_index_chain(mut expr: &Expr) -> bool {
-    loop {
-        let Expr::Index(node, options, ..) = expr else {
-            return false;
-        };
-        if options.contains(ASTFlags::NEGATED) {
-            return false;
-        }
-        if options.contains(ASTFlags::BREAK) {
-            return true;
-        }
-        match &node.rhs {
-            Expr::Index(..) => expr = &node.rhs,
-            Expr::Dot(..) => return false,
-            _ => return true,
-        }
-    }
-}
-
-/// The position a wrapper call takes: that of the wrapped expression, where Rhai itself reports a
-/// wrong type, so that errors in the scout point at the script.
-fn site(expr: &Expr) -> Position {
-    match expr.position() {
-        pos if pos.is_none() => expr.start_position(),
-        pos => pos,
-    }
+pub(crate) fn rewrite_body(body: &Statements, effectful: &HashSet<String>) -> Option<Statements> {
+    sites::rewrite_body(body, templates(), effectful)
 }
 
 #[cfg(test)]
@@ -653,6 +155,8 @@ pub(crate) mod tests {
     use rhai::{
         Dynamic, Engine, EvalAltResult, NativeCallContext, OptimizationLevel, Position, Scope, AST,
     };
+
+    use crate::rhai_ast::called_functions;
 
     use super::{
         rewrite, COND, COND_LOOSE, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, UNLIKELY_LOOSE,
@@ -964,8 +468,8 @@ pub(crate) mod tests {
                 // (at full optimization, calls of `log` on constants are folded away).
                 if level != OptimizationLevel::Full {
                     assert_ne!(
-                        format!("{:?}", rewritten.statements()),
-                        format!("{:?}", ast.statements()),
+                        called_functions(&rewritten),
+                        called_functions(&ast),
                         "{level:?} {script}"
                     );
                 }
@@ -981,8 +485,8 @@ pub(crate) mod tests {
         let engine = Engine::new();
         let ast = engine.compile("let x = 1; if x > 0 { 1 }").unwrap();
         let rewritten = rewrite(&ast);
-        assert!(format!("{:?}", rewritten.statements()).contains(COND));
-        assert!(!format!("{:?}", ast.statements()).contains(COND));
+        assert!(called_functions(&rewritten).iter().any(|n| n == COND));
+        assert!(!called_functions(&ast).iter().any(|n| n == COND));
     }
 
     /// How often each wrapper was called while running a rewritten script.
@@ -1090,14 +594,7 @@ pub(crate) mod tests {
     /// The names of the functions a rewritten script calls.
     fn called(script: &str) -> Vec<String> {
         let ast = Engine::new_raw().compile(script).unwrap();
-        let mut names = Vec::new();
-        rewrite(&ast).walk(&mut |path: &[rhai::ASTNode]| {
-            if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
-                names.push(call.name.to_string());
-            }
-            true
-        });
-        names
+        called_functions(&rewrite(&ast))
     }
 
     /// A guard whose branch leaves (throws, returns, breaks) is guessed not taken; a branch
@@ -1133,13 +630,7 @@ pub(crate) mod tests {
             .compile("fn save(x) { x } let x = 1; if x > 0 { let y = [save(x)]; }")
             .unwrap();
         let effectful = std::collections::HashSet::from(["save".to_string()]);
-        let mut names = Vec::new();
-        super::rewrite_with(&ast, &effectful).walk(&mut |path: &[rhai::ASTNode]| {
-            if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
-                names.push(call.name.to_string());
-            }
-            true
-        });
+        let names = called_functions(&super::rewrite_with(&ast, &effectful));
         assert!(names.iter().any(|n| n == UNLIKELY), "{names:?}");
     }
 
@@ -1149,14 +640,10 @@ pub(crate) mod tests {
             .compile(format!("fn save(x) {{ x }} {script}"))
             .unwrap();
         let effectful = std::collections::HashSet::from(["save".to_string()]);
-        let mut count = 0;
-        super::rewrite_with(&ast, &effectful).walk(&mut |path: &[rhai::ASTNode]| {
-            if let Some(rhai::ASTNode::Expr(rhai::Expr::FnCall(call, _))) = path.last() {
-                count += usize::from(call.name == UNLIKELY || call.name == UNLIKELY_LOOSE);
-            }
-            true
-        });
-        count
+        called_functions(&super::rewrite_with(&ast, &effectful))
+            .iter()
+            .filter(|n| *n == UNLIKELY || *n == UNLIKELY_LOOSE)
+            .count()
     }
 
     /// A branch is the unlikely one when every way through it writes or leaves and some way

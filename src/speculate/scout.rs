@@ -15,7 +15,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use super::functions::ScoutScript;
-use super::placeholder::{self, resolve_deep, Placeholder, Resolution};
+use super::placeholder::{self, resolve_deep, PassLog, Placeholder, Resolution};
 
 use crate::dispatch::{dispatch, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
@@ -252,11 +252,12 @@ impl Scout {
         };
         let mut engine = engine::new_engine(&self.limits, watch);
         let pass = Arc::new(Mutex::new(Pass::default()));
-        self.register_tools(&mut engine, &pass);
-        placeholder::begin_notes();
+        // What the pass's decisions waited for and what it guessed: the pass's own, handed to
+        // every function it registers, and gone with its engine.
+        let log = Arc::new(PassLog::default());
+        self.register_tools(&mut engine, &pass, &log);
         let result = engine
             .eval_ast_with_scope::<Dynamic>(&mut engine::run_scope(&self.ctx), self.script.ast());
-        let notes = placeholder::take_notes();
         if lock(&pass).capped {
             let cap = self.depth_cap.load(Ordering::Relaxed);
             let max = self.ledger.limits().max_deferred_per_pass;
@@ -275,16 +276,21 @@ impl Scout {
         };
         Report {
             end,
-            pending: notes.pending,
+            pending: log.take_pending(),
             started: pass.started,
             busy: pass.busy,
         }
     }
 
-    fn register_tools(self: &Arc<Self>, engine: &mut Engine, pass: &Arc<Mutex<Pass>>) {
-        let (scout, pass_) = (Arc::clone(self), Arc::clone(pass));
+    fn register_tools(
+        self: &Arc<Self>,
+        engine: &mut Engine,
+        pass: &Arc<Mutex<Pass>>,
+        log: &Arc<PassLog>,
+    ) {
+        let (scout, pass_, log_) = (Arc::clone(self), Arc::clone(pass), Arc::clone(log));
         let call: engine::ToolCall =
-            Arc::new(move |_, name, args| scout.call(&pass_, name, args.clone()));
+            Arc::new(move |_, name, args| scout.call(&pass_, &log_, name, args.clone()));
         engine::register_tool_functions(engine, &self.ctx.registry, call);
         // The script's own functions are reserved too: Rhai also reports a missing function
         // when it tries a closure with a `this` first (`reduce` does), and the scout must let it
@@ -298,7 +304,7 @@ impl Scout {
             )
             .chain(self.script.names().map(str::to_string))
             .collect();
-        placeholder::register(engine, reserved.into());
+        placeholder::register(engine, reserved.into(), log);
         self.script.register(engine);
     }
 
@@ -306,6 +312,7 @@ impl Scout {
     fn call(
         self: &Arc<Self>,
         pass: &Mutex<Pass>,
+        log: &PassLog,
         name: &str,
         args: Dynamic,
     ) -> Result<Dynamic, Box<EvalAltResult>> {
@@ -315,13 +322,13 @@ impl Scout {
         };
         let spec = &tool.spec;
         if spec.effect != Effect::Read {
-            return self.pass_non_read(&mut state, &spec.name, &args);
+            return self.pass_non_read(&mut state, log, &spec.name, &args);
         }
         if !tool.speculable {
             return Ok(Placeholder::unknown());
         }
         let epoch = state.writes as u64;
-        match resolve_deep(&args) {
+        match resolve_deep(&args, log) {
             Resolution::Never => Ok(Placeholder::unknown()),
             Resolution::Ready(args) => {
                 let Some(cell) = self.launch(epoch, &spec.name, args, &mut state) else {
@@ -346,7 +353,7 @@ impl Scout {
                 let cell = Cell::at_depth(depth);
                 // The guesses this pass made over the same reads: the call is on the path
                 // they chose, and is not started if one of them proves wrong.
-                let guesses = placeholder::guesses_over(&inputs);
+                let guesses = log.guesses_over(&inputs);
                 let (scout, out, tool) = (Arc::clone(self), Arc::clone(&cell), spec.name.clone());
                 let call = Deferred {
                     epoch,
@@ -369,6 +376,7 @@ impl Scout {
     fn pass_non_read(
         &self,
         state: &mut Pass,
+        log: &PassLog,
         tool: &str,
         args: &Dynamic,
     ) -> Result<Dynamic, Box<EvalAltResult>> {
@@ -376,7 +384,7 @@ impl Scout {
         let Some(record) = self.ledger.write(k) else {
             return Err(stop(state, End::Write(k)));
         };
-        let Resolution::Ready(args) = resolve_deep(args) else {
+        let Resolution::Ready(args) = resolve_deep(args, log) else {
             return Err(stop(state, End::Stopped));
         };
         if record.tool != tool || record.args != canonical(&args) {
@@ -448,7 +456,8 @@ impl Scout {
         let mut pending = inputs;
         let ready = loop {
             futures::future::join_all(pending.iter().map(|c| c.wait())).await;
-            match resolve_deep(&args) {
+            // Outside any pass: what it waits for is no pass's to note.
+            match resolve_deep(&args, &PassLog::default()) {
                 Resolution::Ready(args) => break Some(args),
                 Resolution::Pending(more) => pending = more,
                 Resolution::Never => break None,

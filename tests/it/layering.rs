@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The library's top-level modules, from the bottom up: a module may use only those before it
 /// (modules on one line do not use each other). ARCHITECTURE.md draws the same layers.
 const LAYERS: &[&[&str]] = &[
-    &["error", "json", "sync"],
+    &["error", "json", "sync", "rhai_ast"],
     &["store"],
     &["policy"],
     &["tool"],
@@ -179,4 +179,109 @@ fn placeholders_exist_only_in_the_scout() {
     for file in files_with("Placeholder") {
         assert!(file.starts_with("speculate/"), "{file} names placeholders");
     }
+}
+
+/// Rhai's internal items: the AST it exports behind `internals` and the runtime state a native
+/// function can run statements in. They change between Rhai releases, so one module,
+/// `src/rhai_ast/`, holds every use of them.
+const RHAI_INTERNALS: &[&str] = &[
+    "ASTNode",
+    "ASTFlags",
+    "BinaryExpr",
+    "Caches",
+    "ConditionalExpr",
+    "CustomExpr",
+    "Expr",
+    "FlowControl",
+    "FnCallExpr",
+    "FnCallHashes",
+    "GlobalRuntimeState",
+    "Ident",
+    "OpAssignment",
+    "ScriptFuncDef",
+    "Stmt",
+    "StmtBlock",
+    "SwitchCasesCollection",
+    "TryCatchBlock",
+    "eval_statements_raw",
+    "global_runtime_state",
+    "global_runtime_state_mut",
+    "iter_fn_def",
+];
+
+/// `file:line: name` for every Rhai internal item named in the code (comments dropped) of a
+/// file under `src` outside `src/rhai_ast/`.
+fn rhai_internals_outside_rhai_ast(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        if module_of(src, &file) == "rhai_ast" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a readable source file");
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for word in code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if RHAI_INTERNALS.contains(&word) {
+                    found.push(format!("{}:{}: {word}", file.display(), number + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Only `src/rhai_ast/` names Rhai's internal AST types, `eval_statements_raw` or the
+/// runtime state; everything else reads and edits scripts through its API.
+#[test]
+fn rhai_internals_stay_in_rhai_ast() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = rhai_internals_outside_rhai_ast(&src);
+    assert!(
+        found.is_empty(),
+        "Rhai internals outside src/rhai_ast/ (use its API, or extend it):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check above can fail: a use of an internal item outside the module is found, with its
+/// file and line, and one inside it, in a comment or in a longer name is not.
+#[test]
+fn a_rhai_internal_outside_rhai_ast_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("rhai_ast")).unwrap();
+    std::fs::create_dir_all(dir.path().join("script")).unwrap();
+    std::fs::write(
+        dir.path().join("rhai_ast/mod.rs"),
+        "use rhai::{Expr, Stmt};\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script/check.rs"),
+        "// Stmt in a comment does not count\nuse rhai::{ASTNode, Engine};\nlet e: Expression = x;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("run.rs"),
+        "fn f() { engine.eval_statements_raw(g, c, s, b); }\n",
+    )
+    .unwrap();
+    let found = rhai_internals_outside_rhai_ast(dir.path());
+    let found: Vec<String> = found
+        .iter()
+        .map(|f| {
+            f.strip_prefix(&dir.path().display().to_string())
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "/run.rs:1: eval_statements_raw",
+            "/script/check.rs:2: ASTNode"
+        ]
+    );
 }
