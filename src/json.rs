@@ -1,18 +1,79 @@
-//! Canonical JSON (object keys sorted, no insignificant whitespace) and its SHA-256, used for
-//! call keys, receipts and their hashes.
+//! Canonical JSON in its two forms, and SHA-256.
+//!
+//! - **The key form** ([`key_json`]): object keys sorted by their UTF-8 bytes, numbers as
+//!   `serde_json` writes them (`3.0` stays `3.0`). It is what identifies a call: the read
+//!   ledger's and the repeat guard's keys, [`Call::args_key`](crate::dispatch::Call), the
+//!   journal's keys and whatever else the store keeps for a paused run to match on resume, and
+//!   the text of stored artifacts. It never changes: a run paused by an earlier version must
+//!   find its keys again. It was also the canonical form of receipt format 1, and still checks
+//!   those receipts.
+//! - **The receipt form** ([`jcs_sha256`]): RFC 8785, the JSON Canonicalization Scheme (keys
+//!   sorted by UTF-16 code units, numbers in ECMAScript's shortest form: `3.0` is `3`, `1e21` is
+//!   `1e+21`, `-0.0` is `0`), written by the `canon-json` crate straight into the hasher, with
+//!   one documented exception: an integer the value holds exactly (an `i64` or `u64`) is
+//!   written as its exact decimal digits. Within ±2^53 that is what JCS writes; beyond, JCS
+//!   would write the nearest double, which two different integers share, so two calls that
+//!   differ only there would get one digest. The digits keep the form injective and still a
+//!   JSON number. Receipt format 2 hashes with it, so that any JCS implementation recomputes a
+//!   receipt's hashes.
 
+use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Writes `value` as canonical JSON: object keys sorted, no insignificant whitespace.
+/// Writes `value` in the key form of canonical JSON: object keys sorted by their UTF-8 bytes,
+/// no insignificant whitespace, numbers as `serde_json` writes them.
+///
+/// This is the form that identifies a call and that the store of durable runs keeps: frozen,
+/// so that runs paused before an upgrade still match their keys on resume. Receipts hash
+/// [`jcs_sha256`] instead.
 ///
 /// Sorting is done here rather than relied on from `serde_json::Map`, whose order depends on a
 /// feature flag that any crate in the build may turn on.
-pub fn canonical(value: &Value) -> String {
+pub(crate) fn key_json(value: &Value) -> String {
     // Room for the usual call's arguments or result without growing the text several times.
     let mut out = String::with_capacity(64);
     write_canonical(value, &mut out);
     out
+}
+
+/// SHA-256, as lowercase hex, of `value` in the receipt form of canonical JSON: RFC 8785 (JCS),
+/// integers held exactly written as their exact digits (see the module's docs). The text is
+/// never built: the JCS formatter writes into the hasher.
+///
+/// Only for values whose map keys are strings (a [`Value`], a receipt): `canon-json` cannot
+/// write another key. A value JCS cannot write at all (a float that is not finite) gets
+/// `unhashable: ` and the reason instead of a digest, which no hash check accepts.
+pub(crate) fn jcs_sha256<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut hasher = Sha256::new();
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut hasher, canon_json::CanonicalFormatter::new());
+    match value.serialize(&mut serializer) {
+        Ok(()) => hex(&hasher.finalize()),
+        Err(e) => format!("unhashable: {e}"),
+    }
+}
+
+/// SHA-256, as lowercase hex, of `value` in the receipt form of canonical JSON: a receipt's
+/// `args_sha256` of its call's arguments, its `result_sha256` of the result.
+pub fn jcs_value_sha256(value: &Value) -> String {
+    jcs_sha256(value)
+}
+
+/// `value` in the receipt form of canonical JSON (RFC 8785, integers held exactly written as
+/// their exact digits; see the module's docs), as text.
+///
+/// # Errors
+///
+/// A `serde_json` error if the value cannot be written as JCS; a [`Value`] always can (its
+/// floats are finite, its keys strings).
+pub fn jcs(value: &Value) -> Result<String, serde_json::Error> {
+    let mut out = Vec::with_capacity(128);
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut out, canon_json::CanonicalFormatter::new());
+    value.serialize(&mut serializer)?;
+    // The formatter writes UTF-8 only; a failure here would be its bug, reported as an error.
+    String::from_utf8(out).map_err(|e| serde::ser::Error::custom(e.to_string()))
 }
 
 fn write_canonical(value: &Value, out: &mut String) {
@@ -63,7 +124,7 @@ fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out
 
 /// A JSON string: as it is between quotes when nothing in it needs escaping (the usual case
 /// for keys and identifiers), else escaped by serde_json.
-pub(crate) fn write_string(text: &str, out: &mut String) {
+fn write_string(text: &str, out: &mut String) {
     if is_plain(text.as_bytes()) {
         out.push('"');
         out.push_str(text);
@@ -100,16 +161,18 @@ fn is_plain(text: &[u8]) -> bool {
 
 /// SHA-256 of `text` (or of any bytes), as lowercase hex.
 pub(crate) fn sha256_hex(text: impl AsRef<[u8]>) -> String {
+    hex(&Sha256::digest(text.as_ref()))
+}
+
+/// A digest as lowercase hex.
+fn hex(digest: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(text.as_ref());
-    let mut hex = [0u8; 64];
-    for (pair, b) in hex.chunks_exact_mut(2).zip(digest) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0xf)];
+    let mut out = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
     }
-    std::str::from_utf8(&hex)
-        .expect("hex digits are ASCII")
-        .to_owned()
+    out
 }
 
 /// A duration in seconds as a person writes it: `60`, `0.5`.
@@ -149,14 +212,14 @@ mod tests {
     fn keys_are_sorted_at_every_depth() {
         let v = json!({"b": 1, "a": {"d": [1, {"z": null, "y": "s"}], "c": 2.5}});
         assert_eq!(
-            canonical(&v),
+            key_json(&v),
             r#"{"a":{"c":2.5,"d":[1,{"y":"s","z":null}]},"b":1}"#
         );
     }
 
     #[test]
     fn strings_are_escaped() {
-        assert_eq!(canonical(&json!({"k\"": "a\nb"})), r#"{"k\"":"a\nb"}"#);
+        assert_eq!(key_json(&json!({"k\"": "a\nb"})), r#"{"k\"":"a\nb"}"#);
         // The fast path for strings without escapes writes what serde_json writes.
         for text in [
             "plain",
@@ -169,7 +232,7 @@ mod tests {
             "q\"",
         ] {
             let value = Value::String(text.to_string());
-            assert_eq!(canonical(&value), value.to_string(), "{text:?}");
+            assert_eq!(key_json(&value), value.to_string(), "{text:?}");
         }
     }
 

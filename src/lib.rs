@@ -31,7 +31,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `error`, `json`, `sync`, `rhai_ast` | error kinds and errors; canonical JSON and SHA-256; locks that survive a panic; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
+//! | `error`, `json`, `sync`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
 //! | `store` | the embedded store of durable runs (SQLite): runs, their journals |
 //! | `policy` | result policies: the run's output bounded in tokens, artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
@@ -92,7 +92,7 @@ pub mod receipts {
     pub use crate::dispatch::{
         verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
     };
-    pub use crate::json::canonical as canonical_json;
+    pub use crate::json::{jcs as canonical_json, jcs_value_sha256 as canonical_sha256};
 }
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.

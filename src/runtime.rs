@@ -619,7 +619,7 @@ impl Runtime {
                 .get("tool")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let args = crate::json::canonical(pending.get("args").unwrap_or(&Value::Null));
+            let args = crate::json::key_json(pending.get("args").unwrap_or(&Value::Null));
             let decided = journal.decide(seq, tool, &args, |entry| match decision {
                 Decision::Approve => entry.state.approved = true,
                 Decision::Reject { reason } => {
@@ -792,7 +792,7 @@ impl Runtime {
             if execution.results.is_empty() {
                 return None;
             }
-            let hash = crate::json::sha256_hex(crate::json::canonical(value));
+            let hash = crate::json::sha256_hex(crate::json::key_json(value));
             execution.results.get(&hash).cloned()
         };
         let store = self.store.as_deref().filter(|_| journal.is_some());

@@ -53,7 +53,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
-use crate::json::{canonical, sha256_hex};
+use crate::json::{jcs_sha256, key_json};
 use crate::sync::lock;
 use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
 use breaker::{Admission, Health};
@@ -124,8 +124,9 @@ impl Speculation {
 pub(crate) struct Call {
     pub(crate) tool: String,
     pub(crate) args: Value,
-    /// Canonical JSON of `args`: the call's identity for the read ledger, the repeat guard and
-    /// the receipt, computed once.
+    /// `args` in the key form of canonical JSON ([`key_json`]): the call's identity for the
+    /// read ledger, the repeat guard and the journal, computed once. (The receipt hashes the
+    /// arguments in the receipt form instead.)
     pub(crate) args_key: Arc<str>,
     pub(crate) caller: Caller,
     /// For a non-read call of the script: its position among the script's non-read calls
@@ -139,7 +140,7 @@ impl Call {
     pub(crate) fn new(tool: impl Into<String>, args: Value, caller: Caller) -> Call {
         Call {
             tool: tool.into(),
-            args_key: canonical(&args).into(),
+            args_key: key_json(&args).into(),
             args,
             caller,
             seq: None,
@@ -217,7 +218,7 @@ impl InProgress {
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
-            args_sha256: sha256_hex(call.args_key.as_bytes()),
+            args_sha256: jcs_sha256(&call.args),
             started: ctx.elapsed(),
             attempts: 0,
             stage: Stage::Refused,
@@ -273,7 +274,7 @@ impl InProgress {
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
             args_sha256: std::mem::take(&mut self.args_sha256),
-            result_sha256: result.as_ref().ok().map(|v| sha256_hex(canonical(v))),
+            result_sha256: result.as_ref().ok().map(jcs_sha256),
             error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,

@@ -1,4 +1,26 @@
 //! Step 11: receipts, one per dispatch, chained by hash; and their verification.
+//!
+//! # Format
+//!
+//! A receipts file is JSON Lines, one receipt a line. A receipt's `hash` is the SHA-256 of the
+//! canonical JSON of every field the line has except `hash` itself — fields a later version
+//! adds included — and its `prev` is the previous line's `hash`. The canonical form depends on
+//! the receipt's version, `v`:
+//!
+//! - **2** (written now): RFC 8785, the JSON Canonicalization Scheme (keys sorted by UTF-16
+//!   code units, numbers in ECMAScript's shortest form), so that any JCS implementation
+//!   recomputes the hashes. `args_sha256` and `result_sha256` are digests of the arguments
+//!   and the result in the same form. One exception, for exactness: an integer beyond ±2^53
+//!   (where a double cannot hold every integer, and JCS would write the nearest double) is
+//!   written as its exact decimal digits, so that two calls whose arguments differ only there
+//!   never share a digest. Within ±2^53 the digits are what JCS writes; floats are always
+//!   written as JCS says.
+//! - **1** (written before): keys sorted by their UTF-8 bytes, numbers as `serde_json` writes
+//!   them (`3.0` stays `3.0`). Still verified, so that old files stay checkable.
+//!
+//! A chain may go from version 1 to version 2 (a run paused before the upgrade and resumed
+//! after it appends v2 receipts to its v1 file, the first `prev` being the last v1 `hash`),
+//! never back. The line itself need not be canonical: `verify` parses it and recomputes.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,12 +30,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::json::{canonical, sha256_hex, write_string};
+use crate::json::{jcs_sha256, key_json, sha256_hex};
 use crate::sync::lock;
 use crate::tool::Effect;
 
-/// The receipt format version.
-pub const RECEIPT_VERSION: u32 = 1;
+/// The receipt format version written: 2, RFC 8785 canonical JSON (see the module's docs).
+pub const RECEIPT_VERSION: u32 = 2;
+
+/// The first receipt format: its canonical JSON is the key form (UTF-8 key order,
+/// `serde_json`'s numbers). Verified, no longer written.
+const RECEIPT_VERSION_1: u32 = 1;
 
 /// Whether a call succeeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +53,10 @@ pub enum Status {
 }
 
 /// The record of one dispatch. Serialised as one line of a JSON Lines receipts file.
+///
+/// Its serde derive is the format's one definition: a line is the receipt written by it, and
+/// the text its `hash` covers is the receipt written by it through the JCS formatter while
+/// `hash` is empty (an empty `hash` is left out).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Receipt {
@@ -48,130 +78,68 @@ pub struct Receipt {
     pub speculative: bool,
     /// A speculative call later claimed by the executor.
     pub claimed: bool,
-    /// SHA-256 of the canonical JSON arguments.
+    /// SHA-256 of the arguments' canonical JSON (RFC 8785, exact integers).
     pub args_sha256: String,
-    /// SHA-256 of the canonical JSON result; `None` on error.
+    /// SHA-256 of the result's canonical JSON (RFC 8785, exact integers); `None` on error.
     pub result_sha256: Option<String>,
     /// Whether the call succeeded.
     pub status: Status,
     /// The error's kind, on error.
     pub error_kind: Option<String>,
     /// Start, in milliseconds from the run's start.
+    #[serde(serialize_with = "finite")]
     pub started_ms: f64,
     /// Duration in milliseconds, all attempts included.
+    #[serde(serialize_with = "finite")]
     pub duration_ms: f64,
     /// Attempts made (0 when the call was refused before its body ran).
     pub attempt: u32,
     /// The previous receipt's `hash`; `None` for the first.
     pub prev: Option<String>,
     /// SHA-256 of this receipt's canonical JSON without `hash`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub hash: String,
 }
 
+/// A float as JSON allows it: `null` when it is not finite (no duration is, but JCS would
+/// refuse the receipt whole).
+fn finite<S: serde::Serializer>(x: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    if x.is_finite() {
+        serializer.serialize_f64(*x)
+    } else {
+        serializer.serialize_none()
+    }
+}
+
 impl Receipt {
-    /// The hash this receipt should carry.
+    /// The hash this receipt should carry, in its own version's canonical form.
     pub fn compute_hash(&self) -> String {
-        let mut text = String::with_capacity(CANONICAL_CAPACITY);
-        self.write_canonical(false, &mut text);
-        sha256_hex(text)
-    }
-
-    /// Writes the receipt's canonical JSON — the text `canonical(&serde_json::to_value(self))`
-    /// gives — with its `hash` or without it (the text the hash covers). Written field by
-    /// field, in the sorted order of their names, because every call seals a receipt and
-    /// building a JSON map for it cost more than the rest of the call;
-    /// `tests::the_canonical_text_is_that_of_the_json_value` holds the two texts equal.
-    fn write_canonical(&self, with_hash: bool, out: &mut String) {
-        out.push_str("{\"args_sha256\":");
-        write_string(&self.args_sha256, out);
-        out.push_str(",\"attempt\":");
-        write_integer(u64::from(self.attempt), out);
-        out.push_str(",\"call_id\":");
-        write_integer(self.call_id, out);
-        out.push_str(",\"claimed\":");
-        out.push_str(if self.claimed { "true" } else { "false" });
-        out.push_str(",\"duration_ms\":");
-        write_float(self.duration_ms, out);
-        out.push_str(",\"effect\":");
-        write_string(self.effect.as_str(), out);
-        out.push_str(",\"error_kind\":");
-        write_optional_string(self.error_kind.as_deref(), out);
-        if with_hash {
-            out.push_str(",\"hash\":");
-            write_string(&self.hash, out);
+        let unsealed = Receipt {
+            hash: String::new(),
+            ..self.clone()
+        };
+        if self.v == RECEIPT_VERSION_1 {
+            match serde_json::to_value(&unsealed) {
+                Ok(value) => sha256_hex(key_json(&value)),
+                Err(e) => format!("unhashable: {e}"),
+            }
+        } else {
+            jcs_sha256(&unsealed)
         }
-        out.push_str(",\"parent\":");
-        match self.parent {
-            Some(parent) => write_integer(parent, out),
-            None => out.push_str("null"),
-        }
-        out.push_str(",\"prev\":");
-        write_optional_string(self.prev.as_deref(), out);
-        out.push_str(",\"result_sha256\":");
-        write_optional_string(self.result_sha256.as_deref(), out);
-        out.push_str(",\"run_id\":");
-        write_string(&self.run_id, out);
-        out.push_str(",\"seq\":");
-        write_integer(self.seq, out);
-        out.push_str(",\"speculative\":");
-        out.push_str(if self.speculative { "true" } else { "false" });
-        out.push_str(",\"started_ms\":");
-        write_float(self.started_ms, out);
-        out.push_str(",\"status\":");
-        out.push_str(match self.status {
-            Status::Ok => "\"ok\"",
-            Status::Error => "\"error\"",
-        });
-        out.push_str(",\"tool\":");
-        write_string(&self.tool, out);
-        out.push_str(",\"v\":");
-        write_integer(u64::from(self.v), out);
-        out.push('}');
     }
 }
 
-/// Room for a receipt's canonical JSON: three digests and the rest (about 450 bytes).
-const CANONICAL_CAPACITY: usize = 640;
-
-/// An integer's decimal digits, without the formatting machinery (five a receipt).
-fn write_integer(mut n: u64, out: &mut String) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&digits[start..]).expect("decimal digits are ASCII"));
-}
-
-/// A float as serde_json writes it: the shortest text that reads back the same, `null` when it
-/// is not finite.
-fn write_float(x: f64, out: &mut String) {
-    use std::fmt::Write;
-    match serde_json::Number::from_f64(x) {
-        Some(number) => {
-            let _ = write!(out, "{number}");
-        }
-        None => out.push_str("null"),
-    }
-}
-
-fn write_optional_string(text: Option<&str>, out: &mut String) {
-    match text {
-        Some(text) => write_string(text, out),
-        None => out.push_str("null"),
-    }
-}
-
-fn hash_without_field(value: &mut Value) -> String {
+/// The hash a receipts line should carry: the canonical JSON of its every field but `hash`, in
+/// the form of its version.
+fn hash_of_line(version: u32, value: &mut Value) -> String {
     if let Some(map) = value.as_object_mut() {
         map.remove("hash");
     }
-    sha256_hex(canonical(value))
+    if version == RECEIPT_VERSION_1 {
+        sha256_hex(key_json(value))
+    } else {
+        jcs_sha256(value)
+    }
 }
 
 /// The fields of a receipt that its call knows; the log adds position and chain.
@@ -218,9 +186,9 @@ struct Chain {
     sink: Option<Sink>,
     /// Why the sink failed, once it has: the run makes no further call.
     failed: Option<String>,
-    /// The buffer receipts are written into to be hashed and appended, reused from one to the
+    /// The buffer receipts' lines are written into to be appended, reused from one to the
     /// next.
-    text: String,
+    line: Vec<u8>,
 }
 
 /// Where receipts are appended as they become final.
@@ -392,33 +360,32 @@ impl ReceiptLog {
             },
             hash: String::new(),
         };
-        // The text the hash covers, then (with a sink) the receipt's line: one buffer, kept.
-        let mut text = std::mem::take(&mut chain.text);
-        text.clear();
-        receipt.write_canonical(false, &mut text);
-        receipt.hash = sha256_hex(&text);
+        // The hash covers the receipt as it is now, without a hash: written as JCS straight
+        // into the hasher.
+        receipt.hash = jcs_sha256(&receipt);
         if let Some(sink) = &mut chain.sink {
             use std::io::Write;
-            text.clear();
-            receipt.write_canonical(true, &mut text);
-            text.push('\n');
-            if let Err(e) = sink.file.write_all(text.as_bytes()) {
+            // The line, into a buffer kept from one receipt to the next.
+            let mut line = std::mem::take(&mut chain.line);
+            line.clear();
+            let written = write_line(&receipt, &mut line).and_then(|()| sink.file.write_all(&line));
+            if let Err(e) = written {
                 chain.failed = Some(format!("{}: {e}", sink.path.display()));
                 chain.sink = None;
                 self.broken.store(true, Ordering::SeqCst);
             }
+            chain.line = line;
         }
-        chain.text = text;
         chain.receipts.push(receipt);
     }
 }
 
-/// A receipt as one line of a receipts file.
-fn receipt_line(receipt: &Receipt) -> String {
-    let mut line = String::with_capacity(CANONICAL_CAPACITY);
-    receipt.write_canonical(true, &mut line);
-    line.push('\n');
-    line
+/// Appends `receipt` to `out` as one line of a receipts file: compact JSON, in the order of
+/// its fields (`v` first), which `verify` need not trust: it recomputes the canonical form.
+fn write_line(receipt: &Receipt, out: &mut Vec<u8>) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, receipt)?;
+    out.push(b'\n');
+    Ok(())
 }
 
 /// Microsecond precision is plenty, and keeps receipts short.
@@ -432,11 +399,15 @@ fn round_ms(ms: f64) -> f64 {
 ///
 /// [`Error::Io`] when the file cannot be written.
 pub fn write_receipts(path: &Path, receipts: &[Receipt]) -> Result<(), Error> {
-    let text: String = receipts.iter().map(receipt_line).collect();
-    std::fs::write(path, text).map_err(|source| Error::Io {
+    let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let mut text = Vec::with_capacity(receipts.len() * 512);
+    for receipt in receipts {
+        write_line(receipt, &mut text).map_err(io)?;
+    }
+    std::fs::write(path, text).map_err(io)
 }
 
 /// Checks every receipt's hash and the chain of a JSON Lines receipts file; returns how many
@@ -486,6 +457,8 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
     };
     let mut prev: Option<String> = None;
     let mut count = 0;
+    // The version of the last receipt: a chain may move from version 1 to 2, never back.
+    let mut version = RECEIPT_VERSION_1;
     for (i, line) in text.lines().enumerate() {
         let number = i + 1;
         if line.trim().is_empty() {
@@ -495,12 +468,22 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
             serde_json::from_str(line).map_err(|e| bad(number, format!("not JSON: {e}")))?;
         let receipt: Receipt = serde_json::from_value(value.clone())
             .map_err(|e| bad(number, format!("not a receipt: {e}")))?;
-        if receipt.v != RECEIPT_VERSION {
+        if receipt.v != RECEIPT_VERSION && receipt.v != RECEIPT_VERSION_1 {
             return Err(bad(
                 number,
                 format!("unknown receipt version {}", receipt.v),
             ));
         }
+        if receipt.v < version {
+            return Err(bad(
+                number,
+                format!(
+                    "a version {} receipt after a version {version} one: a chain only moves to newer versions",
+                    receipt.v
+                ),
+            ));
+        }
+        version = receipt.v;
         if receipt.prev != prev {
             return Err(bad(
                 number,
@@ -513,7 +496,7 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
                 format!("`seq` is {}, expected {count}", receipt.seq),
             ));
         }
-        if hash_without_field(&mut value) != receipt.hash {
+        if hash_of_line(receipt.v, &mut value) != receipt.hash {
             return Err(bad(
                 number,
                 "the hash does not match the receipt's contents".to_string(),
@@ -530,18 +513,20 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Receipts with every field at its edges: text needing escapes and beyond ASCII, absent
-    /// options, integers to `u64::MAX`, floats large, small, negative, zero and not finite.
+    /// Receipts with every field at its edges: text needing escapes and beyond ASCII (astral
+    /// too), absent options, integers to `u64::MAX`, floats large, small, integral, negative,
+    /// zero and not finite.
     fn any_receipt() -> impl Strategy<Value = Receipt> {
-        let text = || "[a-z0-9 \"\\\\\n\t\u{1}\u{7f}é✓]{0,12}";
+        let text = || "[a-z0-9 \"\\\\\n\t\u{1}\u{7f}é✓😀\u{ff61}]{0,12}";
         let float = || {
             prop_oneof![
-                any::<f64>(),
                 (0u64..10_000_000).prop_map(|us| us as f64 / 1000.0),
                 Just(0.0),
                 Just(-0.0),
+                Just(3.0),
                 Just(f64::NAN),
                 Just(f64::INFINITY),
+                Just(1e21),
                 Just(1e300),
                 Just(5e-324),
             ]
@@ -555,7 +540,7 @@ mod tests {
         let status = prop_oneof![Just(Status::Ok), Just(Status::Error)];
         (
             (
-                any::<u32>(),
+                prop_oneof![Just(RECEIPT_VERSION_1), Just(RECEIPT_VERSION)],
                 text(),
                 any::<u64>(),
                 any::<u64>(),
@@ -567,57 +552,210 @@ mod tests {
                 status,
                 proptest::option::of(text()),
             ),
-            (
-                float(),
-                float(),
-                any::<u32>(),
-                proptest::option::of(text()),
-                text(),
-            ),
+            (float(), float(), any::<u32>(), proptest::option::of(text())),
         )
             .prop_map(
                 |(
                     (v, run_id, seq, call_id, parent),
                     (tool, effect, speculative, claimed, args_sha256),
                     (result_sha256, status, error_kind),
-                    (started_ms, duration_ms, attempt, prev, hash),
-                )| Receipt {
-                    v,
-                    run_id,
-                    seq,
-                    call_id,
-                    parent,
-                    tool,
-                    effect,
-                    speculative,
-                    claimed,
-                    args_sha256,
-                    result_sha256,
-                    status,
-                    error_kind,
-                    started_ms,
-                    duration_ms,
-                    attempt,
-                    prev,
-                    hash,
+                    (started_ms, duration_ms, attempt, prev),
+                )| {
+                    let mut receipt = Receipt {
+                        v,
+                        run_id,
+                        seq,
+                        call_id,
+                        parent,
+                        tool,
+                        effect,
+                        speculative,
+                        claimed,
+                        args_sha256,
+                        result_sha256,
+                        status,
+                        error_kind,
+                        started_ms,
+                        duration_ms,
+                        attempt,
+                        prev,
+                        hash: String::new(),
+                    };
+                    receipt.hash = receipt.compute_hash();
+                    receipt
                 },
             )
     }
 
     proptest! {
-        /// The receipt's text, written field by field, is the canonical JSON of its serde
-        /// value, with its hash and without: hashes and receipts files are what they were when
-        /// receipts were written through a JSON value.
+        /// The hash a receipt is sealed with is the one `verify` recomputes from its line: the
+        /// line is the receipt, and the hash covers every field of it but `hash`, in its
+        /// version's form.
         #[test]
-        fn the_canonical_text_is_that_of_the_json_value(receipt in any_receipt()) {
-            let mut value = serde_json::to_value(&receipt).unwrap();
-            prop_assert_eq!(receipt_line(&receipt), canonical(&value) + "\n");
-            let mut text = String::new();
-            receipt.write_canonical(false, &mut text);
-            value.as_object_mut().unwrap().remove("hash");
-            prop_assert_eq!(&text, &canonical(&value));
-            prop_assert_eq!(receipt.compute_hash(), hash_without_field(&mut value));
+        fn the_line_gives_back_the_hash(receipt in any_receipt()) {
+            let mut line = Vec::new();
+            write_line(&receipt, &mut line).unwrap();
+            let mut value: Value = serde_json::from_slice(&line).unwrap();
+            prop_assert_eq!(value["hash"].as_str(), Some(receipt.hash.as_str()));
+            prop_assert_eq!(hash_of_line(receipt.v, &mut value), receipt.hash.clone());
+            prop_assert!(!receipt.hash.starts_with("unhashable"));
         }
+    }
+
+    /// A version 2 receipt is hashed as RFC 8785 writes it: keys in UTF-16 order, integral
+    /// floats without a fraction, `-0` as `0`; a version 1 receipt as it always was.
+    #[test]
+    fn version_2_hashes_the_jcs_text_and_version_1_the_old_one() {
+        let receipt = Receipt {
+            v: RECEIPT_VERSION,
+            run_id: "r".into(),
+            seq: 0,
+            call_id: 1,
+            parent: None,
+            tool: "t".into(),
+            effect: Effect::Read,
+            speculative: false,
+            claimed: false,
+            args_sha256: "a".into(),
+            result_sha256: None,
+            status: Status::Ok,
+            error_kind: None,
+            started_ms: -0.0,
+            duration_ms: 2.0,
+            attempt: 1,
+            prev: None,
+            hash: String::new(),
+        };
+        let jcs = r#"{"args_sha256":"a","attempt":1,"call_id":1,"claimed":false,"duration_ms":2,"effect":"read","error_kind":null,"parent":null,"prev":null,"result_sha256":null,"run_id":"r","seq":0,"speculative":false,"started_ms":0,"status":"ok","tool":"t","v":2}"#;
+        assert_eq!(receipt.compute_hash(), sha256_hex(jcs));
+        let old = Receipt {
+            v: RECEIPT_VERSION_1,
+            ..receipt
+        };
+        let v1 = jcs
+            .replace(r#""duration_ms":2"#, r#""duration_ms":2.0"#)
+            .replace(r#""started_ms":0"#, r#""started_ms":-0.0"#)
+            .replace(r#""v":2"#, r#""v":1"#);
+        assert_eq!(old.compute_hash(), sha256_hex(v1));
+    }
+
+    /// Two receipts written by version 1 (hashes recomputed by an independent tool, Python's
+    /// `json.dumps(sort_keys=True)`, in the old form: the first has integral floats, whose text
+    /// differs from JCS).
+    fn v1_file() -> String {
+        format!("{V1_LINE_0}\n{V1_LINE_1}\n")
+    }
+    const V1_LINE_0: &str = r#"{"args_sha256":"a22883e93273fa52419f3f34bb7e1125f2cd14a1f32561e419adc15324916c4b","attempt":1,"call_id":1,"claimed":false,"duration_ms":2.0,"effect":"read","error_kind":null,"hash":"e00ae1f09c95c6f52fa447f40d4c44fe330bd6dbc0f12f8e035b90135de57fa1","parent":null,"prev":null,"result_sha256":"caf236577ecdbea155962bde3647d9e111f4e321a55ba5cee7b4c734a7eb666b","run_id":"239aa3396eb6c00a","seq":0,"speculative":false,"started_ms":0.0,"status":"ok","tool":"get_customer","v":1}"#;
+    const V1_LINE_1: &str = r#"{"args_sha256":"afee4cb27e6633b28d2f1d46d22157a1a1c9e9fe36e2056d771090d5b54be844","attempt":1,"call_id":2,"claimed":false,"duration_ms":38.614,"effect":"read","error_kind":null,"hash":"c692f36eaabb13e35163f2d336b410d7cf0a5a19666a7b9c56fcdcfc268f0277","parent":null,"prev":"e00ae1f09c95c6f52fa447f40d4c44fe330bd6dbc0f12f8e035b90135de57fa1","result_sha256":"daf5e00b733f7abc74fe3c39e029a01a8cefa447a36e3a4394730bc2fb53461f","run_id":"239aa3396eb6c00a","seq":1,"speculative":false,"started_ms":30.527,"status":"ok","tool":"list_orders","v":1}"#;
+
+    fn file_of(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+        let path = dir.path().join("r.jsonl");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn first_bad_line(path: &Path) -> (usize, String) {
+        match verify_receipts(path) {
+            Err(Error::Receipt { line, message, .. }) => (line, message),
+            other => panic!("expected a bad receipt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_version_1_file_still_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file_of(&dir, &v1_file());
+        assert_eq!(verify_receipts(&path).unwrap(), 2);
+        // Its first line's hash is not that of its JCS text: the old form is what checks it.
+        let mut first: Value = serde_json::from_str(V1_LINE_0).unwrap();
+        let hash = first["hash"].as_str().unwrap().to_owned();
+        assert_ne!(hash_of_line(RECEIPT_VERSION, &mut first), hash);
+        // A tampered version 1 line is named.
+        let path = file_of(&dir, &v1_file().replace("\"attempt\":1", "\"attempt\":2"));
+        let (line, message) = first_bad_line(&path);
+        assert_eq!(line, 1);
+        assert!(message.contains("hash"), "{message}");
+    }
+
+    /// A run resumed onto a version 1 file appends version 2 receipts chained to its last one;
+    /// `verify` follows the chain across the versions, and names a tampered line on either side.
+    #[test]
+    fn a_version_1_chain_goes_on_in_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file_of(&dir, &v1_file());
+        let log = ReceiptLog::new("resumed".into(), Some(Sink::append(&path).unwrap()));
+        log.append(draft(7));
+        log.append(draft(8));
+        let receipts = log.take();
+        assert!(log.failure().is_none());
+        let last_v1: Value = serde_json::from_str(V1_LINE_1).unwrap();
+        assert_eq!(receipts[0].prev.as_deref(), last_v1["hash"].as_str());
+        assert_eq!((receipts[0].v, receipts[0].seq), (RECEIPT_VERSION, 2));
+        assert_eq!(verify_receipts(&path).unwrap(), 4);
+        assert_eq!(verify_receipts_to(&path, &receipts[1].hash).unwrap(), 4);
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (at, from, to) in [
+            (1, "\"attempt\":1", "\"attempt\":3"),
+            (3, "\"call_id\":7", "\"call_id\":9"),
+            (4, "\"duration_ms\":2.0", "\"duration_ms\":2.5"),
+        ] {
+            let mut tampered = lines.clone();
+            let changed = tampered[at - 1].replacen(from, to, 1);
+            assert_ne!(changed, tampered[at - 1], "{from} is in line {at}");
+            tampered[at - 1] = &changed;
+            let path = file_of(&dir, &(tampered.join("\n") + "\n"));
+            let (line, message) = first_bad_line(&path);
+            assert_eq!(line, at, "{message}");
+            assert!(message.contains("hash"), "{message}");
+        }
+
+        // A chain never goes back from version 2 to version 1, even with every hash right.
+        let log = ReceiptLog::new("run".into(), None);
+        log.append(draft(1));
+        let newer = log.take().remove(0);
+        let mut older = Receipt {
+            v: RECEIPT_VERSION_1,
+            seq: 1,
+            prev: Some(newer.hash.clone()),
+            ..newer.clone()
+        };
+        older.hash = older.compute_hash();
+        let path = dir.path().join("back.jsonl");
+        write_receipts(&path, &[newer, older]).unwrap();
+        let (line, message) = first_bad_line(&path);
+        assert_eq!(line, 2);
+        assert!(
+            message.contains("version 1 receipt after a version 2"),
+            "{message}"
+        );
+    }
+
+    /// Fields a later version adds are covered by the hash: `verify` recomputes over every field
+    /// of the line but `hash`, and changing an unknown field breaks the hash.
+    #[test]
+    fn fields_this_version_does_not_know_are_covered_by_the_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReceiptLog::new("run".into(), None);
+        log.append(draft(1));
+        let receipt = log.take().remove(0);
+        let mut value = serde_json::to_value(&receipt).unwrap();
+        value["cached"] = Value::Bool(true);
+        value["ünknown"] = serde_json::json!({"😀": 1, "\u{ff61}": [1.0, 1e21]});
+        let hash = {
+            let mut body = value.clone();
+            hash_of_line(RECEIPT_VERSION, &mut body)
+        };
+        assert_ne!(hash, receipt.hash, "the new fields are hashed");
+        value["hash"] = Value::String(hash);
+        let path = file_of(&dir, &format!("{value}\n"));
+        assert_eq!(verify_receipts(&path).unwrap(), 1);
+        value["cached"] = Value::Bool(false);
+        let path = file_of(&dir, &format!("{value}\n"));
+        let (line, message) = first_bad_line(&path);
+        assert_eq!(line, 1);
+        assert!(message.contains("hash"), "{message}");
     }
 
     fn draft(call_id: u64) -> Draft {

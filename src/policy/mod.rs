@@ -23,7 +23,7 @@ pub(crate) use tokens::{count, fits};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::json::{canonical, sha256_hex};
+use crate::json::{key_json, sha256_hex};
 use crate::store::Store;
 
 /// What happens to a result that does not fit in a run's output.
@@ -124,12 +124,12 @@ impl<'a> Bounder<'a> {
         error: Option<Value>,
     ) -> Result<Bounded, Unbounded> {
         // A token is at least a byte: output that fits in bytes is not counted.
-        let value_text = value.map(|(v, _, _)| canonical(v));
+        let value_text = value.map(|(v, _, _)| key_json(v));
         let logs_value = json!(logs);
-        let logs_text = canonical(&logs_value);
+        let logs_text = key_json(&logs_value);
         let bytes = value_text.as_ref().map_or(0, String::len)
             + logs_text.len()
-            + error.as_ref().map_or(0, |e| canonical(e).len());
+            + error.as_ref().map_or(0, |e| key_json(e).len());
         if bytes <= self.budget {
             return Ok(Bounded {
                 value: value.map(|(v, _, _)| v.clone()),
@@ -139,7 +139,7 @@ impl<'a> Bounder<'a> {
             });
         }
         let error = error.map(|e| self.bound_error(e));
-        let used = error.as_ref().map_or(0, |e| count(&canonical(e)));
+        let used = error.as_ref().map_or(0, |e| count(&key_json(e)));
         let rest = self.budget.saturating_sub(used);
         let value_tokens = value_text.as_deref().map_or(0, count);
         let logs_tokens = count(&logs_text);
@@ -174,7 +174,7 @@ impl<'a> Bounder<'a> {
     /// an artifact).
     fn bound_error(&mut self, mut error: Value) -> Value {
         let cap = self.budget / 3;
-        if fits(&canonical(&error), cap) {
+        if fits(&key_json(&error), cap) {
             return error;
         }
         let message = error["message"].as_str().unwrap_or_default().to_string();
@@ -186,7 +186,7 @@ impl<'a> Bounder<'a> {
                 message.chars().count(),
                 kept.short()
             ));
-            if fits(&canonical(&error), cap) || head.is_empty() {
+            if fits(&key_json(&error), cap) || head.is_empty() {
                 return error;
             }
             let keep = head.chars().count() * 3 / 4;
@@ -208,7 +208,7 @@ impl<'a> Bounder<'a> {
                 kept.where_()
             ));
             out.extend_from_slice(&logs[logs.len() - tail..]);
-            if fits(&canonical(&json!(out)), cap) || head + tail == 0 {
+            if fits(&key_json(&json!(out)), cap) || head + tail == 0 {
                 return out;
             }
             head /= 2;
@@ -264,11 +264,11 @@ impl<'a> Bounder<'a> {
             ResultPolicy::Page => kept.first.clone().and_then(|first| {
                 let field = if first.is_array() { "items" } else { "text" };
                 let page = with(vec![("page", json!(0)), (field, first)]);
-                fits(&canonical(&page), cap).then_some(page)
+                fits(&key_json(&page), cap).then_some(page)
             }),
             _ => summaries(value)
                 .map(|summary| with(vec![("summary", summary)]))
-                .find(|envelope| fits(&canonical(envelope), cap)),
+                .find(|envelope| fits(&key_json(envelope), cap)),
         };
         Ok(filled.unwrap_or(Value::Object(bare)))
     }
@@ -282,7 +282,7 @@ impl<'a> Bounder<'a> {
         policy: ResultPolicy,
         cap: usize,
     ) -> Kept {
-        let text = canonical(value);
+        let text = key_json(value);
         let sha256 = sha256_hex(&text);
         // The id is the hash's first half: content-addressed, and shorter in the output.
         let id = sha256[..32].to_string();
@@ -400,7 +400,7 @@ pub(crate) fn pages(value: &Value, page_tokens: usize) -> Vec<Value> {
     }
     let text = match value {
         Value::String(s) => s.clone(),
-        other => canonical(other),
+        other => key_json(other),
     };
     text_pages(&text, page_tokens)
 }
@@ -410,7 +410,7 @@ fn item_pages(items: &[Value], page_tokens: usize) -> Option<Vec<Value>> {
     let mut pages = Vec::new();
     let (mut page, mut tokens): (Vec<Value>, usize) = (Vec::new(), 2);
     for item in items {
-        let t = count(&canonical(item)) + 1;
+        let t = count(&key_json(item)) + 1;
         if t + 2 > page_tokens {
             return None;
         }
@@ -429,7 +429,7 @@ fn item_pages(items: &[Value], page_tokens: usize) -> Option<Vec<Value>> {
     let mut checked = Vec::with_capacity(pages.len());
     pages.reverse();
     while let Some(page) = pages.pop() {
-        if page.len() > 1 && !fits(&canonical(&json!(page)), page_tokens) {
+        if page.len() > 1 && !fits(&key_json(&json!(page)), page_tokens) {
             let (a, b) = page.split_at(page.len() / 2);
             pages.push(b.to_vec());
             pages.push(a.to_vec());
@@ -450,7 +450,7 @@ fn text_pages(text: &str, page_tokens: usize) -> Vec<Value> {
         loop {
             let page: String = chars[start..start + len].iter().collect();
             let as_json = Value::String(page);
-            if len <= 1 || fits(&canonical(&as_json), page_tokens) {
+            if len <= 1 || fits(&key_json(&as_json), page_tokens) {
                 pages.push(as_json);
                 break;
             }
@@ -606,13 +606,13 @@ mod tests {
             .collect();
         assert_eq!(Value::Array(joined), array);
         for page in &pages {
-            assert!(count(&canonical(page)) <= 100);
+            assert!(count(&key_json(page)) <= 100);
         }
         let text = "é word ".repeat(3000);
         let pages = super::pages(&json!(text), 150);
         let joined: String = pages.iter().map(|p| p.as_str().unwrap()).collect();
         assert_eq!(joined, text);
-        assert!(pages.iter().all(|p| count(&canonical(p)) <= 150));
+        assert!(pages.iter().all(|p| count(&key_json(p)) <= 150));
     }
 
     #[test]

@@ -145,7 +145,7 @@ impl Executor {
         };
         // A tool with a result policy of its own: the run's output knows its results by hash.
         if let (Some(name), Ok(value)) = (name, &*result) {
-            let hash = crate::json::sha256_hex(crate::json::canonical(value));
+            let hash = crate::json::sha256_hex(crate::json::key_json(value));
             lock(&self.results).insert(hash, (policy, name));
         }
         result

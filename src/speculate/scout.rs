@@ -20,7 +20,7 @@ use super::placeholder::{self, resolve_deep, PassLog, Placeholder, Resolution};
 use crate::dispatch::{dispatch, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
-use crate::json::canonical;
+use crate::json::key_json;
 use crate::ledger::{Cell, Launch, ReadKey, RunLedger};
 use crate::sync::lock;
 use crate::tool::Effect;
@@ -387,7 +387,7 @@ impl Scout {
         let Resolution::Ready(args) = resolve_deep(args, log) else {
             return Err(stop(state, End::Stopped));
         };
-        if record.tool != tool || record.args != canonical(&args) {
+        if record.tool != tool || record.args != key_json(&args) {
             return Err(stop(state, End::Stopped));
         }
         state.writes += 1;
@@ -405,7 +405,7 @@ impl Scout {
         let key = ReadKey {
             epoch,
             tool: Arc::from(tool),
-            args: canonical(&args).into(),
+            args: key_json(&args).into(),
         };
         match self.ledger.launch(&key) {
             Launch::Existing(cell) => Some(cell),

@@ -869,7 +869,7 @@ fn run_receipts_writes_a_hash_chain_that_verify_accepts() {
     let run_id = lines[0]["run_id"].clone();
     let mut prev = Value::Null;
     for (i, r) in lines.iter().enumerate() {
-        assert_eq!(r["v"], json!(1), "{r}");
+        assert_eq!(r["v"], json!(2), "{r}");
         assert_eq!(r["seq"], json!(i), "{r}");
         assert_eq!(r["run_id"], run_id, "{r}");
         assert_eq!(r["prev"], prev, "the chain links line {}", i + 1);

@@ -830,3 +830,56 @@ async fn a_resumed_run_continues_its_receipt_chain() {
         "the read the journal answered has no second receipt"
     );
 }
+
+/// A run paused by a version that wrote receipt format 1 resumes onto its file in format 2:
+/// the chain goes on from the last v1 receipt, and `verify` follows it across the versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_paused_with_version_1_receipts_goes_on_in_version_2() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let file = dir.path().join("receipts.jsonl");
+    let paused = runtime
+        .run_with(REFUND, RunOptions::default().receipts(&file).unwrap())
+        .await;
+    // The file as format 1 wrote it: `v` 1, each hash the SHA-256 of the receipt's JSON with
+    // keys sorted by their bytes and serde_json's numbers (serde_json's sorted map gives it).
+    let mut prev = Value::Null;
+    let mut v1 = String::new();
+    for line in std::fs::read_to_string(&file).unwrap().lines() {
+        let mut receipt: Value = serde_json::from_str(line).unwrap();
+        let object = receipt.as_object_mut().unwrap();
+        object.remove("hash");
+        object.insert("v".into(), json!(1));
+        object.insert("prev".into(), prev);
+        // An integral float, whose text (`2.0`) is not JCS's (`2`): format 1 checks it.
+        object.insert("duration_ms".into(), json!(2.0));
+        let hash = crate::support::sha256(&serde_json::to_string(&receipt).unwrap());
+        receipt["hash"] = json!(hash);
+        v1 += &(serde_json::to_string(&receipt).unwrap() + "\n");
+        prev = json!(hash);
+    }
+    std::fs::write(&file, v1).unwrap();
+    let first = toolscript::receipts::verify_receipts(&file).unwrap();
+    assert_eq!(first, paused.receipts.len());
+
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default().append_receipts(&file).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert!(!done.receipts.is_empty());
+    assert_eq!(done.receipts[0].v, toolscript::receipts::RECEIPT_VERSION);
+    assert_eq!(
+        done.receipts[0].prev.as_ref(),
+        prev.as_str().map(String::from).as_ref()
+    );
+    let head = done.receipts.last().unwrap().hash.clone();
+    assert_eq!(
+        toolscript::receipts::verify_receipts_to(&file, &head).unwrap(),
+        first + done.receipts.len()
+    );
+}

@@ -22,6 +22,7 @@ mod fuzz;
 mod hardening;
 #[cfg(feature = "cli")]
 mod inputs;
+mod jcs;
 mod layering;
 mod limits;
 #[cfg(feature = "cli")]

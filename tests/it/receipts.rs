@@ -1,7 +1,9 @@
 //! Receipts: one per dispatch, hash-chained, verifiable; tampering is caught at the first bad line.
 
 use serde_json::{json, Value};
-use toolscript::receipts::{canonical_json, verify_receipts, write_receipts, Status};
+use toolscript::receipts::{
+    canonical_json, canonical_sha256, verify_receipts, write_receipts, Status, RECEIPT_VERSION,
+};
 use toolscript::{Effect, Error, Mode};
 
 use crate::support::{fixture_runtime, run_in, sha256, Probe};
@@ -26,7 +28,7 @@ async fn one_receipt_per_dispatch_chained_by_hash() {
     assert_eq!(receipts[0].effect, Effect::Read);
     assert_eq!(receipts[1].effect, Effect::Write);
     for (i, r) in receipts.iter().enumerate() {
-        assert_eq!(r.v, 1);
+        assert_eq!(r.v, RECEIPT_VERSION);
         assert_eq!(r.seq, i as u64);
         assert_eq!(r.run_id, outcome.run_id);
         assert_eq!(r.parent, None);
@@ -42,9 +44,9 @@ async fn one_receipt_per_dispatch_chained_by_hash() {
     assert_eq!(receipts[0].args_sha256, sha256(r#"{"id":3}"#));
     assert_eq!(
         receipts[0].result_sha256,
-        Some(sha256(&canonical_json(
+        Some(canonical_sha256(
             &json!({"id": 3, "name": "user3", "active": false})
-        )))
+        ))
     );
     assert_eq!(receipts[0].status, Status::Ok);
     assert_eq!(receipts[0].attempt, 1);
@@ -70,7 +72,10 @@ fn write_and_read(
 }
 
 fn rewrite(path: &std::path::Path, lines: &[Value]) {
-    let text: String = lines.iter().map(|l| canonical_json(l) + "\n").collect();
+    let text: String = lines
+        .iter()
+        .map(|l| canonical_json(l).unwrap() + "\n")
+        .collect();
     std::fs::write(path, text).unwrap();
 }
 
@@ -103,7 +108,7 @@ async fn verify_accepts_a_run_and_names_the_first_tampered_line() {
     tampered[1]["tool"] = json!("create_order");
     let mut object = tampered[1].as_object().unwrap().clone();
     object.remove("hash");
-    tampered[1]["hash"] = json!(sha256(&canonical_json(&Value::Object(object))));
+    tampered[1]["hash"] = json!(sha256(&canonical_json(&Value::Object(object)).unwrap()));
     rewrite(&path, &tampered);
     let (line, message) = first_bad_line(&path);
     assert_eq!(line, 3);

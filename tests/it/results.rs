@@ -9,13 +9,19 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use toolscript::receipts::canonical_json as canonical;
 use toolscript::{
     artifact_page, artifact_pages, Effect, Limits, Registry, ResultPolicy, RunOptions, RunOutcome,
     Runtime, Store, Tool,
 };
 
 use crate::support::sha256;
+
+/// `value` in the form artifacts are stored in (canonical JSON's key form: keys sorted by their
+/// bytes, numbers as serde_json writes them), which serde_json's sorted map gives for the plain
+/// values these tests store.
+fn canonical(value: &Value) -> String {
+    serde_json::to_string(value).unwrap()
+}
 
 fn tokens(value: &Value) -> usize {
     tiktoken_rs::o200k_base_singleton()

@@ -9,7 +9,7 @@ use serde_json::json;
 use toolscript::bench::observable;
 use toolscript::{Effect, Limits, Mode, Registry, Runtime, SpeculationLimits, Tool};
 
-use crate::support::{fixture_tools, run_in, sha256, value_of, Probe};
+use crate::support::{fixture_tools, run_in, value_of, Probe};
 
 /// Finishes `builder` with a body that takes `ms`, echoes its arguments and counts its calls.
 fn counted(builder: toolscript::ToolBuilder, ms: u64) -> (Tool, Arc<AtomicUsize>) {
@@ -99,7 +99,7 @@ async fn reads_after_a_write_start_only_once_it_completed() {
     assert_eq!(value_of(&outcome), &json!([2, 3, 4, 5, 6]));
     let save = outcome.receipts.iter().find(|r| r.tool == "save").unwrap();
     let save_end = save.started_ms + save.duration_ms;
-    let first = sha256(&toolscript::receipts::canonical_json(&json!({"id": 1})));
+    let first = toolscript::receipts::canonical_sha256(&json!({"id": 1}));
     let after: Vec<_> = outcome
         .receipts
         .iter()
@@ -437,7 +437,7 @@ noted
     // Ticket 8, read after the last write, and its order: the order's argument was guessed
     // from ticket 8's read before the write, so both started together.
     let used_after = |tool: &str, args: serde_json::Value| {
-        let hash = sha256(&toolscript::receipts::canonical_json(&args));
+        let hash = toolscript::receipts::canonical_sha256(&args);
         outcome
             .receipts
             .iter()
