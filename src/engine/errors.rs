@@ -118,7 +118,7 @@ pub(crate) fn thrown_error(value: &Dynamic) -> Thrown {
     };
     // A caught limit error thrown again keeps its limit as data, and its message as it was
     // before the library named the limit in it.
-    let limit = limit_of(&*map);
+    let limit = limit_of(&map);
     let message = match &limit {
         Some(limit) => message
             .strip_suffix(limit.named_in_message().as_str())
