@@ -237,10 +237,6 @@ const CASE: Case = Case {
     not_stderr: &[],
 };
 
-/// The message every limit reached on the command line ends with, naming its flag.
-const RAISE_MAX_CALLS: &str =
-    "(max_calls; raise it with --max-calls or `max_calls` in a manifest's [limits])";
-
 const DEMO_VALUE: &str = r#"{"refunded": [{"ticket": 8, "customer": "Hugo Lindqvist", "cents": 719}], "escalated": [9, 5, 4, 1]}"#;
 
 const DEMO_NAMES: &str = r#"["get_customer", "list_orders", "get_order", "list_open_tickets", "get_ticket", "refund_policy", "list_refunds", "issue_refund", "add_ticket_note", "close_ticket", "send_email", "customer_overview", "refund_and_close"]"#;
