@@ -65,7 +65,9 @@ pub fn declared_best_ms(source: &str) -> Option<f64> {
     })
 }
 
-/// The observable result of a run (DESIGN.md section 4), for comparing two runs.
+/// The observable result of a run, for comparing two runs: its value or error, its logs and
+/// its effects, in order. This is what speculation must keep the same as a sequential run
+/// (ARCHITECTURE.md, "Invariants").
 pub fn observable(outcome: &RunOutcome) -> Value {
     let result = match &outcome.result {
         Ok(value) => json!({"value": value}),

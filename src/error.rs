@@ -14,24 +14,26 @@ macro_rules! error_kinds {
         /// The breaker counts only the kinds that say a tool is unhealthy
         /// ([`ErrorKind::counts_as_failure`]); the caller's own mistakes (`invalid_input`,
         /// `not_found`, ...) never open it.
-        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum ErrorKind {
             $($(#[doc = $doc])* $variant,)*
             /// A kind named by a tool itself (`throw #{kind: "rate_limited", ...}` in a script
-            /// tool).
-            Custom(String),
+            /// tool). Its name is on the error ([`ToolError::kind_name`]), so that the kind stays
+            /// a plain value every failed call can copy.
+            Custom,
         }
 
         impl ErrorKind {
             /// Every kind the runtime itself names, in declaration order.
             pub(crate) const BUILT_IN: &'static [ErrorKind] = &[$(ErrorKind::$variant,)*];
 
-            /// The stable string for this kind.
-            pub fn as_str(&self) -> &str {
+            /// The stable string for this kind; `custom` for [`ErrorKind::Custom`], whose own
+            /// name is on its error.
+            pub fn as_str(&self) -> &'static str {
                 match self {
                     $(ErrorKind::$variant => $text,)*
-                    ErrorKind::Custom(kind) => kind,
+                    ErrorKind::Custom => "custom",
                 }
             }
         }
@@ -85,18 +87,20 @@ error_kinds! {
 }
 
 impl ErrorKind {
-    /// Parses a kind string; an unknown but well-formed one becomes [`ErrorKind::Custom`].
+    /// Parses a kind string; an unknown but well-formed one is [`ErrorKind::Custom`] (whose
+    /// name [`ToolError::with_kind_name`] keeps).
     ///
-    /// Returns `None` for a string that is not a lowercase identifier (`^[a-z][a-z0-9_]*$`).
+    /// Returns `None` for a string that is not a lowercase identifier (`^[a-z][a-z0-9_]*$`) of
+    /// at most 64 bytes.
     pub fn parse(kind: &str) -> Option<ErrorKind> {
         if let Some(k) = ErrorKind::BUILT_IN.iter().find(|k| k.as_str() == kind) {
-            return Some(k.clone());
+            return Some(*k);
         }
         let mut chars = kind.chars();
         let well_formed = chars.next().is_some_and(|c| c.is_ascii_lowercase())
             && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
             && kind.len() <= 64;
-        well_formed.then(|| ErrorKind::Custom(kind.to_string()))
+        well_formed.then_some(ErrorKind::Custom)
     }
 
     /// Whether this outcome counts as a failure of the tool for its circuit breaker.
@@ -166,6 +170,40 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// A limit a run reached: which one, and the value it had. The library's words name the
+/// [`Limits`](crate::Limits) field; a front end words it in its own terms ([`RunError::to_json_naming`]):
+/// the command line as a flag (`--max-calls`), the MCP server as the key of its manifest.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LimitReached {
+    /// The limit's key, one of [`Limits::KEYS`](crate::Limits::KEYS) (`max_calls`,
+    /// `timeout_s`, ...).
+    pub key: &'static str,
+    /// The value the run had for it (seconds for `timeout_s`).
+    pub value: f64,
+}
+
+impl LimitReached {
+    /// The field of [`Limits`](crate::Limits) that holds this limit: the key, but `timeout`
+    /// for `timeout_s`.
+    pub fn field(&self) -> &'static str {
+        match self.key {
+            "timeout_s" => "timeout",
+            key => key,
+        }
+    }
+
+    /// The library's own name for the limit: `Limits::max_calls`.
+    fn library_name(&self) -> String {
+        format!("Limits::{}", self.field())
+    }
+
+    /// What the library adds to an error's message to name the limit: ` (Limits::max_calls)`.
+    pub(crate) fn named_in_message(&self) -> String {
+        format!(" ({})", self.library_name())
+    }
+}
+
 /// The error of one tool call: what a tool body returns, and what a script catches.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolError {
@@ -179,10 +217,18 @@ pub struct ToolError {
     pub recoverable: bool,
     /// A hint for the model's next step.
     pub suggested_next_action: Option<String>,
+    /// The limit the run reached, for the `budget_exceeded` and `limit_exceeded` errors the
+    /// runtime raises: data, so that each front end can say how to raise it.
+    pub limit: Option<LimitReached>,
+    /// The name of an [`ErrorKind::Custom`] kind; `None` for every other kind. Kept beside the
+    /// kind, so that only a tool's own kind costs an allocation.
+    pub(crate) custom_kind: Option<Box<str>>,
 }
 
 impl ToolError {
-    /// A new error of `kind` with the kind's default recoverability and hint.
+    /// A new error of `kind` with the kind's default recoverability and hint. A
+    /// [`ErrorKind::Custom`] kind made here is named `custom`; [`ToolError::with_kind_name`]
+    /// names one.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> ToolError {
         ToolError {
             recoverable: kind.default_recoverable(),
@@ -190,7 +236,58 @@ impl ToolError {
             kind,
             message: message.into(),
             tool: None,
+            limit: None,
+            custom_kind: None,
         }
+    }
+
+    /// A new error whose kind is given by its string: a built-in kind, or a tool's own
+    /// (`rate_limited`).
+    ///
+    /// Returns `None` for a kind that is not a lowercase identifier (see [`ErrorKind::parse`]).
+    pub fn with_kind_name(kind: &str, message: impl Into<String>) -> Option<ToolError> {
+        let parsed = ErrorKind::parse(kind)?;
+        let mut error = ToolError::new(parsed, message);
+        if parsed == ErrorKind::Custom {
+            error.custom_kind = Some(kind.into());
+        }
+        Some(error)
+    }
+
+    /// A `budget_exceeded` or `limit_exceeded` error of the run's `limit`: `message` says what
+    /// the run may do, without naming the limit (each front end names it its way).
+    pub(crate) fn limit(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        limit: LimitReached,
+    ) -> ToolError {
+        ToolError {
+            limit: Some(limit),
+            ..ToolError::new(kind, message)
+        }
+    }
+
+    /// The kind's stable string, as scripts (`e.kind`), JSON and receipts show it: a tool's own
+    /// kind by its name.
+    pub fn kind_name(&self) -> &str {
+        match &self.custom_kind {
+            Some(name) if self.kind == ErrorKind::Custom => name,
+            _ => self.kind.as_str(),
+        }
+    }
+
+    /// The message, with the limit the run reached (if any) named by `name`.
+    pub fn message_naming(&self, name: impl Fn(&LimitReached) -> String) -> String {
+        match &self.limit {
+            Some(limit) => format!("{} ({})", self.message, name(limit)),
+            None => self.message.clone(),
+        }
+    }
+
+    /// The message in the library's words: a limit is named as its [`Limits`](crate::Limits)
+    /// field.
+    pub(crate) fn full_message(&self) -> String {
+        self.message_naming(LimitReached::library_name)
     }
 
     /// `not_found`, for a tool body.
@@ -236,8 +333,14 @@ impl ToolError {
 impl fmt::Display for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.tool {
-            Some(tool) => write!(f, "{} in `{}`: {}", self.kind, tool, self.message),
-            None => write!(f, "{}: {}", self.kind, self.message),
+            Some(tool) => write!(
+                f,
+                "{} in `{}`: {}",
+                self.kind_name(),
+                tool,
+                self.full_message()
+            ),
+            None => write!(f, "{}: {}", self.kind_name(), self.full_message()),
         }
     }
 }
@@ -248,20 +351,28 @@ impl std::error::Error for ToolError {}
 /// with the position of the call site or statement where it happened.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunError {
-    /// What went wrong.
-    pub kind: ErrorKind,
-    /// A sentence for the model that wrote the script.
-    pub message: String,
-    /// The tool whose call failed, when a tool call failed.
-    pub tool: Option<String>,
+    /// What went wrong: the tool's error, or the script's own in the same shape.
+    pub error: ToolError,
     /// 1-based line of the failing call or statement, where known.
     pub line: Option<usize>,
     /// 1-based column of the failing call or statement, where known.
     pub column: Option<usize>,
-    /// Whether running the same script again may succeed.
-    pub recoverable: bool,
-    /// A hint for the model's next step.
-    pub suggested_next_action: Option<String>,
+}
+
+impl std::ops::Deref for RunError {
+    type Target = ToolError;
+
+    /// A run's error reads as the tool error it holds (`e.kind`, `e.message`), with a
+    /// position besides.
+    fn deref(&self) -> &ToolError {
+        &self.error
+    }
+}
+
+impl std::ops::DerefMut for RunError {
+    fn deref_mut(&mut self) -> &mut ToolError {
+        &mut self.error
+    }
 }
 
 impl RunError {
@@ -269,36 +380,40 @@ impl RunError {
         RunError::from_tool(ToolError::new(kind, message), None, None)
     }
 
-    pub(crate) fn from_tool(e: ToolError, line: Option<usize>, column: Option<usize>) -> RunError {
+    pub(crate) fn from_tool(
+        error: ToolError,
+        line: Option<usize>,
+        column: Option<usize>,
+    ) -> RunError {
         RunError {
-            kind: e.kind,
-            message: e.message,
-            tool: e.tool,
+            error,
             line,
             column,
-            recoverable: e.recoverable,
-            suggested_next_action: e.suggested_next_action,
         }
     }
-}
 
-impl RunError {
-    /// The JSON form of the error, as in `run --json`; absent fields are left out.
+    /// The JSON form of the error, as in `run --json`; absent fields are left out. A limit is
+    /// named as its [`Limits`](crate::Limits) field.
     pub fn to_json(&self) -> serde_json::Value {
+        self.to_json_naming(LimitReached::library_name)
+    }
+
+    /// As [`RunError::to_json`], with the limit the run reached (if any) named by `name`: how
+    /// a front end tells its reader which setting to raise.
+    pub fn to_json_naming(&self, name: impl Fn(&LimitReached) -> String) -> serde_json::Value {
+        let e = &self.error;
         let mut out = serde_json::json!({
-            "kind": self.kind.as_str(),
-            "message": self.message,
-            "recoverable": self.recoverable,
+            "kind": e.kind_name(),
+            "message": e.message_naming(name),
+            "recoverable": e.recoverable,
         });
         let optional = [
-            ("tool", self.tool.clone().map(serde_json::Value::from)),
+            ("tool", e.tool.clone().map(serde_json::Value::from)),
             ("line", self.line.map(serde_json::Value::from)),
             ("column", self.column.map(serde_json::Value::from)),
             (
                 "suggested_next_action",
-                self.suggested_next_action
-                    .clone()
-                    .map(serde_json::Value::from),
+                e.suggested_next_action.clone().map(serde_json::Value::from),
             ),
         ];
         for (key, value) in optional {
@@ -306,24 +421,52 @@ impl RunError {
                 out[key] = value;
             }
         }
+        if let Some(limit) = &e.limit {
+            out["limit"] = serde_json::json!({"key": limit.key, "value": json_number(limit.value)});
+        }
+        out
+    }
+}
+
+impl RunError {
+    /// The error as one line, `kind in `tool` at line:column: message`, with the limit the run
+    /// reached (if any) named by `name`. [`Display`](fmt::Display) names it as the
+    /// [`Limits`](crate::Limits) field.
+    pub fn describe_naming(&self, name: impl Fn(&LimitReached) -> String) -> String {
+        let mut out = self.kind_name().to_string();
+        if let Some(tool) = &self.tool {
+            out.push_str(&format!(" in `{tool}`"));
+        }
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            out.push_str(&format!(" at {line}:{column}"));
+        }
+        out.push_str(": ");
+        out.push_str(&self.message_naming(name));
         out
     }
 }
 
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.kind)?;
-        if let Some(tool) = &self.tool {
-            write!(f, " in `{tool}`")?;
-        }
-        if let (Some(line), Some(column)) = (self.line, self.column) {
-            write!(f, " at {line}:{column}")?;
-        }
-        write!(f, ": {}", self.message)
+        f.write_str(&self.describe_naming(LimitReached::library_name))
     }
 }
 
 impl std::error::Error for RunError {}
+
+/// A limit's value as JSON: an integer when it is whole (`max_calls`), else a float
+/// (`timeout_s`).
+fn json_number(value: f64) -> serde_json::Value {
+    if value.fract() == 0.0 && value.abs() < 2f64.powi(53) {
+        serde_json::Value::from(value as i64)
+    } else {
+        serde_json::Value::from(value)
+    }
+}
+
+/// The outcome of one tool call, shared by everyone who waits for it or replays it: the
+/// ledger's readers and the journal.
+pub(crate) type Outcome = std::sync::Arc<Result<serde_json::Value, ToolError>>;
 
 /// The library's error: something that prevents a registry or runtime from being built, or a
 /// receipts file from being read.

@@ -30,13 +30,16 @@ pub(crate) struct ReadKey {
     pub(crate) args: Arc<str>,
 }
 
-/// The outcome of a call, shared by everyone waiting for it.
-pub(crate) type Outcome = Arc<Result<Value, ToolError>>;
+pub(crate) use crate::error::Outcome;
 
-/// A value that arrives later: one read's outcome. Waited for by the executor (blocking) and by
+/// The old name of [`OutcomeSlot`], which `speculate/` still uses; it goes when `speculate/`
+/// names `OutcomeSlot`.
+pub(crate) use OutcomeSlot as Cell;
+
+/// Where a value that arrives later lands: one read's outcome. Waited for by the executor (blocking) and by
 /// deferred scout calls (async).
 #[derive(Debug)]
-pub(crate) struct Cell {
+pub(crate) struct OutcomeSlot {
     /// Set once, when the outcome arrives.
     outcome: OnceLock<Outcome>,
     /// Wakes the async waiters (and, through them, the blocking ones) when it is set.
@@ -76,17 +79,17 @@ impl PredictionRecord {
     }
 }
 
-impl Cell {
-    pub(crate) fn new() -> Arc<Cell> {
-        Cell::at_depth(0)
+impl OutcomeSlot {
+    pub(crate) fn new() -> Arc<OutcomeSlot> {
+        OutcomeSlot::at_depth(0)
     }
 
-    pub(crate) fn at_depth(depth: u32) -> Arc<Cell> {
-        Cell::with(depth, None)
+    pub(crate) fn at_depth(depth: u32) -> Arc<OutcomeSlot> {
+        OutcomeSlot::with(depth, None)
     }
 
-    fn with(depth: u32, prediction: Option<Prediction>) -> Arc<Cell> {
-        Arc::new(Cell {
+    fn with(depth: u32, prediction: Option<Prediction>) -> Arc<OutcomeSlot> {
+        Arc::new(OutcomeSlot {
             outcome: OnceLock::new(),
             landed: Notify::new(),
             depth,
@@ -153,7 +156,7 @@ impl Cell {
 
 #[derive(Debug)]
 struct Entry {
-    cell: Arc<Cell>,
+    cell: Arc<OutcomeSlot>,
     /// `None` for the executor's own read; the scout's speculation for one it started.
     speculation: Option<Arc<Speculation>>,
     /// The journal answered it.
@@ -229,8 +232,8 @@ impl Book {
     }
 
     /// An executor entry for `key` holding the journal's outcome of it.
-    fn replayed_entry(&mut self, key: &ReadKey, outcome: &Outcome) -> Arc<Cell> {
-        let cell = Cell::new();
+    fn replayed_entry(&mut self, key: &ReadKey, outcome: &Outcome) -> Arc<OutcomeSlot> {
+        let cell = OutcomeSlot::new();
         cell.set((**outcome).clone());
         self.entries.insert(
             key.clone(),
@@ -269,8 +272,8 @@ impl Book {
     }
 
     /// A fresh executor entry for `key`, replacing any: the executor dispatches into its cell.
-    fn executor_entry(&mut self, key: &ReadKey) -> Arc<Cell> {
-        let cell = Cell::with(0, self.prediction(key));
+    fn executor_entry(&mut self, key: &ReadKey) -> Arc<OutcomeSlot> {
+        let cell = OutcomeSlot::with(0, self.prediction(key));
         let entry = Entry {
             cell: Arc::clone(&cell),
             speculation: None,
@@ -291,16 +294,16 @@ pub(crate) enum Read {
     /// The scout's speculative outcome, claimed: charged and recorded as the executor's call.
     Claimed(Outcome),
     /// Nothing usable: the executor dispatches the read itself and sets this cell.
-    Dispatch(Arc<Cell>),
+    Dispatch(Arc<OutcomeSlot>),
 }
 
 /// What the scout may do with a read.
 pub(crate) enum Launch {
     /// Someone already made or started it.
-    Existing(Arc<Cell>),
+    Existing(Arc<OutcomeSlot>),
     /// Start it: dispatch with this speculation, then set the cell and call
     /// [`RunLedger::landed`].
-    Start(Arc<Cell>, Arc<Speculation>),
+    Start(Arc<OutcomeSlot>, Arc<Speculation>),
     /// Not now, nor later in this epoch: its epoch is past, the run is over, or the
     /// speculative budget is spent.
     Refused,
@@ -473,7 +476,7 @@ impl RunLedger {
         if !self.ctx.reserve_speculative() {
             return Launch::Refused;
         }
-        let cell = Cell::with(0, book.prediction(key));
+        let cell = OutcomeSlot::with(0, book.prediction(key));
         let speculation = Arc::new(Speculation::default());
         book.entries.insert(
             key.clone(),
@@ -794,7 +797,7 @@ mod tests {
 
     #[tokio::test]
     async fn async_waiters_wake() {
-        let cell = Cell::new();
+        let cell = OutcomeSlot::new();
         let waiter = {
             let cell = Arc::clone(&cell);
             tokio::spawn(async move { cell.wait().await })

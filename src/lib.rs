@@ -73,7 +73,7 @@ mod tool;
 
 pub use dispatch::{BreakerConfig, EffectRecord, Progress};
 pub use engine::{set_memory_probe, LimitKey, Limits};
-pub use error::{Error, ErrorKind, RunError, ToolError};
+pub use error::{Error, ErrorKind, LimitReached, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
 pub use policy::{

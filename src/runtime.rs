@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::dispatch::{
-    raise, BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
+    BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
 };
 use crate::engine::{self, Limits};
 use crate::error::{ErrorKind, RunError};
@@ -136,7 +136,7 @@ impl RuntimeBuilder {
             store: self.store,
             catalog_sha256: crate::json::sha256_hex(&catalog),
             speculation: self.speculation,
-            compiler: engine::new_engine(&self.limits, engine::Watch::default()),
+            compiler: engine::new_engine(&self.limits, engine::RunControls::default()),
             registry: Arc::new(self.registry),
             breakers: Arc::new(Breakers::new(self.breaker)),
             limits: self.limits,
@@ -436,14 +436,15 @@ impl Runtime {
     /// `Limits::max_script_bytes`.
     pub fn compile(&self, source: &str) -> Result<Script, RunError> {
         if source.len() > self.limits.max_script_bytes {
-            return Err(RunError::new(
-                ErrorKind::LimitExceeded,
-                format!(
-                    "the script is {} bytes; at most {} may be compiled ({})",
-                    source.len(),
-                    self.limits.max_script_bytes,
-                    raise("max_script_bytes")
-                ),
+            let message = format!(
+                "the script is {} bytes; at most {} may be compiled",
+                source.len(),
+                self.limits.max_script_bytes,
+            );
+            return Err(engine::limit_exceeded(
+                message,
+                "max_script_bytes",
+                &self.limits,
             ));
         }
         let ast = self
@@ -714,10 +715,10 @@ impl Runtime {
             Arc::clone(&ctx),
             Arc::clone(&ledger),
         );
-        let watch = engine::Watch {
+        let watch = engine::RunControls {
             deadline: Some(deadline),
             cancel: Some(Arc::clone(&cancel.flag)),
-            ..engine::Watch::default()
+            ..engine::RunControls::default()
         };
         let spawned = engine::spawn_script_thread("toolscript-script", move || {
             let execution =

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{ErrorKind, ToolError};
+use crate::error::{ErrorKind, LimitReached, ToolError};
 use crate::sync::lock;
 
 /// What one run may spend on tool calls, from its [`Limits`](crate::Limits). The calls a
@@ -65,11 +65,14 @@ impl BudgetMeter {
         let mut spent = self.lock();
         self.check_calls(&spent, 1)?;
         if spent.in_flight >= self.budget.max_in_flight {
-            return Err(exceeded(format!(
-                "at most {} calls may run at once ({})",
+            return Err(exceeded(
+                format!(
+                    "at most {} calls may run at once",
+                    self.budget.max_in_flight
+                ),
+                "max_in_flight",
                 self.budget.max_in_flight,
-                raise("max_in_flight")
-            )));
+            ));
         }
         spent.calls += 1;
         spent.in_flight += 1;
@@ -124,11 +127,14 @@ impl BudgetMeter {
 
     fn check_calls(&self, spent: &Spent, calls: u64) -> Result<(), ToolError> {
         if spent.calls.saturating_add(calls) > self.budget.max_calls {
-            return Err(exceeded(format!(
-                "the run may make at most {} tool calls ({})",
+            return Err(exceeded(
+                format!(
+                    "the run may make at most {} tool calls",
+                    self.budget.max_calls
+                ),
+                "max_calls",
                 self.budget.max_calls,
-                raise("max_calls")
-            )));
+            ));
         }
         Ok(())
     }
@@ -161,30 +167,27 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// How a limit is named in an error, and how it is raised: `max_calls; raise it with
-/// --max-calls or max_calls in a manifest's [limits]`.
-pub(crate) fn raise(key: &str) -> String {
-    format!(
-        "{key}; raise it with --{} or `{key}` in a manifest's [limits]",
-        key.replace('_', "-")
-    )
-}
-
-pub(crate) fn exceeded(message: String) -> ToolError {
-    ToolError::new(ErrorKind::BudgetExceeded, message)
+/// A call refused by the budget of `key` (`max_calls`, `max_in_flight`), whose value is `value`.
+fn exceeded(message: String, key: &'static str, value: u64) -> ToolError {
+    let limit = LimitReached {
+        key,
+        value: value as f64,
+    };
+    ToolError::limit(ErrorKind::BudgetExceeded, message, limit)
 }
 
 /// The error of work cut off by a run's deadline of `length`: the same words whether the script,
 /// a call, or the start of a call met it.
 pub(crate) fn deadline_passed(length: Duration) -> ToolError {
-    ToolError::new(
-        ErrorKind::LimitExceeded,
-        format!(
-            "the run's deadline of {} s passed ({})",
-            crate::json::seconds(length),
-            raise("timeout_s")
-        ),
-    )
+    let limit = LimitReached {
+        key: "timeout_s",
+        value: length.as_secs_f64(),
+    };
+    let message = format!(
+        "the run's deadline of {} s passed",
+        crate::json::seconds(length)
+    );
+    ToolError::limit(ErrorKind::LimitExceeded, message, limit)
 }
 
 #[cfg(test)]
@@ -210,7 +213,19 @@ mod tests {
         drop(m.charge(now).unwrap());
         let e = m.charge(now).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BudgetExceeded);
-        assert!(e.message.contains("at most 2 tool calls"));
+        assert_eq!(e.message, "the run may make at most 2 tool calls");
+        assert_eq!(
+            e.limit,
+            Some(LimitReached {
+                key: "max_calls",
+                value: 2.0
+            })
+        );
+        assert_eq!(
+            e.to_string(),
+            "budget_exceeded: the run may make at most 2 tool calls (Limits::max_calls)",
+            "the library names the field of `Limits`, never a flag"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The one dispatch path. Every call — top-level, nested inside a composite, or speculative —
-//! goes through [`dispatch`], which reads top to bottom as the steps of DESIGN.md section 5.
+//! goes through [`dispatch`], which reads top to bottom as the steps below.
 //!
 //! # Order
 //!
@@ -31,7 +31,7 @@ mod retry;
 mod schema;
 
 pub use breaker::BreakerConfig;
-pub(crate) use budget::{raise, Budget};
+pub(crate) use budget::Budget;
 pub use context::{EffectRecord, Progress};
 pub use receipt::{
     verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
@@ -275,7 +275,7 @@ impl InProgress {
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
             args_sha256: std::mem::take(&mut self.args_sha256),
             result_sha256: result.as_ref().ok().map(jcs_sha256),
-            error_kind: result.as_ref().err().map(|e| e.kind.to_string()),
+            error_kind: result.as_ref().err().map(|e| e.kind_name().to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
             attempt: self.attempts,

@@ -776,7 +776,7 @@ pub(crate) fn positional_call(tool: &RegisteredTool, given: usize) -> Hint {
 pub(crate) fn engine_functions() -> &'static HashSet<String> {
     static NAMES: std::sync::OnceLock<HashSet<String>> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
-        let engine = super::new_engine(&super::Limits::default(), super::Watch::default());
+        let engine = super::new_engine(&super::Limits::default(), super::RunControls::default());
         let mut names: HashSet<String> = engine
             .gen_fn_signatures(true)
             .iter()

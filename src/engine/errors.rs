@@ -5,7 +5,8 @@
 //!
 //! What a `catch (e)` block sees and what a run that ends in an error reports have the same
 //! fields: `kind`, `message`, `line`, `column`, `tool` (`()` when no tool failed),
-//! `recoverable` and `suggested_next_action` ([`error_map`], [`RunError::to_json`]). A tool's
+//! `recoverable` and `suggested_next_action`, and `limit` (`#{key, value}`) for an error of a
+//! limit the run reached ([`error_map`], [`RunError::to_json`]). A tool's
 //! error is built in that shape at the call site; Rhai's own errors (a property of `()`, an
 //! index out of bounds) are put in it by the catch rewrite ([`super::catch`]); a thrown value
 //! that is not a map becomes a `script_error` whose `message` is the value as text and whose
@@ -16,7 +17,7 @@ use serde_json::Value;
 
 use super::diagnose::{Fault, Known};
 use super::{to_dynamic, Limits, DEADLINE};
-use crate::error::{ErrorKind, RunError, ToolError};
+use crate::error::{ErrorKind, LimitReached, RunError, ToolError};
 
 /// An error as a script sees it in `catch (e)`: `#{kind, message, line, column, tool,
 /// recoverable, suggested_next_action}`, absent values as `()`.
@@ -24,8 +25,8 @@ pub(crate) fn error_map(e: &RunError) -> Map {
     let unit_or = |v: Option<Dynamic>| v.unwrap_or(Dynamic::UNIT);
     let int = |v: Option<usize>| unit_or(v.map(|n| Dynamic::from(n as i64)));
     let mut map = Map::new();
-    map.insert("kind".into(), e.kind.as_str().into());
-    map.insert("message".into(), e.message.clone().into());
+    map.insert("kind".into(), e.kind_name().into());
+    map.insert("message".into(), e.full_message().into());
     map.insert("line".into(), int(e.line));
     map.insert("column".into(), int(e.column));
     map.insert("tool".into(), unit_or(e.tool.clone().map(Into::into)));
@@ -34,7 +35,38 @@ pub(crate) fn error_map(e: &RunError) -> Map {
         "suggested_next_action".into(),
         unit_or(e.suggested_next_action.clone().map(Into::into)),
     );
+    if let Some(limit) = &e.limit {
+        let mut reached = Map::new();
+        reached.insert("key".into(), limit.key.into());
+        reached.insert("value".into(), number(limit.value));
+        map.insert("limit".into(), reached.into());
+    }
     map
+}
+
+/// A limit's value for a script: an integer when it is whole (`max_calls`), else a float
+/// (`timeout_s`).
+fn number(value: f64) -> Dynamic {
+    if value.fract() == 0.0 && value.abs() < 2f64.powi(53) {
+        Dynamic::from(value as i64)
+    } else {
+        Dynamic::from(value)
+    }
+}
+
+/// The limit a thrown map says its error reached: `limit: #{key, value}` with a key of
+/// [`Limits::KEYS`] (the map a caught limit error is, thrown again).
+fn limit_of(map: &Map) -> Option<LimitReached> {
+    let reached = map.get("limit")?.read_lock::<Map>()?;
+    let key = reached.get("key")?.clone().into_immutable_string().ok()?;
+    let key = Limits::KEYS.iter().find(|k| k.name == key.as_str())?.name;
+    let value = reached.get("value")?;
+    let value = value
+        .as_int()
+        .map(|n| n as f64)
+        .or_else(|_| value.as_float())
+        .ok()?;
+    Some(LimitReached { key, value })
 }
 
 /// The catchable error a failed call throws, at the call site, in the one shape.
@@ -84,10 +116,19 @@ pub(crate) fn thrown_error(value: &Dynamic) -> Thrown {
     let (Some(kind), Some(message)) = (text("kind"), text("message")) else {
         return Thrown::Plain;
     };
-    let Some(kind) = ErrorKind::parse(&kind) else {
+    // A caught limit error thrown again keeps its limit as data, and its message as it was
+    // before the library named the limit in it.
+    let limit = limit_of(&map);
+    let message = match &limit {
+        Some(limit) => message
+            .strip_suffix(limit.named_in_message().as_str())
+            .map_or(message.clone(), str::to_string),
+        None => message,
+    };
+    let Some(mut error) = ToolError::with_kind_name(&kind, message) else {
         return Thrown::MalformedKind(kind);
     };
-    let mut error = ToolError::new(kind, message);
+    error.limit = limit;
     error.tool = text("tool");
     if let Some(recoverable) = map.get("recoverable").and_then(|v| v.as_bool().ok()) {
         error.recoverable = recoverable;
@@ -102,7 +143,7 @@ pub(crate) fn thrown_error(value: &Dynamic) -> Thrown {
 /// the script's text shows a known mistake.
 pub(crate) fn from_parse(source: &str, e: &ParseError, limits: &Limits) -> RunError {
     use rhai::ParseErrorType;
-    let (what, name) = match e.err_type() {
+    let (message, key) = match e.err_type() {
         ParseErrorType::TooManyFunctions => (
             format!(
                 "the script defines more than the {} functions it may",
@@ -123,11 +164,25 @@ pub(crate) fn from_parse(source: &str, e: &ParseError, limits: &Limits) -> RunEr
     RunError {
         line,
         column,
-        ..RunError::new(
-            ErrorKind::LimitExceeded,
-            format!("{what} ({})", crate::dispatch::raise(name)),
-        )
+        ..limit_exceeded(message, key, limits)
     }
+}
+
+/// A `limit_exceeded` error of the limit `key` (one of [`Limits::KEYS`]): `message` says what
+/// the script may do; the key and its value go with it as data, for each front end to name.
+pub(crate) fn limit_exceeded(message: String, key: &'static str, limits: &Limits) -> RunError {
+    let value = limits.get(key).unwrap_or_default();
+    limit_exceeded_at(message, LimitReached { key, value })
+}
+
+/// As [`limit_exceeded`], for a limit whose value in force is not the one set (the fallback
+/// sizes of containers).
+fn limit_exceeded_at(message: String, limit: LimitReached) -> RunError {
+    RunError::from_tool(
+        ToolError::limit(ErrorKind::LimitExceeded, message, limit),
+        None,
+        None,
+    )
 }
 
 /// Whatever ended the script, as the run's error.
@@ -148,11 +203,15 @@ pub(crate) fn from_rhai_with(
         column,
         ..error
     };
-    let limit = |what: &str, value: String, name: &str| {
-        at(RunError::new(
-            ErrorKind::LimitExceeded,
-            format!("{what} {value} ({})", crate::dispatch::raise(name)),
-        ))
+    let limit = |what: &str, value: String, key: &'static str| {
+        at(limit_exceeded(format!("{what} {value}"), key, limits))
+    };
+    let limit_at = |what: &str, text: String, key: &'static str, value: usize| {
+        let reached = LimitReached {
+            key,
+            value: value as f64,
+        };
+        at(limit_exceeded_at(format!("{what} {text}"), reached))
     };
     match e {
         // An error inside a script function: report where it happened, not the outer call.
@@ -192,29 +251,36 @@ pub(crate) fn from_rhai_with(
             "max_call_depth",
         ),
         // A built-in that would allocate past the memory budget says so itself.
-        EvalAltResult::ErrorDataTooLarge(what, _) if what.contains("max_memory_mb") => {
-            at(RunError::new(ErrorKind::LimitExceeded, what))
+        EvalAltResult::ErrorDataTooLarge(what, _) if what.ends_with(super::memory::OVER_BUDGET) => {
+            let message = what
+                .trim_end_matches(super::memory::OVER_BUDGET)
+                .to_string()
+                + ")";
+            at(limit_exceeded(message, "max_memory_mb", limits))
         }
         EvalAltResult::ErrorDataTooLarge(what, _) => {
             // The sizes the engine enforced: the set ones, or the fallback without a probe.
             let (strings, arrays, maps) = limits.container_sizes();
-            let (what, value, name) = if what.contains("string") {
+            let (what, text, key, value) = if what.contains("string") {
                 (
                     "the script's strings may hold at most",
                     format!("{strings} bytes"),
                     "max_string_bytes",
+                    strings,
                 )
             } else if what.contains("array") || what.contains("BLOB") {
                 (
                     "the script's arrays may hold at most",
                     format!("{arrays} items, nested ones included"),
                     "max_array_items",
+                    arrays,
                 )
             } else if what.contains("map") {
                 (
                     "the script's object maps may hold at most",
                     format!("{maps} items, nested ones included"),
                     "max_map_items",
+                    maps,
                 )
             } else {
                 return at(RunError::new(
@@ -222,7 +288,7 @@ pub(crate) fn from_rhai_with(
                     format!("{what} exceeds its limit"),
                 ));
             };
-            limit(what, value, name)
+            limit_at(what, text, key, value)
         }
         EvalAltResult::ErrorTerminated(token, _) => {
             let token = token.clone().into_string().unwrap_or_default();

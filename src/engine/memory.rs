@@ -27,6 +27,10 @@ pub(crate) fn allocated() -> Option<usize> {
     PROBE.get().map(|probe| probe())
 }
 
+/// The end of the message of an allocation past the memory budget: the limit's key, so that
+/// the error can carry it as data.
+pub(crate) const OVER_BUDGET: &str = ": max_memory_mb)";
+
 /// The most bytes a value's JSON may take: larger values are refused before they are built.
 pub(crate) const MAX_JSON_BYTES: usize = 256 << 20;
 
@@ -194,6 +198,9 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
 
 /// Whether a value of `size` (in the unit `max` counts; 0: no limit) taking `bytes` more fits
 /// the engine's limit and what is left of the memory budget.
+///
+/// An allocation past the memory budget ends its message with [`OVER_BUDGET`], by which
+/// [`super::errors`] knows the limit it reached.
 fn fits(
     ctx: &NativeCallContext,
     what: &str,
@@ -212,7 +219,7 @@ fn fits(
     if bytes > left {
         return Err(Box::new(EvalAltResult::ErrorDataTooLarge(
             format!(
-                "{what} ({bytes} bytes, more than the {} MiB the run may hold: max_memory_mb)",
+                "{what} ({bytes} bytes, more than the {} MiB the run may hold{OVER_BUDGET}",
                 max_memory >> 20
             ),
             ctx.call_position(),

@@ -20,8 +20,8 @@ pub use memory::set_memory_probe;
 
 pub(crate) use catch::rewrite as rewrite_catches;
 pub(crate) use errors::{
-    from_parse, from_rhai, from_rhai_with, line_column, outcome_to_rhai, thrown_error, to_rhai,
-    Thrown,
+    from_parse, from_rhai, from_rhai_with, limit_exceeded, line_column, outcome_to_rhai,
+    thrown_error, to_rhai, Thrown,
 };
 pub(crate) use functions::{register_tool_functions, ToolCall};
 pub(crate) use threads::{block_on, poll_once, spawn_script_thread, ScriptPool};
@@ -52,10 +52,14 @@ pub(crate) const STOPPED: &str = "stopped: ";
 /// How often, in operations, the deadline and the cancellation flag are looked at.
 const CHECK_EVERY: u64 = 256;
 
-/// What watches a running script: a deadline and a cancellation flag that terminate it, and a
-/// counter of the operations it ran.
+/// The old name of [`RunControls`], which `speculate/` still uses; it goes when `speculate/`
+/// names `RunControls`.
+pub(crate) use RunControls as Watch;
+
+/// What controls a running script from outside: a deadline and a cancellation flag that
+/// terminate it, and a counter of the operations it ran.
 #[derive(Default)]
-pub(crate) struct Watch {
+pub(crate) struct RunControls {
     pub(crate) deadline: Option<Instant>,
     pub(crate) cancel: Option<Arc<AtomicBool>>,
     pub(crate) operations: Option<Arc<AtomicU64>>,
@@ -114,8 +118,8 @@ pub(crate) fn run_scope(ctx: &crate::dispatch::RunContext) -> rhai::Scope<'stati
 }
 
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
-pub(crate) fn new_engine(limits: &Limits, watch: Watch) -> Engine {
-    let Watch {
+pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
+    let RunControls {
         deadline,
         cancel,
         operations,

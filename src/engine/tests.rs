@@ -2,10 +2,10 @@ use super::*;
 use std::time::Duration;
 
 fn engine(deadline: Option<Duration>, skip_sleep: bool) -> Engine {
-    let watch = Watch {
+    let watch = RunControls {
         deadline: deadline.map(|d| Instant::now() + d),
         skip_sleep,
-        ..Watch::default()
+        ..RunControls::default()
     };
     new_engine(&Limits::default(), watch)
 }
@@ -45,9 +45,9 @@ fn odd_sleep_lengths_are_harmless() {
 #[test]
 fn a_cancelled_engine_stops_sleeping() {
     let flag = Arc::new(AtomicBool::new(false));
-    let watch = Watch {
+    let watch = RunControls {
         cancel: Some(Arc::clone(&flag)),
-        ..Watch::default()
+        ..RunControls::default()
     };
     let e = new_engine(&Limits::default(), watch);
     let setter = std::thread::spawn(move || {

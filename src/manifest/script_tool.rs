@@ -15,7 +15,7 @@ use std::time::Duration;
 use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
 use serde_json::Value;
 
-use crate::engine::{self, Limits, ScriptPool, Thrown, ToolCall, Watch};
+use crate::engine::{self, Limits, RunControls, ScriptPool, Thrown, ToolCall};
 use crate::error::{ErrorKind, ToolError};
 use crate::tool::{Effect, Tool, ToolContext, ToolSpec};
 
@@ -35,7 +35,7 @@ pub(super) struct ScriptHost {
 impl ScriptHost {
     pub(super) fn new() -> ScriptHost {
         let limits = Limits::default();
-        let mut engine = engine::new_engine(&limits, Watch::default());
+        let mut engine = engine::new_engine(&limits, RunControls::default());
         log_prints(&mut engine);
         ScriptHost {
             engine,
@@ -166,9 +166,9 @@ impl ScriptHost {
         handle: &tokio::runtime::Handle,
         (cancel, woken): (Arc<AtomicBool>, tokio::sync::watch::Receiver<bool>),
     ) -> Result<Value, ToolError> {
-        let watch = Watch {
+        let watch = RunControls {
             cancel: Some(Arc::clone(&cancel)),
-            ..Watch::default()
+            ..RunControls::default()
         };
         let mut engine = engine::new_engine(&self.limits, watch);
         log_prints(&mut engine);

@@ -262,6 +262,18 @@ pub(super) struct Server {
 /// text, for clients without structured content.
 fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
     let mut json = outcome.to_json();
+    // A limit the run reached is named as the key of the server's `[limits]`: the client
+    // cannot pass flags. A bounded error (cut to fit the output) is left as it is.
+    if let (Err(e), Some(error)) = (&outcome.result, json.get_mut("error")) {
+        if e.limit.is_some() && *error == e.to_json() {
+            *error = e.to_json_naming(|limit| {
+                format!(
+                    "{}; the server's limit, `{}` in its [limits]",
+                    limit.key, limit.key
+                )
+            });
+        }
+    }
     // Compact by default: the counts and timings are for people, not for the model.
     if !stats {
         if let Some(map) = json.as_object_mut() {
@@ -399,7 +411,7 @@ impl Server {
         };
         let Some(store) = self.runtime.store().cloned() else {
             return CallToolResult::error(vec![ContentBlock::text(
-                "this server keeps no store, so it has no artifacts (it was started with --no-store)",
+                "this server keeps no store of runs, so it has no artifacts",
             )]);
         };
         let read = tokio::task::spawn_blocking(move || {
@@ -450,7 +462,7 @@ impl Server {
         }
         let Some(store) = self.runtime.store() else {
             return CallToolResult::error(vec![ContentBlock::text(
-                "this server keeps no store of runs (it was started with --no-store)",
+                "this server keeps no store of runs",
             )]);
         };
         match store.runs() {

@@ -16,7 +16,7 @@ use rhai::{Dynamic, Engine, AST};
 use serde_json::Value;
 
 use crate::dispatch::{dispatch, Call, RunContext};
-use crate::engine::{self, block_on, Limits, ToolCall, Watch};
+use crate::engine::{self, block_on, Limits, RunControls, ToolCall};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Outcome, Read, ReadKey, RunLedger, WriteRecord};
 use crate::policy::ResultPolicy;
@@ -50,10 +50,9 @@ impl Logs {
         }
         if self.bytes + line.len() > max_bytes {
             self.truncated = true;
-            self.lines
-                .push(format!(
-                    "(log output cut at {max_bytes} bytes: max_log_bytes; raise it with --max-log-bytes)"
-                ));
+            self.lines.push(format!(
+                "(log output cut at {max_bytes} bytes: the limit max_log_bytes)"
+            ));
             return;
         }
         self.bytes += line.len();
@@ -352,10 +351,10 @@ pub(crate) fn execute(
     ledger: Arc<RunLedger>,
     handle: tokio::runtime::Handle,
     limits: &Limits,
-    watch: Watch,
+    watch: RunControls,
 ) -> Execution {
     let operations = Arc::new(AtomicU64::new(0));
-    let watch = Watch {
+    let watch = RunControls {
         operations: Some(Arc::clone(&operations)),
         ..watch
     };

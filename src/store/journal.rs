@@ -18,11 +18,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::Store;
-use crate::error::{Error, ToolError};
+use crate::error::{Error, Outcome, ToolError};
 use crate::sync::lock;
-
-/// A call's outcome, shared.
-pub(crate) type Outcome = Arc<Result<Value, ToolError>>;
 
 /// Reads journaled between commits, at most.
 const FLUSH_EVERY: usize = 256;

@@ -266,7 +266,7 @@ async fn the_crib_sheet_says_what_the_engine_does() {
     ] {
         let outcome = runtime.run(script).await;
         assert_eq!(
-            crate::support::error_of(&outcome).kind.as_str(),
+            crate::support::error_of(&outcome).kind_name(),
             kind,
             "{script}"
         );

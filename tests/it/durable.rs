@@ -314,7 +314,11 @@ async fn without_a_store_a_run_stops_at_an_approval_and_says_why() {
     assert_eq!(outcome.status(), RunStatus::Paused);
     let error = outcome.result.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Paused);
-    assert!(error.suggested_next_action.unwrap().contains("no store"));
+    assert!(error
+        .suggested_next_action
+        .as_deref()
+        .unwrap()
+        .contains("no store"));
     assert_eq!(made.load(Ordering::SeqCst), 0);
 }
 

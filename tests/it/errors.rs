@@ -128,7 +128,7 @@ async fn each_kind_reports_its_call_site() {
     for case in CASES {
         let outcome = run(case.script).await;
         let e = error_of(&outcome);
-        assert_eq!(e.kind.as_str(), case.kind, "{}: {e}", case.script);
+        assert_eq!(e.kind_name(), case.kind, "{}: {e}", case.script);
         assert_eq!(e.line, case.line, "{}: {e}", case.script);
         if case.column.is_some() {
             assert_eq!(e.column, case.column, "{}: {e}", case.script);
@@ -254,7 +254,7 @@ if args.mode == "bug" { let x = undefined_variable; }
     ] {
         let outcome = runtime.run(&format!("strict(#{{mode: \"{mode}\"}})")).await;
         let e = error_of(&outcome);
-        assert_eq!(e.kind.as_str(), kind);
+        assert_eq!(e.kind_name(), kind);
         assert!(e.message.contains(text), "{mode}: {}", e.message);
     }
 }

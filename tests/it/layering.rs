@@ -1,7 +1,8 @@
-//! The module structure, read from the sources: every `crate::` path in `src/` is an arrow from
-//! the top-level module whose file holds it to the module it names, and every arrow points down
-//! the layers below. A cycle between two modules, or an arrow up, fails with the file and the
-//! path that makes it.
+//! The module structure, read from the sources: every `crate::` path in the library's files of
+//! `src/` is an arrow from the top-level module whose file holds it to the module it names, and
+//! every arrow points down the layers below. A cycle between two modules, or an arrow up, fails
+//! with the file and the path that makes it. The binary's modules (`main.rs` and `cli/`) are
+//! apart: they reach the library through its public API alone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,10 @@ const LAYERS: &[&[&str]] = &[
     &["mcp"],
     &["manifest", "bench"],
 ];
+
+/// The binary's top-level modules: `main.rs` and the subcommands it declares. They are another
+/// crate, so `crate::` in them is the binary's root, never the library.
+const BINARY: &[&str] = &["main", "cli"];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
@@ -56,7 +61,7 @@ fn arrows(src: &Path) -> BTreeMap<(String, String), String> {
     let mut arrows = BTreeMap::new();
     for file in files {
         let from = module_of(src, &file);
-        if from == "lib" || from == "main" {
+        if from == "lib" || BINARY.contains(&from.as_str()) {
             continue;
         }
         let text = std::fs::read_to_string(&file).expect("a readable source file");
@@ -283,5 +288,89 @@ fn a_rhai_internal_outside_rhai_ast_is_found() {
             "/run.rs:1: eval_statements_raw",
             "/script/check.rs:2: ASTNode"
         ]
+    );
+}
+
+/// What a binary module's file breaks of the rule that the binary uses the library's public API
+/// alone: a `crate::` path that leaves the binary's modules, or a `#[path]` that compiles a
+/// library file into the binary.
+fn binary_problems(name: &str, code: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (number, line) in code.iter().enumerate() {
+        for (i, _) in line.match_indices("crate::") {
+            let to: String = line[i + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if !BINARY.contains(&to.as_str()) {
+                problems.push(format!(
+                    "{name}:{}: `crate::{to}` is not the binary's; use `toolscript::`",
+                    number + 1
+                ));
+            }
+        }
+        if line.contains("#[path") {
+            problems.push(format!(
+                "{name}:{}: `#[path]` compiles another file into the binary",
+                number + 1
+            ));
+        }
+    }
+    problems
+}
+
+/// The binary's modules (`main.rs`, `cli/`) use the library through its public API alone, and
+/// the library never declares them: the command line's words stay out of the library.
+#[test]
+fn binary_modules_use_the_library_s_public_api_only() {
+    let sources = sources();
+    let binary: Vec<&(String, Vec<String>)> = sources
+        .iter()
+        .filter(|(name, _)| name == "main.rs" || name.starts_with("cli/"))
+        .collect();
+    assert!(
+        binary.iter().any(|(name, _)| name == "cli/mod.rs"),
+        "the subcommands live in src/cli/"
+    );
+    let problems: Vec<String> = binary
+        .iter()
+        .flat_map(|(name, code)| binary_problems(name, code))
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let (_, main) = binary.iter().find(|(name, _)| name == "main.rs").unwrap();
+    assert!(
+        main.iter().any(|l| l.trim() == "mod cli;"),
+        "main.rs declares `cli`"
+    );
+    for (name, code) in &sources {
+        if BINARY.iter().any(|m| name.starts_with(m)) {
+            continue;
+        }
+        assert!(
+            !code
+                .iter()
+                .any(|l| l.trim() == "mod cli;" || l.contains("crate::cli::")),
+            "{name}: the library names the binary's `cli`"
+        );
+    }
+}
+
+/// The check above can fail: a subcommand reaching into the library is found.
+#[test]
+fn a_binary_module_reaching_into_the_library_is_found() {
+    let code = vec![
+        "use crate::cli::report;".to_string(),
+        "use crate::dispatch::Budget;".to_string(),
+        "#[path = \"../dispatch/mod.rs\"] mod dispatch;".to_string(),
+    ];
+    let problems = binary_problems("cli/run.rs", &code);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with("cli/run.rs:2: `crate::dispatch`"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("cli/run.rs:3: `#[path]`"),
+        "{problems:?}"
     );
 }

@@ -37,7 +37,8 @@ async fn runaway_scripts_hit_a_limit() {
         let outcome = runtime.run(script).await;
         let e = error_of(&outcome);
         assert_eq!(e.kind, ErrorKind::LimitExceeded, "{script}: {e}");
-        assert!(e.message.contains(message), "{script}: {}", e.message);
+        assert!(e.to_string().contains(message), "{script}: {e}");
+        assert!(e.limit.is_some(), "{script}: the limit is data: {e:?}");
         assert!(e.line.is_some(), "{script}: a limit names where it was hit");
     }
 }
@@ -66,7 +67,12 @@ async fn container_sizes_apply_when_set() {
         let outcome = runtime.run(script).await;
         let e = error_of(&outcome);
         assert_eq!(e.kind, ErrorKind::LimitExceeded, "{script}: {e}");
-        assert!(e.message.contains(message), "{script}: {}", e.message);
+        assert_eq!(e.limit.map(|l| l.key), Some(message), "{script}: {e}");
+        assert_eq!(e.limit.map(|l| l.value), Some(1_000.0), "{script}: {e}");
+        assert!(
+            e.to_string().ends_with(&format!("(Limits::{message})")),
+            "the library names the field: {e}"
+        );
     }
 }
 

@@ -273,7 +273,7 @@ async fn calls_run_through_a_script() {
     assert_eq!(outcome.stats.tool_calls, 3);
     // The schema is checked on the way in, before the server sees the call.
     let outcome = runtime.run(r#"get_sum(#{ a: "two", b: 3 })"#).await;
-    assert_eq!(error_of(&outcome).kind.as_str(), "invalid_input");
+    assert_eq!(error_of(&outcome).kind_name(), "invalid_input");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,7 +363,7 @@ async fn error_results_become_tool_errors() {
             quoted(outside.to_string_lossy())
         ))
         .await;
-    assert_eq!(error_of(&outcome).kind.as_str(), "failed");
+    assert_eq!(error_of(&outcome).kind_name(), "failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,7 +454,7 @@ async fn a_call_that_times_out_is_cancelled_on_the_server() {
         .unwrap();
     let runtime = Runtime::new(registry);
     let outcome = run_in(&runtime, "slow()", Mode::Sequential).await;
-    assert_eq!(error_of(&outcome).kind.as_str(), "timeout");
+    assert_eq!(error_of(&outcome).kind_name(), "timeout");
     // rmcp sends `notifications/cancelled` from a task of its own, so a later call may overtake
     // it on the way to the server: ask until the server has seen it.
     for _ in 0..100 {

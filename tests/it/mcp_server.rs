@@ -1,4 +1,4 @@
-//! `toolscript serve` (DESIGN.md section 8) as MCP clients see it: the built binary, driven by
+//! `toolscript serve` as MCP clients see it: the built binary, driven by
 //! the MCP Inspector's CLI (a real client, run with Node.js) and by rmcp's own client.
 //!
 //! Expected values come from the library itself: a served run must give what an in-process run

@@ -160,7 +160,7 @@ async fn a_rethrown_error_keeps_its_kind_and_where_it_happened() {
     let outcome =
         run("let e = ();\ntry { get_user(#{id: 1000}) } catch (err) { e = err; }\nthrow e;").await;
     let e = error_of(&outcome);
-    assert_eq!(e.kind.as_str(), "not_found");
+    assert_eq!(e.kind_name(), "not_found");
     assert_eq!(e.tool.as_deref(), Some("get_user"));
     assert_eq!((e.line, e.column), (Some(2), Some(7)));
     // A new map thrown in its place is reported where it is thrown.
@@ -169,7 +169,7 @@ async fn a_rethrown_error_keeps_its_kind_and_where_it_happened() {
     )
     .await;
     let e = error_of(&outcome);
-    assert_eq!((e.kind.as_str(), e.line), ("not_found", Some(3)));
+    assert_eq!((e.kind_name(), e.line), ("not_found", Some(3)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +177,7 @@ async fn an_error_inside_a_function_reports_the_inner_call_site() {
     let outcome =
         run("fn lookup(id) {\n    get_user(#{id: id})\n}\nlet a = lookup(1);\nlookup(1000)").await;
     let e = error_of(&outcome);
-    assert_eq!(e.kind.as_str(), "not_found");
+    assert_eq!(e.kind_name(), "not_found");
     assert_eq!((e.line, e.column), (Some(2), Some(5)));
 }
 

@@ -402,7 +402,7 @@ fn fields(
 
 fn run_fields(e: &RunError) -> Value {
     fields(
-        e.kind.as_str(),
+        e.kind_name(),
         &e.message,
         e.line,
         e.column,
@@ -421,7 +421,7 @@ async fn each_mistake_gets_its_kind_place_and_next_action_and_run_and_check_agre
             Err(e) => e,
             Ok(v) => panic!("{script:?}: expected an error, the run returned {v}"),
         };
-        assert_eq!(e.kind.as_str(), mistake.kind, "{script:?}: {e}");
+        assert_eq!(e.kind_name(), mistake.kind, "{script:?}: {e}");
         assert_eq!(
             (e.line, e.column),
             (Some(mistake.line), Some(mistake.column)),

@@ -174,7 +174,7 @@ async fn an_inline_tool_over_the_cap_fails_the_run_instead_of_cutting_it() {
     let (runtime, _) = bounded_runtime(&dir, vec![giving(big.clone(), ResultPolicy::Inline)], 1200);
     let outcome = runtime.run("give()").await;
     let error = outcome.result.as_ref().unwrap_err();
-    assert_eq!(error.kind.as_str(), "limit_exceeded");
+    assert_eq!(error.kind_name(), "limit_exceeded");
     assert!(
         error.message.contains("`give`") && error.message.contains("1200"),
         "{}",
@@ -216,7 +216,7 @@ async fn without_a_store_the_output_is_bounded_and_says_the_rest_was_not_kept() 
             RunOptions::default().result_policy(ResultPolicy::Exact),
         )
         .await;
-    assert_eq!(exact.result.unwrap_err().kind.as_str(), "limit_exceeded");
+    assert_eq!(exact.result.unwrap_err().kind_name(), "limit_exceeded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,193 @@
+//! The subcommands of the command line, one file each, and what they share: the flags of the
+//! tools, the store and the limits, and the steps from flags to a runtime.
+//!
+//! These modules belong to the binary. They use the library through its public API only (the
+//! layering test checks that no `crate::` path here leaves `cli`), and they hold the command
+//! line's words: a limit is `--max-calls` here, `max_calls` to the library and the MCP server.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use toolscript::{
+    demo_catalog, Error, LimitReached, Limits, Manifests, Registry, RunStatus, Runtime, Store,
+};
+
+pub(crate) mod artifact;
+pub(crate) mod bench;
+pub(crate) mod check;
+mod report;
+pub(crate) mod resume;
+pub(crate) mod run;
+pub(crate) mod runs;
+pub(crate) mod serve;
+pub(crate) mod tools;
+pub(crate) mod verify;
+
+/// Exit status of a usage, manifest or registry error.
+pub(crate) const USAGE: u8 = 2;
+/// Exit status of a run that paused, waiting for a person's decision.
+const PAUSED: u8 = 3;
+
+#[derive(clap::Args)]
+pub(crate) struct ToolsArg {
+    /// A tool manifest (TOML); repeat for several. Without it, the embedded demo catalog.
+    #[arg(long = "tools", value_name = "MANIFEST")]
+    manifests: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct StoreArg {
+    /// The store of runs (SQLite), where every run is journaled so that it can pause for
+    /// approvals and be resumed. Default: $TOOLSCRIPT_STORE, else toolscript/store.sqlite3 in
+    /// the user's data directory (~/.local/share on Linux), created on first use.
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+    /// Journal nothing: a throwaway run, which cannot be resumed (a call that needs approval
+    /// stops it).
+    #[arg(long, conflicts_with = "store")]
+    no_store: bool,
+}
+
+impl StoreArg {
+    /// The store the flags name, or none for `--no-store`.
+    fn open(self) -> Result<Option<Arc<Store>>, String> {
+        if self.no_store {
+            return Ok(None);
+        }
+        open_store(self.store).map(Some)
+    }
+}
+
+/// A flag for every limit of `Limits::KEYS` (`--max-calls N`, `--timeout-s S`, ...), each
+/// overriding the manifests' `[limits]` and the default.
+#[derive(Clone, Default)]
+pub(crate) struct LimitsArg {
+    set: Vec<(&'static str, f64)>,
+}
+
+impl clap::FromArgMatches for LimitsArg {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let set = Limits::KEYS
+            .iter()
+            .filter_map(|key| matches.get_one::<f64>(key.name).map(|v| (key.name, *v)))
+            .collect();
+        Ok(LimitsArg { set })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = LimitsArg::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for LimitsArg {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        let defaults = Limits::default();
+        Limits::KEYS.iter().fold(command, |command, key| {
+            let default = defaults.get(key.name).unwrap_or_default();
+            command.arg(
+                clap::Arg::new(key.name)
+                    .long(key.name.replace('_', "-"))
+                    .value_name(if key.name == "timeout_s" { "S" } else { "N" })
+                    .value_parser(clap::value_parser!(f64))
+                    .allow_negative_numbers(true)
+                    .help(format!(
+                        "Limit: {} (default {default}; also `{}` in [limits])",
+                        key.what, key.name
+                    ))
+                    .help_heading("Limits"),
+            )
+        })
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        LimitsArg::augment_args(command)
+    }
+}
+
+impl LimitsArg {
+    /// `limits` with the flags applied over them.
+    fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
+        for (name, value) in &self.set {
+            limits.set(name, *value).map_err(|e| {
+                let flag = name.replace('_', "-");
+                format!("--{flag}: {e}")
+            })?;
+        }
+        Ok(limits)
+    }
+}
+
+/// How the command line names a limit a run reached, and how to raise it:
+/// `max_calls; raise it with --max-calls or `max_calls` in a manifest's [limits]`.
+fn name_limit(limit: &LimitReached) -> String {
+    let key = limit.key;
+    format!(
+        "{key}; raise it with --{} or `{key}` in a manifest's [limits]",
+        key.replace('_', "-")
+    )
+}
+
+/// The registry of `--tools` (starting their MCP servers), or the demo catalog.
+async fn registry(tools: &ToolsArg) -> Result<Registry, String> {
+    Ok(new_registry(tools).await.map_err(|e| e.to_string())?.0)
+}
+
+/// The registry of `--tools` and the limits of their `[limits]` tables over the defaults.
+async fn new_registry(tools: &ToolsArg) -> Result<(Registry, Limits), Error> {
+    if tools.manifests.is_empty() {
+        return Ok((demo_catalog()?, Limits::default()));
+    }
+    let mut manifests = Manifests::new();
+    for path in &tools.manifests {
+        manifests.load_file(path)?;
+    }
+    let limits = manifests.limits().clone();
+    Ok((manifests.build().await?, limits))
+}
+
+/// A runtime over the registry of `tools`, journaling in `store`.
+async fn runtime(
+    tools: &ToolsArg,
+    store: Option<Arc<Store>>,
+    flags: &LimitsArg,
+) -> Result<Runtime, String> {
+    let (registry, limits) = new_registry(tools).await.map_err(|e| e.to_string())?;
+    let mut builder = Runtime::builder(registry).limits(flags.apply(limits)?);
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok(builder.build())
+}
+
+/// The store at `path`, else at its default place.
+fn open_store(path: Option<PathBuf>) -> Result<Arc<Store>, String> {
+    let path = path.or_else(Store::default_path).ok_or_else(|| {
+        "no data directory to keep the store of runs in: give --store PATH (or --no-store)"
+            .to_string()
+    })?;
+    Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// A script file, or stdin for `-`.
+fn read_script(path: &Path) -> Result<String, String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("cannot read the script from stdin: {e}"))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The exit status of a run that ended in `status`.
+fn exit_for(status: RunStatus) -> ExitCode {
+    match status {
+        RunStatus::Completed => ExitCode::SUCCESS,
+        RunStatus::Paused => ExitCode::from(PAUSED),
+        _ => ExitCode::from(1),
+    }
+}
