@@ -60,10 +60,12 @@ async fn compiling_is_bounded_by_size_and_function_count() {
         .collect();
     let e = runtime.compile(&many).unwrap_err();
     assert_eq!(e.kind, ErrorKind::LimitExceeded, "{e:?}");
-    assert!(
-        e.message.contains("1000 functions") && e.message.contains("(max_functions"),
-        "{e:?}"
+    assert!(e.message.contains("1000 functions"), "{e:?}");
+    assert_eq!(
+        e.limit.map(|l| (l.key, l.value)),
+        Some(("max_functions", 1000.0))
     );
+    assert!(e.to_string().ends_with("(Limits::max_functions)"), "{e}");
     let fine: String = (0..100).map(|i| format!("fn f{i}() {{ {i} }}\n")).collect();
     assert!(runtime.compile(&(fine + "f99()")).is_ok());
 }
