@@ -45,12 +45,219 @@ pub(crate) fn key_json(value: &Value) -> String {
 /// write another key. A value JCS cannot write at all (a float that is not finite) gets
 /// `unhashable: ` and the reason instead of a digest, which no hash check accepts.
 pub(crate) fn jcs_sha256<T: Serialize + ?Sized>(value: &T) -> String {
+    // Most objects arrive with their keys already in JCS order (a receipt's fields are declared
+    // so; a `Value`'s map is sorted by UTF-8 bytes, the same order unless keys mix characters
+    // beyond U+FFFF with ones from U+E000 up): those are streamed as they come. The crate's
+    // formatter, which buffers and sorts every object, writes the rest.
+    let mut hasher = Sha256::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut hasher, InOrder::default());
+    let streamed = value.serialize(&mut serializer);
+    if streamed.is_ok() {
+        return hex(&hasher.finalize());
+    }
+    if streamed
+        .as_ref()
+        .err()
+        .and_then(serde_json::Error::io_error_kind)
+        != Some(UNSORTED)
+    {
+        return unhashable(streamed);
+    }
     let mut hasher = Sha256::new();
     let mut serializer =
         serde_json::Serializer::with_formatter(&mut hasher, canon_json::CanonicalFormatter::new());
     match value.serialize(&mut serializer) {
         Ok(()) => hex(&hasher.finalize()),
+        sorted => unhashable(sorted),
+    }
+}
+
+/// Whether `value` is written by the streaming formatter, its objects' keys all in JCS order.
+#[cfg(test)]
+pub(crate) fn streams_in_jcs_order<T: Serialize + ?Sized>(value: &T) -> bool {
+    let mut serializer =
+        serde_json::Serializer::with_formatter(std::io::sink(), InOrder::default());
+    value.serialize(&mut serializer).is_ok()
+}
+
+fn unhashable(outcome: Result<(), serde_json::Error>) -> String {
+    match outcome {
+        Ok(()) => "unhashable".to_owned(),
         Err(e) => format!("unhashable: {e}"),
+    }
+}
+
+/// The error [`InOrder`] stops with when an object's keys are not in JCS order.
+const UNSORTED: std::io::ErrorKind = std::io::ErrorKind::Other;
+
+/// A JCS formatter for objects whose keys come in JCS order (UTF-16 code units, ascending):
+/// `canon-json`'s formatter writes every scalar (its numbers and strings are JCS's), and the
+/// objects are written as they come instead of buffered and sorted. It checks the order of every
+/// key and stops with [`UNSORTED`] at the first one out of it, so that the caller starts over
+/// with the crate's formatter: it never writes text that is not JCS. A key that is not a string
+/// stops it with another error (neither formatter can write one).
+#[derive(Default)]
+struct InOrder {
+    scalars: canon_json::CanonicalFormatter,
+    /// For each open object: the key written last (none yet for an empty one).
+    last: Vec<Option<String>>,
+    /// The key being written, unescaped; `None` outside keys.
+    key: Option<String>,
+    /// A key's buffer, reused for the next.
+    spare: String,
+}
+
+impl InOrder {
+    fn not_in_key(&self) -> std::io::Result<()> {
+        match self.key {
+            None => Ok(()),
+            Some(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a map key that is not a string",
+            )),
+        }
+    }
+}
+
+/// Delegates a scalar to `canon-json`'s formatter (its object stack stays empty, so it writes
+/// straight to the writer); refused inside a key.
+macro_rules! scalar {
+    ($f:ident $(, $t:ty)?) => {
+        fn $f<W: ?Sized + std::io::Write>(&mut self, writer: &mut W $(, value: $t)?) -> std::io::Result<()> {
+            self.not_in_key()?;
+            self.scalars.$f(writer $(, value as $t)?)
+        }
+    };
+}
+
+impl serde_json::ser::Formatter for InOrder {
+    scalar!(write_null);
+    scalar!(write_bool, bool);
+    scalar!(write_i8, i8);
+    scalar!(write_i16, i16);
+    scalar!(write_i32, i32);
+    scalar!(write_i64, i64);
+    scalar!(write_i128, i128);
+    scalar!(write_u8, u8);
+    scalar!(write_u16, u16);
+    scalar!(write_u32, u32);
+    scalar!(write_u64, u64);
+    scalar!(write_u128, u128);
+    scalar!(write_f32, f32);
+    scalar!(write_f64, f64);
+    scalar!(write_number_str, &str);
+    scalar!(begin_array);
+    scalar!(end_array);
+    scalar!(begin_array_value, bool);
+    scalar!(end_array_value);
+
+    fn begin_string<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.scalars.begin_string(writer)
+    }
+
+    fn end_string<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.scalars.end_string(writer)
+    }
+
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        if let Some(key) = &mut self.key {
+            key.push_str(fragment);
+        }
+        self.scalars.write_string_fragment(writer, fragment)
+    }
+
+    fn write_char_escape<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        escape: serde_json::ser::CharEscape,
+    ) -> std::io::Result<()> {
+        use serde_json::ser::CharEscape;
+        if let Some(key) = &mut self.key {
+            key.push(match escape {
+                CharEscape::Quote => '"',
+                CharEscape::ReverseSolidus => '\\',
+                CharEscape::Solidus => '/',
+                CharEscape::Backspace => '\u{8}',
+                CharEscape::FormFeed => '\u{c}',
+                CharEscape::LineFeed => '\n',
+                CharEscape::CarriageReturn => '\r',
+                CharEscape::Tab => '\t',
+                CharEscape::AsciiControl(byte) => char::from(byte),
+            });
+        }
+        self.scalars.write_char_escape(writer, escape)
+    }
+
+    fn write_raw_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+        _fragment: &str,
+    ) -> std::io::Result<()> {
+        // Raw JSON has its own key order: the crate's formatter parses and sorts it.
+        Err(std::io::Error::new(UNSORTED, "raw JSON"))
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.not_in_key()?;
+        self.last.push(None);
+        writer.write_all(b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.last.pop();
+        writer.write_all(b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        let mut key = std::mem::take(&mut self.spare);
+        key.clear();
+        self.key = Some(key);
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b",")
+        }
+    }
+
+    fn end_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        let key = self.key.take().unwrap_or_default();
+        let Some(last) = self.last.last_mut() else {
+            return Err(std::io::Error::new(UNSORTED, "a key outside an object"));
+        };
+        if let Some(previous) = last {
+            if previous.encode_utf16().cmp(key.encode_utf16()) != std::cmp::Ordering::Less {
+                return Err(std::io::Error::new(UNSORTED, "keys out of JCS order"));
+            }
+        }
+        if let Some(previous) = last.replace(key) {
+            self.spare = previous;
+        }
+        Ok(())
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b":")
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -234,6 +441,64 @@ mod tests {
             let value = Value::String(text.to_string());
             assert_eq!(key_json(&value), value.to_string(), "{text:?}");
         }
+    }
+
+    /// The streaming formatter writes what `canon-json` writes, or gives the value back to it:
+    /// keys in JCS order and out of it, at every depth, in structs and maps, with escapes.
+    #[test]
+    fn streamed_jcs_is_the_crate_s_jcs() {
+        fn crate_jcs(value: &impl Serialize) -> String {
+            let mut out = Vec::new();
+            let mut serializer = serde_json::Serializer::with_formatter(
+                &mut out,
+                canon_json::CanonicalFormatter::new(),
+            );
+            value.serialize(&mut serializer).unwrap();
+            String::from_utf8(out).unwrap()
+        }
+        fn streamed(value: &impl Serialize) -> Option<String> {
+            let mut out = Vec::new();
+            let mut serializer =
+                serde_json::Serializer::with_formatter(&mut out, InOrder::default());
+            value.serialize(&mut serializer).ok()?;
+            Some(String::from_utf8(out).unwrap())
+        }
+        let in_order = [
+            json!({"a": 1, "b": [1.0, -0.0, 1e21, {"c\n": null, "d\"": "e\u{1}"}], "é": {}}),
+            json!([{"\u{e000}": 1, "\u{ff61}": 2}, 9_007_199_254_740_993_u64, "x"]),
+            json!({"😀": {"z": [[]]}}),
+        ];
+        for value in &in_order {
+            assert_eq!(
+                streamed(value).as_deref(),
+                Some(crate_jcs(value).as_str()),
+                "{value}"
+            );
+            assert_eq!(jcs_sha256(value), sha256_hex(crate_jcs(value)));
+        }
+        // serde_json's map sorts by UTF-8: these keys are out of JCS order, and so is a struct
+        // whose fields are not declared sorted.
+        #[derive(Serialize)]
+        struct Unsorted {
+            b: u8,
+            a: u8,
+        }
+        let out_of_order = [
+            json!({"\u{ff61}": 1, "😀": 2}),
+            json!([1, {"a": {"\u{e000}": 1, "\u{10000}": 2}}]),
+        ];
+        for value in &out_of_order {
+            assert_eq!(streamed(value), None, "{value}");
+            assert_eq!(jcs_sha256(value), sha256_hex(crate_jcs(value)));
+        }
+        assert_eq!(streamed(&Unsorted { b: 1, a: 2 }), None);
+        assert_eq!(
+            jcs_sha256(&Unsorted { b: 1, a: 2 }),
+            sha256_hex(r#"{"a":2,"b":1}"#)
+        );
+        // A map with keys that are not strings is not hashed (nor does anything panic).
+        let numbered: std::collections::BTreeMap<u8, u8> = [(1, 2)].into();
+        assert!(jcs_sha256(&numbered).starts_with("unhashable"));
     }
 
     #[test]

@@ -56,49 +56,51 @@ pub enum Status {
 ///
 /// Its serde derive is the format's one definition: a line is the receipt written by it, and
 /// the text its `hash` covers is the receipt written by it through the JCS formatter while
-/// `hash` is empty (an empty `hash` is left out).
+/// `hash` is empty (an empty `hash` is left out). Its fields are declared in JCS order (sorted
+/// by name), so that the formatter writes them as they come, straight into the hasher, without
+/// sorting (`tests::a_receipt_streams_in_jcs_order`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Receipt {
-    /// Format version, [`RECEIPT_VERSION`].
-    pub v: u32,
+    /// SHA-256 of the arguments' canonical JSON (RFC 8785, exact integers).
+    pub args_sha256: String,
+    /// Attempts made (0 when the call was refused before its body ran).
+    pub attempt: u32,
+    /// This call's id within its run.
+    pub call_id: u64,
+    /// A speculative call later claimed by the executor.
+    pub claimed: bool,
+    /// Duration in milliseconds, all attempts included.
+    #[serde(serialize_with = "finite")]
+    pub duration_ms: f64,
+    /// The tool's effect.
+    pub effect: Effect,
+    /// The error's kind, on error.
+    pub error_kind: Option<String>,
+    /// SHA-256 of this receipt's canonical JSON without `hash`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub hash: String,
+    /// The composite call this one is nested in.
+    pub parent: Option<u64>,
+    /// The previous receipt's `hash`; `None` for the first.
+    pub prev: Option<String>,
+    /// SHA-256 of the result's canonical JSON (RFC 8785, exact integers); `None` on error.
+    pub result_sha256: Option<String>,
     /// The run this call belongs to.
     pub run_id: String,
     /// The receipt's position in its run, from 0.
     pub seq: u64,
-    /// This call's id within its run.
-    pub call_id: u64,
-    /// The composite call this one is nested in.
-    pub parent: Option<u64>,
-    /// The tool called.
-    pub tool: String,
-    /// The tool's effect.
-    pub effect: Effect,
     /// Started by the scout rather than the executor.
     pub speculative: bool,
-    /// A speculative call later claimed by the executor.
-    pub claimed: bool,
-    /// SHA-256 of the arguments' canonical JSON (RFC 8785, exact integers).
-    pub args_sha256: String,
-    /// SHA-256 of the result's canonical JSON (RFC 8785, exact integers); `None` on error.
-    pub result_sha256: Option<String>,
-    /// Whether the call succeeded.
-    pub status: Status,
-    /// The error's kind, on error.
-    pub error_kind: Option<String>,
     /// Start, in milliseconds from the run's start.
     #[serde(serialize_with = "finite")]
     pub started_ms: f64,
-    /// Duration in milliseconds, all attempts included.
-    #[serde(serialize_with = "finite")]
-    pub duration_ms: f64,
-    /// Attempts made (0 when the call was refused before its body ran).
-    pub attempt: u32,
-    /// The previous receipt's `hash`; `None` for the first.
-    pub prev: Option<String>,
-    /// SHA-256 of this receipt's canonical JSON without `hash`.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub hash: String,
+    /// Whether the call succeeded.
+    pub status: Status,
+    /// The tool called.
+    pub tool: String,
+    /// Format version, [`RECEIPT_VERSION`].
+    pub v: u32,
 }
 
 /// A float as JSON allows it: `null` when it is not finite (no duration is, but JCS would
@@ -380,8 +382,8 @@ impl ReceiptLog {
     }
 }
 
-/// Appends `receipt` to `out` as one line of a receipts file: compact JSON, in the order of
-/// its fields (`v` first), which `verify` need not trust: it recomputes the canonical form.
+/// Appends `receipt` to `out` as one line of a receipts file: compact JSON, its fields sorted
+/// by name. `verify` does not rely on the line's form: it recomputes the canonical one.
 fn write_line(receipt: &Receipt, out: &mut Vec<u8>) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, receipt)?;
     out.push(b'\n');
@@ -637,6 +639,23 @@ mod tests {
             .replace(r#""started_ms":0"#, r#""started_ms":-0.0"#)
             .replace(r#""v":2"#, r#""v":1"#);
         assert_eq!(old.compute_hash(), sha256_hex(v1));
+    }
+
+    /// The fields are declared in JCS order: the hash is streamed, never sorted in a buffer.
+    #[test]
+    fn a_receipt_streams_in_jcs_order() {
+        let log = ReceiptLog::new("run".into(), None);
+        log.append(Draft {
+            parent: Some(1),
+            error_kind: Some("timeout".into()),
+            ..draft(2)
+        });
+        let receipt = log.take().remove(0);
+        assert!(crate::json::streams_in_jcs_order(&receipt));
+        assert!(crate::json::streams_in_jcs_order(&Receipt {
+            hash: String::new(),
+            ..receipt
+        }));
     }
 
     /// Two receipts written by version 1 (hashes recomputed by an independent tool, Python's
