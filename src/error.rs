@@ -160,6 +160,25 @@ impl ErrorKind {
     }
 }
 
+/// A kind is its stable string in JSON.
+impl serde::Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A kind is read from its stable string; one that is not a lowercase identifier is an error.
+impl<'de> serde::Deserialize<'de> for ErrorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ErrorKind::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not an error kind (a lowercase identifier)"
+            ))
+        })
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -246,21 +265,30 @@ impl std::error::Error for ToolError {}
 
 /// The error a run ends with: a tool error that was not caught, or the script's own failure,
 /// with the position of the call site or statement where it happened.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Its JSON (`error` in a run's outcome) is the struct itself, absent fields left out.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunError {
-    /// What went wrong.
+    /// What went wrong: not_found, invalid_script, ... (`ErrorKind`'s strings).
+    #[schemars(with = "String")]
     pub kind: ErrorKind,
     /// A sentence for the model that wrote the script.
     pub message: String,
     /// The tool whose call failed, when a tool call failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// 1-based line of the failing call or statement, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub line: Option<usize>,
     /// 1-based column of the failing call or statement, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub column: Option<usize>,
-    /// Whether running the same script again may succeed.
+    /// Whether the same call may succeed later unchanged.
     pub recoverable: bool,
     /// A hint for the model's next step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggested_next_action: Option<String>,
 }
 
@@ -285,28 +313,8 @@ impl RunError {
 impl RunError {
     /// The JSON form of the error, as in `run --json`; absent fields are left out.
     pub fn to_json(&self) -> serde_json::Value {
-        let mut out = serde_json::json!({
-            "kind": self.kind.as_str(),
-            "message": self.message,
-            "recoverable": self.recoverable,
-        });
-        let optional = [
-            ("tool", self.tool.clone().map(serde_json::Value::from)),
-            ("line", self.line.map(serde_json::Value::from)),
-            ("column", self.column.map(serde_json::Value::from)),
-            (
-                "suggested_next_action",
-                self.suggested_next_action
-                    .clone()
-                    .map(serde_json::Value::from),
-            ),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                out[key] = value;
-            }
-        }
-        out
+        // Strings, integers and booleans always serialise: the `Null` is never reached.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 }
 

@@ -13,7 +13,7 @@ use toolscript::mcp::{serve_http, serve_stdio, HttpOptions, MCP_PATH};
 use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
     demo_catalog, Decision, Error, Format, Limits, Manifests, Mode, Progress, Registry,
-    ResultPolicy, RunOptions, RunOutcome, RunRecord, RunStatus, Runtime, Store,
+    ResultPolicy, RunOptions, RunOutcome, RunStatus, Runtime, Store,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -681,8 +681,9 @@ fn artifact(store: &Store, id: &str, page: Option<usize>) -> Result<ExitCode, St
 fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {
     let runs = store.runs().map_err(|e| e.to_string())?;
     if json {
-        let list: Vec<Value> = runs.iter().map(RunRecord::to_json).collect();
-        println!("{}", Value::Array(list));
+        let list = toolscript::RunListing::all(store).map_err(|e| e.to_string())?;
+        let list = serde_json::to_value(list).map_err(|e| e.to_string())?;
+        println!("{list}");
         return Ok(ExitCode::SUCCESS);
     }
     if runs.is_empty() {
