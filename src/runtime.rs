@@ -515,7 +515,7 @@ impl Runtime {
             .pending
             .as_ref()
             .filter(|_| record.status == RunStatus::Paused)
-            .map(|p| Pending::deserialize(p))
+            .map(Pending::deserialize)
             .transpose()
             .map_err(|e| refuse(format!("its record's pending call is damaged: {e}")))?;
         let awaiting = pending.as_ref().map(|p| p.awaiting);

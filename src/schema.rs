@@ -2,8 +2,8 @@
 //! it reads or prints (a tool's arguments, a run's outcome, a list of runs), so that a schema
 //! and the data it describes come from the same type.
 //!
-//! The schemas are plain: every subschema inline (no `$ref` or `$defs`), no `$schema` or root
-//! `title`, and draft-07 keywords only (schemars' draft-07 settings), which the clients of our
+//! The schemas are plain: every subschema inline (no `$ref` or `$defs`), no `$schema`, root
+//! `title` or root `description`, and draft-07 keywords only (schemars' draft-07 settings), which the clients of our
 //! MCP server (the MCP Inspector, Python's `mcp`, rmcp) and `jsonschema` all read the same way.
 
 use schemars::generate::{Contract, SchemaSettings};
@@ -35,7 +35,13 @@ fn generate<T: JsonSchema>(contract: Contract) -> Map<String, Value> {
         Value::Bool(true) => Map::new(),
         _ => Map::from_iter([("not".to_string(), Value::Object(Map::new()))]),
     };
-    // The Rust type's name is no part of the format.
+    // The Rust type's name and docs are no part of the format (its fields' docs are).
     map.remove("title");
+    map.remove("description");
+    // An object's properties are listed even when there are none: some clients require the
+    // key, and a stray argument is then named as unexpected.
+    if map.get("type") == Some(&Value::from("object")) && !map.contains_key("properties") {
+        map.insert("properties".to_string(), Value::Object(Map::new()));
+    }
     map
 }

@@ -269,7 +269,20 @@ fn inspector_lists_the_tools_with_the_api_in_run_script() {
     );
     assert_eq!(
         run_script["outputSchema"]["required"],
-        json!(["run_id", "status", "ok", "logs", "effects", "receipts"])
+        json!(["run_id", "ok", "logs", "effects", "receipts"])
+    );
+    // `status` is required in each way a run ends, with the field that goes with it.
+    let ends = run_script["outputSchema"]["oneOf"]
+        .as_array()
+        .expect("oneOf");
+    let required: Vec<&Value> = ends.iter().map(|end| &end["required"]).collect();
+    assert_eq!(
+        required,
+        [
+            &json!(["status", "value"]),
+            &json!(["status", "error"]),
+            &json!(["status", "pending"])
+        ]
     );
     assert_eq!(tools[1]["annotations"]["readOnlyHint"], true);
 }
