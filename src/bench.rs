@@ -6,7 +6,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::{Error, RunError};
-use crate::runtime::{Mode, RunOptions, RunOutcome, Runtime};
+use crate::report::Mode;
+use crate::runtime::{RunOptions, RunOutcome, Runtime};
 
 /// What `bench` measured for one script.
 #[derive(Clone, Debug, Serialize)]

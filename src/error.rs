@@ -194,7 +194,7 @@ impl LimitReached {
     }
 
     /// The library's own name for the limit: `Limits::max_calls`.
-    fn library_name(&self) -> String {
+    pub(crate) fn library_name(&self) -> String {
         format!("Limits::{}", self.field())
     }
 
@@ -395,37 +395,77 @@ impl RunError {
     /// The JSON form of the error, as in `run --json`; absent fields are left out. A limit is
     /// named as its [`Limits`](crate::Limits) field.
     pub fn to_json(&self) -> serde_json::Value {
-        self.to_json_naming(LimitReached::library_name)
+        self.report(LimitReached::library_name).to_json()
     }
 
-    /// As [`RunError::to_json`], with the limit the run reached (if any) named by `name`: how
-    /// a front end tells its reader which setting to raise.
-    pub fn to_json_naming(&self, name: impl Fn(&LimitReached) -> String) -> serde_json::Value {
+    /// The error as a run's report carries it, with the limit the run reached (if any) named
+    /// by `name`: how a front end tells its reader which setting to raise.
+    pub fn report(&self, name: impl Fn(&LimitReached) -> String) -> ErrorReport {
         let e = &self.error;
-        let mut out = serde_json::json!({
-            "kind": e.kind_name(),
-            "message": e.message_naming(name),
-            "recoverable": e.recoverable,
-        });
-        let optional = [
-            ("tool", e.tool.clone().map(serde_json::Value::from)),
-            ("line", self.line.map(serde_json::Value::from)),
-            ("column", self.column.map(serde_json::Value::from)),
-            (
-                "suggested_next_action",
-                e.suggested_next_action.clone().map(serde_json::Value::from),
-            ),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                out[key] = value;
-            }
+        ErrorReport {
+            kind: e.kind_name().to_string(),
+            message: e.message_naming(name),
+            tool: e.tool.clone(),
+            line: self.line,
+            column: self.column,
+            recoverable: e.recoverable,
+            suggested_next_action: e.suggested_next_action.clone(),
+            limit: e.limit.map(|limit| LimitReport {
+                key: limit.key.to_string(),
+                value: json_number(limit.value),
+            }),
         }
-        if let Some(limit) = &e.limit {
-            out["limit"] = serde_json::json!({"key": limit.key, "value": json_number(limit.value)});
-        }
-        out
     }
+}
+
+/// A run's error as its report carries it (`error` in `run --json` and in MCP answers): the
+/// [`RunError`] with its kind as a string and its message in a front end's words. Absent
+/// fields are left out.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ErrorReport {
+    /// What went wrong: `not_found`, `invalid_script`, ... or a tool's own kind.
+    pub kind: String,
+    /// A sentence for the model that wrote the script.
+    pub message: String,
+    /// The tool whose call failed, when a tool call failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// 1-based line of the failing call or statement, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub line: Option<usize>,
+    /// 1-based column of the failing call or statement, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub column: Option<usize>,
+    /// Whether the same call may succeed later unchanged.
+    pub recoverable: bool,
+    /// A hint for the model's next step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggested_next_action: Option<String>,
+    /// The limit the run reached, for `budget_exceeded` and `limit_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitReport>,
+}
+
+impl ErrorReport {
+    /// The report as a JSON value.
+    pub fn to_json(&self) -> serde_json::Value {
+        // Strings, integers and booleans always serialise: the `Null` is never reached.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// A limit a run reached, as its error's report carries it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct LimitReport {
+    /// The limit's key, one of [`Limits::KEYS`](crate::Limits::KEYS).
+    pub key: String,
+    /// The value the run had for it: an integer when whole, else a number.
+    #[schemars(with = "f64")]
+    pub value: serde_json::Value,
 }
 
 impl RunError {

@@ -31,7 +31,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `error`, `json`, `sync`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
+//! | `error`, `json`, `sync`, `schema`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; JSON Schemas generated from types; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
 //! | `store` | the embedded store of durable runs (SQLite): runs, their journals |
 //! | `policy` | result policies: the run's output bounded in tokens, artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
@@ -40,6 +40,7 @@
 //! | `ledger` | the run ledger: epochs, reads de-duplicated per epoch, the scout's entries and their claims, the executor's write log |
 //! | `script` | the executor (the authoritative run) and the static checks of `check` |
 //! | `speculate` | the scout, placeholders and the AST rewrite |
+//! | `report` | the JSON formats of a run's outcome ([`RunReport`], [`Stats`]) and of the list of runs ([`RunListing`]) |
 //! | `runtime` | [`Runtime`]: compile, check and run scripts; [`RunOutcome`] |
 //! | `manifest` | TOML manifests, script tools (`manifest::script_tool`), the embedded demo catalog |
 //! | `mcp` | tools from MCP servers (client), and `toolscript serve` (server) |
@@ -63,8 +64,10 @@ mod ledger;
 mod manifest;
 pub mod mcp;
 mod policy;
+mod report;
 mod rhai_ast;
 mod runtime;
+mod schema;
 mod script;
 mod speculate;
 mod store;
@@ -73,13 +76,15 @@ mod tool;
 
 pub use dispatch::{BreakerConfig, EffectRecord, Progress};
 pub use engine::{set_memory_probe, LimitKey, Limits};
-pub use error::{Error, ErrorKind, LimitReached, RunError, ToolError};
+pub use error::{Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError};
 pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
 pub use policy::{
-    page_of as artifact_page, pages_of as artifact_pages, Artifact, ResultPolicy, MIN_INLINE_TOKENS,
+    page_of as artifact_page, pages_of as artifact_pages, Artifact, ArtifactPage, PageContent,
+    ResultPolicy, MIN_INLINE_TOKENS,
 };
-pub use runtime::{Decision, Mode, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script, Stats};
+pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
+pub use runtime::{Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
 pub use script::{Awaiting, Pending, Problem, Severity};
 pub use store::{RunRecord, RunStatus, Store, StoredArtifact, STORE_ENV};
 pub use tool::{

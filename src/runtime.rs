@@ -5,52 +5,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rhai::{Engine, AST};
-use serde::Serialize;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::dispatch::{
     BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
 };
 use crate::engine::{self, Limits};
-use crate::error::{ErrorKind, RunError};
+use crate::error::{ErrorKind, LimitReached, RunError};
 use crate::ledger::{RunLedger, SpeculationLimits};
+use crate::report::{Mode, ReceiptChain, RunEnd, RunReport, Stats};
 use crate::script::{self, Awaiting, Pending, Problem};
 use crate::speculate::{self, Scout};
 use crate::store::{Journal, RunRecord, RunStatus, Store, TakeRefused};
 use crate::sync::lock;
 use crate::tool::{self, Format, Registry};
-
-/// How a run dispatches its reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Mode {
-    /// The executor alone: every call blocks the script until its result is there.
-    Sequential,
-    /// The executor, plus the scout starting reads early and in parallel.
-    #[default]
-    Speculative,
-}
-
-impl Mode {
-    /// `Sequential` when `sequential` is set (a `--sequential` flag, a request's option), else
-    /// `Speculative`.
-    pub fn sequential_if(sequential: bool) -> Mode {
-        if sequential {
-            Mode::Sequential
-        } else {
-            Mode::Speculative
-        }
-    }
-
-    /// The mode's name, as in `stats.mode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Sequential => "sequential",
-            Mode::Speculative => "speculative",
-        }
-    }
-}
 
 /// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
 /// circuit breakers are shared by all of them.
@@ -258,40 +227,6 @@ impl RunOptions {
     }
 }
 
-/// Counts and timing of one run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct Stats {
-    /// How reads were dispatched.
-    pub mode: Mode,
-    /// Wall-clock time of the run, in milliseconds.
-    pub wall_ms: f64,
-    /// Tool calls the script made, including those answered by an earlier identical read.
-    pub tool_calls: u64,
-    /// Calls that entered the dispatch path.
-    pub dispatched: u64,
-    /// Reads started by speculation.
-    pub speculative_launched: u64,
-    /// Of those, reads the executor claimed.
-    pub speculative_claimed: u64,
-    /// Of those, reads nobody needed.
-    pub speculative_wasted: u64,
-    /// Reads answered by an identical read earlier in the same epoch.
-    pub deduplicated: u64,
-    /// Non-read calls the script made.
-    pub effectful_calls: u64,
-    /// Calls answered by the run's journal (made by an earlier process of the run).
-    pub replayed: u64,
-    /// Passes of the scout over the script.
-    pub scout_passes: u64,
-    /// Interpreter operations of the executor; not in the JSON output.
-    #[serde(skip)]
-    pub script_operations: u64,
-    /// Interpreter operations of all scout passes; not in the JSON output.
-    #[serde(skip)]
-    pub scout_operations: u64,
-}
-
 /// Everything a run produced: its value or error, logs, effects, stats and receipts.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -354,38 +289,50 @@ impl RunOutcome {
         }
     }
 
-    /// The JSON object that `toolscript run --json` prints.
-    pub fn to_json(&self) -> Value {
-        let mut out = json!({
-            "run_id": self.run_id,
-            "status": self.status().as_str(),
-            "ok": self.result.is_ok(),
-            "logs": self.logs,
-            "effects": self.effects,
-            "stats": self.stats,
-            "receipts": {
-                "head": self.receipts.last().map(|r| r.hash.as_str()),
-                "count": self.receipts.len(),
+    /// The outcome as a model receives it (value, logs and error bounded), the form that
+    /// `toolscript run --json` prints.
+    pub fn report(&self) -> RunReport {
+        self.report_naming(LimitReached::library_name)
+    }
+
+    /// As [`RunOutcome::report`], with the limit the run reached (if any) named by `name`: how
+    /// a front end tells its reader which setting to raise (a flag, a manifest key).
+    pub fn report_naming(&self, name: impl Fn(&LimitReached) -> String) -> RunReport {
+        let bounded = self.bounded.as_ref();
+        let end = match (&self.pending, &self.result) {
+            (Some(pending), _) => RunEnd::Paused {
+                pending: pending.clone(),
             },
-        });
-        match (&self.pending, &self.result) {
-            (Some(pending), _) => out["pending"] = json!(pending),
-            (None, Ok(value)) => out["value"] = value.clone(),
-            (None, Err(e)) => out["error"] = e.to_json(),
+            (None, Ok(value)) => RunEnd::Completed {
+                value: bounded
+                    .and_then(|b| b.value.clone())
+                    .unwrap_or_else(|| value.clone()),
+            },
+            (None, Err(e)) => RunEnd::Failed {
+                error: bounded
+                    .and_then(|b| b.error.as_ref())
+                    .unwrap_or(e)
+                    .report(name),
+            },
+        };
+        RunReport {
+            run_id: self.run_id.clone(),
+            end,
+            ok: self.result.is_ok(),
+            logs: bounded.map_or_else(|| self.logs.clone(), |b| b.logs.clone()),
+            effects: self.effects.clone(),
+            stats: Some(self.stats.clone()),
+            receipts: ReceiptChain {
+                head: self.receipts.last().map(|r| r.hash.clone()),
+                count: self.receipts.len(),
+            },
+            artifacts: self.artifacts.clone(),
         }
-        if let Some(bounded) = &self.bounded {
-            out["logs"] = json!(bounded.logs);
-            if let (Some(value), true) = (&bounded.value, out.get("value").is_some()) {
-                out["value"] = value.clone();
-            }
-            if let (Some(error), true) = (&bounded.error, out.get("error").is_some()) {
-                out["error"] = error.clone();
-            }
-        }
-        if !self.artifacts.is_empty() {
-            out["artifacts"] = json!(self.artifacts);
-        }
-        out
+    }
+
+    /// The JSON object that `toolscript run --json` prints: [`RunOutcome::report`] as JSON.
+    pub fn to_json(&self) -> Value {
+        self.report().to_json()
     }
 
     fn before_running(error: RunError) -> RunOutcome {
@@ -575,10 +522,11 @@ impl Runtime {
         let pending = record
             .pending
             .as_ref()
-            .filter(|_| record.status == RunStatus::Paused);
-        let awaiting = pending
-            .and_then(|p| p.get("awaiting"))
-            .and_then(|a| serde_json::from_value::<Awaiting>(a.clone()).ok());
+            .filter(|_| record.status == RunStatus::Paused)
+            .map(Pending::deserialize)
+            .transpose()
+            .map_err(|e| refuse(format!("its record's pending call is damaged: {e}")))?;
+        let awaiting = pending.as_ref().map(|p| p.awaiting);
         let describe = |awaiting: Awaiting| match awaiting {
             Awaiting::Approval => "a decision on its approval: --approve or --reject",
             Awaiting::Resolve => {
@@ -612,15 +560,8 @@ impl Runtime {
             })?;
         let journal = Arc::new(Journal::open(Arc::clone(store), run_id)?);
         if let (Some(decision), Some(pending)) = (decision, pending) {
-            let seq = pending
-                .get("seq")
-                .and_then(Value::as_u64)
-                .unwrap_or_default();
-            let tool = pending
-                .get("tool")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let args = crate::json::key_json(pending.get("args").unwrap_or(&Value::Null));
+            let (seq, tool) = (pending.seq, pending.tool.as_str());
+            let args = crate::json::key_json(&pending.args);
             let decided = journal.decide(seq, tool, &args, |entry| match decision {
                 Decision::Approve => entry.state.approved = true,
                 Decision::Reject { reason } => {
@@ -812,7 +753,7 @@ impl Runtime {
             crate::policy::Bounder::new(store, &run_id, budget).bound(
                 value,
                 &execution.logs,
-                error.map(RunError::to_json),
+                error.cloned(),
             )
         };
         let bounded = match bound(&result) {
@@ -868,11 +809,14 @@ fn artifact_tool(store: Arc<Store>) -> crate::Tool {
         .handler(move |args| {
             let store = Arc::clone(&store);
             async move {
-                let id = args["id"].as_str().unwrap_or_default().to_string();
-                let page = args["page"].as_u64().map(|p| p as usize);
-                tokio::task::spawn_blocking(move || crate::policy::read_artifact(&store, &id, page))
-                    .await
-                    .unwrap_or_else(|e| Err(crate::ToolError::internal(e.to_string())))
+                // The registry checked them against the schema of the same type.
+                let args = crate::policy::ArtifactArgs::deserialize(&args)
+                    .map_err(|e| crate::ToolError::invalid_input(e.to_string()))?;
+                tokio::task::spawn_blocking(move || {
+                    crate::policy::read_artifact(&store, &args.id, args.page)
+                })
+                .await
+                .unwrap_or_else(|e| Err(crate::ToolError::internal(e.to_string())))
             }
         })
 }

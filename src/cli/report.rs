@@ -44,16 +44,9 @@ pub(super) fn report(
     exit_for(outcome.status())
 }
 
-/// The outcome as `run --json` prints it: a limit the run reached is named as its flag. An
-/// error cut to fit the output is left as the library bounded it.
+/// The outcome as `run --json` prints it: a limit the run reached is named as its flag.
 fn outcome_json(outcome: &RunOutcome) -> Value {
-    let mut json = outcome.to_json();
-    if let (Err(e), Some(error)) = (&outcome.result, json.get_mut("error")) {
-        if e.limit.is_some() && *error == e.to_json() {
-            *error = e.to_json_naming(name_limit);
-        }
-    }
-    json
+    outcome.report_naming(name_limit).to_json()
 }
 
 /// The line on stderr that shows a run going on; the caller clears it.

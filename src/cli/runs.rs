@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::Value;
-use toolscript::RunRecord;
+use toolscript::Awaiting;
 
 use super::open_store;
 
@@ -22,10 +21,10 @@ pub(crate) struct Runs {
 impl Runs {
     pub(crate) fn apply(self) -> Result<ExitCode, String> {
         let store = open_store(self.store)?;
-        let runs = store.runs().map_err(|e| e.to_string())?;
+        let runs = toolscript::RunListing::all(&store).map_err(|e| e.to_string())?;
         if self.json {
-            let list: Vec<Value> = runs.iter().map(RunRecord::to_json).collect();
-            println!("{}", Value::Array(list));
+            let list = serde_json::to_string(&runs).map_err(|e| e.to_string())?;
+            println!("{list}");
             return Ok(ExitCode::SUCCESS);
         }
         if runs.is_empty() {
@@ -38,19 +37,18 @@ impl Runs {
         );
         for r in &runs {
             let pending = r.pending.as_ref().map_or(String::new(), |p| {
-                format!(
-                    "#{} {} (awaiting {})",
-                    p["seq"],
-                    p["tool"].as_str().unwrap_or_default(),
-                    p["awaiting"].as_str().unwrap_or_default()
-                )
+                let awaiting = match p.awaiting {
+                    Awaiting::Approval => "approval",
+                    _ => "resolve",
+                };
+                format!("#{} {} (awaiting {awaiting})", p.seq, p.tool)
             });
             println!(
                 "{:<16}  {:<9}  {:<20}  {:<24}  {pending}",
                 r.run_id,
                 r.status.as_str(),
-                r.started(),
-                r.script_name
+                r.started,
+                r.script
             );
         }
         Ok(ExitCode::SUCCESS)

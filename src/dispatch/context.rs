@@ -22,7 +22,7 @@ use crate::tool::{Effect, Registry, ToolSpec};
 
 /// A non-read call that reached its tool's body, in the order the bodies started. A composite's
 /// own entry comes before the entries of the calls nested in it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct EffectRecord {
     /// The tool called.

@@ -3,6 +3,7 @@
 //! feature `http`). Built on the official Rust SDK, rmcp.
 
 mod client;
+mod formats;
 #[cfg(feature = "http")]
 mod http;
 mod server;

@@ -25,12 +25,16 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
+use super::formats::{ArtifactRead, DecisionArg, NoArgs, ResumeRunArgs, RunList, RunScriptArgs};
 use crate::dispatch::Progress;
 use crate::error::Error;
-use crate::runtime::{Decision, Mode, RunOptions, Runtime};
+use crate::policy::ArtifactArgs;
+use crate::report::{Mode, RunListing, RunReport};
+use crate::runtime::{Decision, RunOptions, Runtime};
+use crate::schema;
 use crate::tool::{Effect, Format};
 
 /// The tool that runs a script.
@@ -261,25 +265,19 @@ pub(super) struct Server {
 /// what it waits for), a failed one an error result. Both constructors also put the JSON as
 /// text, for clients without structured content.
 fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
-    let mut json = outcome.to_json();
     // A limit the run reached is named as the key of the server's `[limits]`: the client
-    // cannot pass flags. A bounded error (cut to fit the output) is left as it is.
-    if let (Err(e), Some(error)) = (&outcome.result, json.get_mut("error")) {
-        if e.limit.is_some() && *error == e.to_json() {
-            *error = e.to_json_naming(|limit| {
-                format!(
-                    "{}; the server's limit, `{}` in its [limits]",
-                    limit.key, limit.key
-                )
-            });
-        }
-    }
+    // cannot pass flags.
+    let mut report: RunReport = outcome.report_naming(|limit| {
+        format!(
+            "{}; the server's limit, `{}` in its [limits]",
+            limit.key, limit.key
+        )
+    });
     // Compact by default: the counts and timings are for people, not for the model.
     if !stats {
-        if let Some(map) = json.as_object_mut() {
-            map.remove("stats");
-        }
+        report.stats = None;
     }
+    let json = report.to_json();
     if outcome.status() == crate::RunStatus::Failed {
         CallToolResult::structured_error(json)
     } else {
@@ -287,35 +285,14 @@ fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
     }
 }
 
-/// The arguments of `resume_run`; `decision` is checked against the schema's enum first.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResumeRunArgs {
-    run_id: String,
-    decision: Option<String>,
-    reason: Option<String>,
-}
-
-/// The arguments of `run_script`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunScriptArgs {
-    script: String,
-    #[serde(default)]
-    sequential: bool,
-    #[serde(default)]
-    stats: bool,
-    /// The script's `input`; JSON `null` is no input.
-    #[serde(default)]
-    input: Value,
-}
-
-/// The arguments of `read_artifact`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReadArtifactArgs {
-    id: String,
-    page: Option<usize>,
+/// `answer` as a tool's structured result.
+fn structured<T: Serialize>(answer: &T) -> CallToolResult {
+    match serde_json::to_value(answer) {
+        Ok(json) => CallToolResult::structured(json),
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+            "the answer could not be written as JSON: {e}"
+        ))]),
+    }
 }
 
 impl Server {
@@ -405,7 +382,7 @@ impl Server {
     }
 
     async fn read_artifact(&self, arguments: Option<JsonObject>) -> CallToolResult {
-        let args: ReadArtifactArgs = match self.arguments(READ_ARTIFACT, arguments) {
+        let args: ArtifactArgs = match self.arguments(READ_ARTIFACT, arguments) {
             Ok(args) => args,
             Err(bad) => return bad,
         };
@@ -419,7 +396,7 @@ impl Server {
         })
         .await;
         match read {
-            Ok(Ok(value)) => CallToolResult::structured(json!({ "artifact": value })),
+            Ok(Ok(artifact)) => structured(&ArtifactRead { artifact }),
             Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
@@ -434,21 +411,14 @@ impl Server {
             Ok(args) => args,
             Err(bad) => return bad,
         };
-        let decision = match args.decision.as_deref() {
-            None => None,
-            Some("approve") => Some(Decision::Approve),
-            Some("reject") => Some(Decision::Reject {
+        let decision = args.decision.map(|decision| match decision {
+            DecisionArg::Approve => Decision::Approve,
+            DecisionArg::Reject => Decision::Reject {
                 reason: args.reason,
-            }),
-            Some("done") => Some(Decision::Done),
-            Some("retry") => Some(Decision::Retry),
-            // The schema's enum let nothing else through; the same answer all the same.
-            Some(other) => {
-                let problem =
-                    format!("`decision`: {other:?} is not one of approve, reject, done, retry");
-                return bad_arguments(RESUME_RUN, &problem, &self.schema(RESUME_RUN));
-            }
-        };
+            },
+            DecisionArg::Done => Decision::Done,
+            DecisionArg::Retry => Decision::Retry,
+        });
         let options = RunOptions::default().progress(progress);
         match self.runtime.resume(&args.run_id, decision, options).await {
             Ok(outcome) => outcome_result(&outcome, false),
@@ -457,7 +427,7 @@ impl Server {
     }
 
     fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
-        if let Err(bad) = self.arguments::<Empty>(LIST_RUNS, arguments) {
+        if let Err(bad) = self.arguments::<NoArgs>(LIST_RUNS, arguments) {
             return bad;
         }
         let Some(store) = self.runtime.store() else {
@@ -465,27 +435,19 @@ impl Server {
                 "this server keeps no store of runs",
             )]);
         };
-        match store.runs() {
-            Ok(runs) => {
-                let runs: Vec<Value> = runs.iter().map(crate::RunRecord::to_json).collect();
-                CallToolResult::structured(json!({ "runs": runs }))
-            }
+        match RunListing::all(store) {
+            Ok(runs) => structured(&RunList { runs }),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
 
     fn describe_tools(&self, arguments: Option<JsonObject>) -> CallToolResult {
-        if let Err(bad) = self.arguments::<Empty>(DESCRIBE_TOOLS, arguments) {
+        if let Err(bad) = self.arguments::<NoArgs>(DESCRIBE_TOOLS, arguments) {
             return bad;
         }
         CallToolResult::success(vec![ContentBlock::text(self.api.to_string())])
     }
 }
-
-/// The arguments of a tool that takes none.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Empty {}
 
 /// The error result for wrong arguments: what is wrong, then what the tool takes, read from its
 /// input schema (`script` (string, required), ...).
@@ -678,33 +640,10 @@ fn run_script_tool(api: &str, effects: &[Effect]) -> Tool {
     Tool::new(
         RUN_SCRIPT,
         format!("{HOW_TO}{api}"),
-        object(json!({
-            "type": "object",
-            "properties": {
-                "script": {
-                    "type": "string",
-                    "description": "The Rhai script: the whole task, its last expression the value."
-                },
-                "sequential": {
-                    "type": "boolean",
-                    "default": false,
-                    "description": "Dispatch every call in program order; no read starts early."
-                },
-                "stats": {
-                    "type": "boolean",
-                    "default": false,
-                    "description": "Include `stats` (timings and counts) in the answer."
-                },
-                "input": {
-                    "description": "Any JSON value: the script reads it as `input` (without it, `input` is `()`)."
-                }
-            },
-            "required": ["script"],
-            "additionalProperties": false
-        })),
+        schema::input::<RunScriptArgs>(),
     )
     .with_annotations(annotations)
-    .with_raw_output_schema(Arc::new(object(outcome_schema())))
+    .with_raw_output_schema(Arc::new(schema::output::<RunReport>()))
 }
 
 /// `resume_run`: a run id and a decision. It answers with `run_script`'s object, but declares
@@ -718,19 +657,7 @@ fn resume_run_tool() -> Tool {
          `reject` (with a `reason`); one awaiting `resolve` (a call whose outcome was lost) takes \
          `done` (it took effect) or `retry` (make it again). Calls made before are not made \
          again. Answers like `run_script`.",
-        object(json!({
-            "type": "object",
-            "properties": {
-                "run_id": {"type": "string", "description": "The paused run's `run_id`."},
-                "decision": {
-                    "enum": ["approve", "reject", "done", "retry"],
-                    "description": "Omit only for a run whose server stopped while it ran."
-                },
-                "reason": {"type": "string", "description": "Why a call is rejected."}
-            },
-            "required": ["run_id"],
-            "additionalProperties": false
-        })),
+        schema::input::<ResumeRunArgs>(),
     )
     .with_annotations(
         ToolAnnotations::with_title("Resume a paused run")
@@ -748,8 +675,9 @@ fn read_artifact_tool() -> Tool {
         "An artifact a run's output referred to (an `artifact` id where a value, a log or a \
          message was too large for the output): the whole value, or with `page` one page of it \
          (`{page, pages, items | text}`).",
-        object(crate::policy::artifact_args_schema()),
+        schema::input::<ArtifactArgs>(),
     )
+    .with_raw_output_schema(Arc::new(schema::output::<ArtifactRead>()))
     .with_annotations(
         ToolAnnotations::with_title("Read an artifact")
             .read_only(true)
@@ -765,8 +693,9 @@ fn list_runs_tool() -> Tool {
         LIST_RUNS,
         "The runs this server keeps, newest first: `run_id`, `status` (running, paused, \
          completed, failed), start, and the `pending` call of a paused run.",
-        object(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        schema::input::<NoArgs>(),
     )
+    .with_raw_output_schema(Arc::new(schema::output::<RunList>()))
     .with_annotations(
         ToolAnnotations::with_title("List runs")
             .read_only(true)
@@ -782,7 +711,7 @@ fn describe_tools_tool() -> Tool {
         DESCRIBE_TOOLS,
         "The API of the tools a `run_script` script can call, as Rhai function signatures with \
          doc comments (the same text as in `run_script`'s description).",
-        object(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        schema::input::<NoArgs>(),
     )
     .with_annotations(
         ToolAnnotations::with_title("Describe the tools")
@@ -791,129 +720,4 @@ fn describe_tools_tool() -> Tool {
             .idempotent(true)
             .open_world(false),
     )
-}
-
-/// The schema of [`crate::RunOutcome::to_json`], the object `toolscript run --json` prints.
-fn outcome_schema() -> Value {
-    let count = json!({"type": "integer", "minimum": 0});
-    json!({
-        "type": "object",
-        "properties": {
-            "run_id": {"type": "string", "description": "The run's id: `resume_run` takes it."},
-            "status": {"enum": ["completed", "failed", "paused"]},
-            "pending": {
-                "type": "object",
-                "description": "The call a paused run waits at; present when status is paused.",
-                "properties": {
-                    "seq": {"type": "integer", "minimum": 0},
-                    "tool": {"type": "string"},
-                    "effect": {"enum": ["write", "idempotent", "external"]},
-                    "args": {"description": "The call's arguments."},
-                    "awaiting": {"enum": ["approval", "resolve"]}
-                },
-                "required": ["seq", "tool", "effect", "args", "awaiting"]
-            },
-            "ok": {"type": "boolean", "description": "Whether the script finished with a value."},
-            "value": {"description": "The script's value, any JSON; present when ok is true."},
-            "error": {
-                "type": "object",
-                "description": "What ended the script; present when ok is false.",
-                "properties": {
-                    "kind": {"type": "string", "description": "not_found, invalid_script, ..."},
-                    "message": {"type": "string"},
-                    "tool": {"type": "string", "description": "The tool whose call failed."},
-                    "line": {"type": "integer", "minimum": 1},
-                    "column": {"type": "integer", "minimum": 1},
-                    "recoverable": {
-                        "type": "boolean",
-                        "description": "Whether the same call may succeed later unchanged."
-                    },
-                    "suggested_next_action": {"type": "string"}
-                },
-                "required": ["kind", "message", "recoverable"]
-            },
-            "logs": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "The script's print lines, in order."
-            },
-            "effects": {
-                "type": "array",
-                "description": "Calls of non-read tools that reached their tool, in order.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "tool": {"type": "string"},
-                        "effect": {"enum": ["write", "idempotent", "external"]},
-                        "args": {"description": "The validated arguments."},
-                        "ok": {
-                            "type": ["boolean", "null"],
-                            "description": "null when the outcome is unknown (ambiguous_outcome): it may have taken effect."
-                        }
-                    },
-                    "required": ["tool", "effect", "args", "ok"]
-                }
-            },
-            "artifacts": {
-                "type": "array",
-                "description": "What did not fit in the output, kept in the store: `read_artifact` gives it.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string"},
-                        "sha256": {"type": "string"},
-                        "bytes": {"type": "integer"},
-                        "tokens": {"type": "integer"},
-                        "pages": {"type": "integer"},
-                        "policy": {"enum": ["auto", "inline", "page", "compress", "exact"]}
-                    },
-                    "required": ["id", "sha256", "bytes", "tokens", "pages", "policy"]
-                }
-            },
-            "receipts": {
-                "type": "object",
-                "description": "The run's receipt chain: its last hash and its length.",
-                "properties": {
-                    "head": {"type": ["string", "null"]},
-                    "count": {"type": "integer"}
-                },
-                "required": ["head", "count"]
-            },
-            "stats": {
-                "type": "object",
-                "properties": {
-                    "mode": {"enum": ["sequential", "speculative"]},
-                    "wall_ms": {"type": "number", "minimum": 0},
-                    "tool_calls": count,
-                    "dispatched": count,
-                    "speculative_launched": count,
-                    "speculative_claimed": count,
-                    "speculative_wasted": count,
-                    "deduplicated": count,
-                    "effectful_calls": count,
-                    "replayed": count,
-                    "scout_passes": count
-                },
-                "required": [
-                    "mode", "wall_ms", "tool_calls", "dispatched", "speculative_launched",
-                    "speculative_claimed", "speculative_wasted", "deduplicated",
-                    "effectful_calls", "scout_passes"
-                ]
-            }
-        },
-        "required": ["run_id", "status", "ok", "logs", "effects", "receipts"],
-        "oneOf": [
-            {"properties": {"status": {"const": "completed"}, "ok": {"const": true}}, "required": ["value"]},
-            {"properties": {"status": {"const": "failed"}, "ok": {"const": false}}, "required": ["error"]},
-            {"properties": {"status": {"const": "paused"}, "ok": {"const": false}}, "required": ["pending"]}
-        ]
-    })
-}
-
-/// The object inside a `json!` object literal.
-fn object(value: Value) -> JsonObject {
-    match value {
-        Value::Object(map) => map,
-        _ => JsonObject::new(),
-    }
 }

@@ -23,11 +23,14 @@ pub(crate) use tokens::{count, fits};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::error::RunError;
 use crate::json::{key_json, sha256_hex};
 use crate::store::Store;
 
 /// What happens to a result that does not fit in a run's output.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum ResultPolicy {
@@ -64,7 +67,7 @@ pub const MIN_INLINE_TOKENS: usize = 200;
 const ENVELOPE: usize = 160;
 
 /// An artifact a run made, as `run --json` lists it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Artifact {
     /// Its id: the first 32 hex digits of the SHA-256 of its bytes.
@@ -86,7 +89,7 @@ pub struct Artifact {
 pub(crate) struct Bounded {
     pub(crate) value: Option<Value>,
     pub(crate) logs: Vec<String>,
-    pub(crate) error: Option<Value>,
+    pub(crate) error: Option<RunError>,
     pub(crate) artifacts: Vec<Artifact>,
 }
 
@@ -121,7 +124,7 @@ impl<'a> Bounder<'a> {
         mut self,
         value: Option<(&Value, ResultPolicy, Option<&str>)>,
         logs: &[String],
-        error: Option<Value>,
+        error: Option<RunError>,
     ) -> Result<Bounded, Unbounded> {
         // A token is at least a byte: output that fits in bytes is not counted.
         let value_text = value.map(|(v, _, _)| key_json(v));
@@ -129,7 +132,7 @@ impl<'a> Bounder<'a> {
         let logs_text = key_json(&logs_value);
         let bytes = value_text.as_ref().map_or(0, String::len)
             + logs_text.len()
-            + error.as_ref().map_or(0, |e| key_json(e).len());
+            + error.as_ref().map_or(0, |e| key_json(&e.to_json()).len());
         if bytes <= self.budget {
             return Ok(Bounded {
                 value: value.map(|(v, _, _)| v.clone()),
@@ -139,7 +142,7 @@ impl<'a> Bounder<'a> {
             });
         }
         let error = error.map(|e| self.bound_error(e));
-        let used = error.as_ref().map_or(0, |e| count(&key_json(e)));
+        let used = error.as_ref().map_or(0, |e| count(&key_json(&e.to_json())));
         let rest = self.budget.saturating_sub(used);
         let value_tokens = value_text.as_deref().map_or(0, count);
         let logs_tokens = count(&logs_text);
@@ -172,21 +175,21 @@ impl<'a> Bounder<'a> {
 
     /// The error, its message cut to fit a quarter of the budget (the whole message kept as
     /// an artifact).
-    fn bound_error(&mut self, mut error: Value) -> Value {
+    fn bound_error(&mut self, mut error: RunError) -> RunError {
         let cap = self.budget / 3;
-        if fits(&key_json(&error), cap) {
+        if fits(&key_json(&error.to_json()), cap) {
             return error;
         }
-        let message = error["message"].as_str().unwrap_or_default().to_string();
+        let message = std::mem::take(&mut error.message);
         let kept = self.keep(&json!(message), None, ResultPolicy::Page, cap);
         let mut head: String = message.chars().take(cap).collect();
         loop {
-            error["message"] = json!(format!(
+            error.message = format!(
                 "{head} … ({} characters in all; {})",
                 message.chars().count(),
                 kept.short()
-            ));
-            if fits(&key_json(&error), cap) || head.is_empty() {
+            );
+            if fits(&key_json(&error.to_json()), cap) || head.is_empty() {
                 return error;
             }
             let keep = head.chars().count() * 3 / 4;
@@ -520,17 +523,10 @@ pub(crate) fn summary(value: &Value, items: usize, chars: usize, depth: usize) -
 /// The name of the runtime's own tool that reads artifacts.
 pub(crate) const ARTIFACT_TOOL: &str = "ts_artifact";
 
-/// The arguments of `ts_artifact` and of the MCP server's `read_artifact`: an id and a page.
+/// The schema of [`ArtifactArgs`], the arguments of `ts_artifact` and of the MCP server's
+/// `read_artifact`.
 pub(crate) fn artifact_args_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "id": {"type": "string", "description": "The artifact's id."},
-            "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
-        },
-        "required": ["id"],
-        "additionalProperties": false
-    })
+    Value::Object(crate::schema::input::<ArtifactArgs>())
 }
 
 /// An artifact of `store` as a value: the whole of it, or its page `page`.
@@ -585,8 +581,54 @@ pub fn page_of(content: &str, page_tokens: usize, n: usize) -> Result<Value, Str
             total - 1
         )
     })?;
-    let field = if page.is_array() { "items" } else { "text" };
-    Ok(json!({ "page": n, "pages": total, field: page }))
+    let content = match page {
+        Value::Array(items) => PageContent::Items(items),
+        Value::String(text) => PageContent::Text(text),
+        other => PageContent::Text(other.to_string()),
+    };
+    let page = ArtifactPage {
+        page: n,
+        pages: total,
+        content,
+    };
+    serde_json::to_value(page).map_err(|e| format!("the page does not serialise: {e}"))
+}
+
+/// One page of an artifact, as `read_artifact`, `ts_artifact` and `toolscript artifact --page`
+/// give it: `{page, pages, items | text}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ArtifactPage {
+    /// Which page, from 0.
+    pub page: usize,
+    /// How many pages the artifact has.
+    pub pages: usize,
+    /// The page's items (an array's) or text (anything else's).
+    #[serde(flatten)]
+    pub content: PageContent,
+}
+
+/// What one page of an artifact holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum PageContent {
+    /// Items of an array, in order.
+    Items(Vec<Value>),
+    /// Characters of a string, or of a value's canonical JSON.
+    Text(String),
+}
+
+/// The arguments of `ts_artifact` and of the MCP server's `read_artifact`: an id and a page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ArtifactArgs {
+    /// The artifact's id.
+    pub(crate) id: String,
+    /// A page, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "usize")]
+    pub(crate) page: Option<usize>,
 }
 
 #[cfg(test)]

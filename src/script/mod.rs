@@ -61,7 +61,9 @@ impl Logs {
 }
 
 /// What a paused run waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Awaiting {
@@ -72,8 +74,9 @@ pub enum Awaiting {
     Resolve,
 }
 
-/// The call a paused run waits at.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// The call a paused run waits at: `pending` in a paused run's outcome, in the store's record
+/// of the run, and in the list of runs.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Pending {
     /// Its position among the script's non-read calls.

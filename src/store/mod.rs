@@ -77,7 +77,9 @@ CREATE TABLE IF NOT EXISTS reads (
 ";
 
 /// Where a run is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum RunStatus {
@@ -151,19 +153,6 @@ impl RunRecord {
     /// When the run started, as a UTC date and time (`2026-12-01T11:37:06Z`).
     pub fn started(&self) -> String {
         utc(self.started_ms)
-    }
-
-    /// The run as `toolscript runs --json` and MCP's `list_runs` show it: `run_id`, `status`,
-    /// `started`, `script`, `mode`, and the `pending` call of a paused run.
-    pub fn to_json(&self) -> Value {
-        serde_json::json!({
-            "run_id": self.run_id,
-            "status": self.status.as_str(),
-            "started": self.started(),
-            "script": self.script_name,
-            "mode": self.mode,
-            "pending": self.pending,
-        })
     }
 }
 

@@ -35,7 +35,17 @@ pub(crate) type Slots = Arc<tokio::sync::Semaphore>;
 
 /// What calling a tool does to the world. It has no default: every tool declares one, and it
 /// decides speculation, retries and what a repeated call means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Effect {

@@ -269,7 +269,20 @@ fn inspector_lists_the_tools_with_the_api_in_run_script() {
     );
     assert_eq!(
         run_script["outputSchema"]["required"],
-        json!(["run_id", "status", "ok", "logs", "effects", "receipts"])
+        json!(["run_id", "ok", "logs", "effects", "receipts"])
+    );
+    // `status` is required in each way a run ends, with the field that goes with it.
+    let ends = run_script["outputSchema"]["oneOf"]
+        .as_array()
+        .expect("oneOf");
+    let required: Vec<&Value> = ends.iter().map(|end| &end["required"]).collect();
+    assert_eq!(
+        required,
+        [
+            &json!(["status", "value"]),
+            &json!(["status", "error"]),
+            &json!(["status", "pending"])
+        ]
     );
     assert_eq!(tools[1]["annotations"]["readOnlyHint"], true);
 }
@@ -571,4 +584,269 @@ async fn exchange(
         .unwrap()
         .expect("a line");
     serde_json::from_str::<Value>(&reply).expect("the answer is JSON")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The published schemas against the server's real answers.
+// ---------------------------------------------------------------------------------------------
+
+/// A tool that waits for a person's approval, so that a run can pause.
+const APPROVAL: &str = r#"
+[[tool]]
+name = "charge"
+effect = "write"
+approval = "always"
+input = { type = "object", properties = { amount = { type = "integer" } }, required = ["amount"] }
+script = '#{ charged: args.amount }'
+"#;
+
+/// The compiled schema `tool` publishes, its input schema or its output schema.
+fn published(tool: &Tool, output: bool) -> jsonschema::Validator {
+    let schema = if output {
+        tool.output_schema
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} publishes an output schema", tool.name))
+            .clone()
+    } else {
+        (*tool.input_schema).clone()
+    };
+    let schema = Value::Object(schema);
+    assert!(
+        !schema.to_string().contains("\"$ref\"") && schema.get("$schema").is_none(),
+        "{}: a plain schema, every part inline: {schema:#}",
+        tool.name
+    );
+    jsonschema::validator_for(&schema)
+        .unwrap_or_else(|e| panic!("{}'s schema compiles: {e}\n{schema:#}", tool.name))
+}
+
+/// Checks that `answer` holds to `validator`, the output schema of `what`.
+#[track_caller]
+fn assert_holds(validator: &jsonschema::Validator, what: &str, answer: &Value) {
+    let errors: Vec<String> = validator
+        .iter_errors(answer)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what} breaks its published output schema: {errors:?}\n{answer:#}"
+    );
+}
+
+/// A completed, a failed and a paused run, the resumed run, an artifact read whole and by
+/// page, and the list of runs: every structured answer holds to the output schema its tool
+/// publishes (`resume_run` answers like `run_script`, with its schema).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_answers_hold_to_the_published_output_schemas() {
+    tokio::time::timeout(DEADLINE, output_schemas_session())
+        .await
+        .expect("the MCP session finished in time");
+}
+
+async fn output_schemas_session() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let manifest = dir.path().join("m.toml");
+    std::fs::write(&manifest, APPROVAL).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
+    cmd.arg("serve")
+        .arg("--tools")
+        .arg(&manifest)
+        .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", dir.path().join("store.sqlite3"));
+    let (transport, _stderr) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolscript serve starts");
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toolscript-tests", "0"),
+    )
+    .serve(transport)
+    .await
+    .expect("the session initialises");
+    let tools = client.list_all_tools().await.expect("tools/list answers");
+    let tool = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("{name} is listed"))
+    };
+    let run_script = published(tool("run_script"), true);
+    let list_runs = published(tool("list_runs"), true);
+    let read_artifact = published(tool("read_artifact"), true);
+    let call = |name: &'static str, args: Value| {
+        let request = CallToolRequestParams::new(name).with_arguments(arguments(args));
+        let peer = client.peer().clone();
+        async move {
+            let result = peer
+                .call_tool(request)
+                .await
+                .unwrap_or_else(|e| panic!("{name} answers: {e:?}"));
+            let structured = result.structured_content.clone();
+            (result, structured.unwrap_or(Value::Null))
+        }
+    };
+
+    let (_, completed) = call(
+        "run_script",
+        json!({"script": "print(\"hi\"); 40 + 2", "stats": true}),
+    )
+    .await;
+    assert_eq!(completed["status"], "completed", "{completed:#}");
+    assert!(completed["stats"].is_object(), "{completed:#}");
+    assert_holds(&run_script, "a completed run", &completed);
+
+    let (result, failed) = call("run_script", json!({"script": "let x = ;\nx"})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(failed["error"]["kind"], "invalid_script", "{failed:#}");
+    assert_holds(&run_script, "a failed run", &failed);
+
+    let (_, thrown) = call("run_script", json!({"script": "throw \"no\""})).await;
+    assert_eq!(thrown["status"], "failed", "{thrown:#}");
+    assert_holds(&run_script, "a script that throws", &thrown);
+
+    let (_, paused) = call(
+        "run_script",
+        json!({"script": "charge(#{amount: 5}).charged + 1"}),
+    )
+    .await;
+    assert_eq!(paused["status"], "paused", "{paused:#}");
+    assert_eq!(paused["pending"]["awaiting"], "approval");
+    assert_holds(&run_script, "a paused run", &paused);
+
+    let (_, runs) = call("list_runs", json!({})).await;
+    let listed = runs["runs"].as_array().expect("a list of runs");
+    assert!(
+        listed.iter().any(|r| r["run_id"] == paused["run_id"]
+            && r["status"] == "paused"
+            && r["pending"]["tool"] == "charge"),
+        "{runs:#}"
+    );
+    assert!(listed.iter().any(|r| r["pending"].is_null()), "{runs:#}");
+    assert_holds(&list_runs, "the list of runs", &runs);
+
+    let (_, resumed) = call(
+        "resume_run",
+        json!({"run_id": paused["run_id"], "decision": "approve"}),
+    )
+    .await;
+    assert_eq!(resumed["value"], 6, "{resumed:#}");
+    assert_eq!(resumed["effects"][0]["ok"], true, "{resumed:#}");
+    assert_holds(&run_script, "a resumed run", &resumed);
+
+    // A value over the inline budget leaves an artifact.
+    let (_, large) = call(
+        "run_script",
+        json!({"script": "let a = []; for i in 0..3000 { a.push(i) } a"}),
+    )
+    .await;
+    assert_holds(&run_script, "a run with an artifact", &large);
+    let id = large["artifacts"][0]["id"].clone();
+    assert!(id.is_string(), "{large:#}");
+    let (_, whole) = call("read_artifact", json!({"id": id})).await;
+    assert_eq!(whole["artifact"].as_array().map(Vec::len), Some(3000));
+    assert_holds(&read_artifact, "an artifact read whole", &whole);
+    let (_, page) = call("read_artifact", json!({"id": id, "page": 1})).await;
+    assert_eq!(page["artifact"]["page"], 1, "{page:#}");
+    assert!(page["artifact"]["items"].is_array(), "{page:#}");
+    assert_holds(&read_artifact, "an artifact's page", &page);
+
+    client.cancel().await.expect("the session closes");
+}
+
+/// Each tool's published input schema takes and refuses what the server does: a wrong call
+/// that the schema refuses is an error result, and one it accepts is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_input_schemas_refuse_what_the_server_refuses() {
+    tokio::time::timeout(DEADLINE, input_schemas_session())
+        .await
+        .expect("the MCP session finished in time");
+}
+
+async fn input_schemas_session() {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
+    cmd.arg("serve")
+        .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", crate::support::test_store());
+    let (transport, _stderr) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolscript serve starts");
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toolscript-tests", "0"),
+    )
+    .serve(transport)
+    .await
+    .expect("the session initialises");
+    let tools = client.list_all_tools().await.expect("tools/list answers");
+    // (tool, arguments, whether the schema and the server take them)
+    let cases = [
+        ("run_script", json!({"script": "1"}), true),
+        (
+            "run_script",
+            json!({"script": "1", "sequential": true, "stats": false, "input": [1]}),
+            true,
+        ),
+        ("run_script", json!({"script": "1", "scrpit": "1"}), false),
+        ("run_script", json!({"script": 5}), false),
+        (
+            "run_script",
+            json!({"script": "1", "sequential": "yes"}),
+            false,
+        ),
+        ("run_script", json!({}), false),
+        ("describe_tools", json!({}), true),
+        ("describe_tools", json!({"verbose": true}), false),
+        ("list_runs", json!({}), true),
+        ("list_runs", json!({"all": true}), false),
+        (
+            "resume_run",
+            json!({"run_id": "r", "decision": "maybe"}),
+            false,
+        ),
+        ("resume_run", json!({"run_id": 7}), false),
+        (
+            "resume_run",
+            json!({"run_id": "r", "decision": null}),
+            false,
+        ),
+        (
+            "resume_run",
+            json!({"run_id": "r", "reason": "x", "why": "y"}),
+            false,
+        ),
+        ("read_artifact", json!({"id": "a", "page": -1}), false),
+        ("read_artifact", json!({"id": "a", "page": "1"}), false),
+        ("read_artifact", json!({"id": "a", "page": null}), false),
+        ("read_artifact", json!({"id": "a", "pages": 1}), false),
+    ];
+    for (name, args, takes) in cases {
+        let tool = tools.iter().find(|t| t.name == name).expect("listed");
+        let validator = published(tool, false);
+        assert_eq!(
+            validator.is_valid(&args),
+            takes,
+            "{name} {args}: the published schema {}",
+            if takes { "refuses it" } else { "takes it" }
+        );
+        let result = client
+            .call_tool(CallToolRequestParams::new(name).with_arguments(arguments(args.clone())))
+            .await
+            .unwrap_or_else(|e| panic!("{name} {args}: a result, not {e:?}"));
+        let text = result.content[0]
+            .as_text()
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        let refused = text.starts_with(&format!("bad arguments for `{name}`"));
+        assert_eq!(
+            refused, !takes,
+            "{name} {args}: the server's answer disagrees with its schema: {text}"
+        );
+        if !takes {
+            assert_eq!(result.is_error, Some(true), "{name} {args}");
+            assert!(text.contains(&format!("`{name}` takes")), "{text}");
+        }
+    }
+    client.cancel().await.expect("the session closes");
 }

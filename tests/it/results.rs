@@ -398,3 +398,30 @@ fn random_values_and_budgets_are_bounded_and_restored_exactly() {
         }
     });
 }
+
+/// An outcome's JSON is its report serialised, and reads back into the same report: a run with
+/// artifacts, a failed run with a cut message, and one that never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_json_reads_back_into_its_report() {
+    let dir = TempDir::new().unwrap();
+    let (runtime, _store) = bounded_runtime(&dir, vec![], 300);
+    let scripts = [
+        "print(\"a\"); let xs = []; for i in 0..2000 { xs.push(i) } xs",
+        "let s = \"\"; for i in 0..3000 { s += \"word \"; } throw s",
+        "let x = ;",
+    ];
+    for script in scripts {
+        let outcome = runtime.run(script).await;
+        let json = outcome.to_json();
+        let report: toolscript::RunReport =
+            serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{script}: {e}"));
+        // The interpreter's operation counts are not in the JSON.
+        let mut expected = outcome.report();
+        if let Some(stats) = expected.stats.as_mut() {
+            stats.script_operations = 0;
+            stats.scout_operations = 0;
+        }
+        assert_eq!(report, expected, "{script}");
+        assert_eq!(report.to_json(), json, "{script}");
+    }
+}

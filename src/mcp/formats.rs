@@ -1,0 +1,77 @@
+//! The MCP server's tools' arguments and answers, one type each. The input schema a tool
+//! publishes is generated from its arguments' type, and its output schema from its answer's
+//! (`crate::schema`); a call's arguments are checked against that schema and then read into the
+//! same type, and an answer is its type serialised.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::report::RunListing;
+
+/// The arguments of `run_script`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RunScriptArgs {
+    /// The Rhai script: the whole task, its last expression the value.
+    pub(super) script: String,
+    /// Dispatch every call in program order; no read starts early.
+    #[serde(default)]
+    pub(super) sequential: bool,
+    /// Include `stats` (timings and counts) in the answer.
+    #[serde(default)]
+    pub(super) stats: bool,
+    /// Any JSON value: the script reads it as `input` (without it, `input` is `()`).
+    #[serde(default)]
+    pub(super) input: Value,
+}
+
+/// The arguments of `resume_run`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResumeRunArgs {
+    /// The paused run's `run_id`.
+    pub(super) run_id: String,
+    /// Omit only for a run whose server stopped while it ran.
+    // Optional, not nullable: the schema takes a decision or no `decision` at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "DecisionArg")]
+    pub(super) decision: Option<DecisionArg>,
+    /// Why a call is rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub(super) reason: Option<String>,
+}
+
+/// A person's decision in `resume_run`: `approve` or `reject` a call awaiting approval; `done`
+/// (it took effect) or `retry` (make it again) for a call whose outcome was lost.
+// The variants carry no doc comments: with them the schema would be a `oneOf` of constants
+// rather than the plain `enum` that a wrong argument's error lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum DecisionArg {
+    Approve,
+    Reject,
+    Done,
+    Retry,
+}
+
+/// The arguments of a tool that takes none (`describe_tools`, `list_runs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NoArgs {}
+
+/// The answer of `list_runs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub(super) struct RunList {
+    /// The store's runs, newest first.
+    pub(super) runs: Vec<RunListing>,
+}
+
+/// The answer of `read_artifact`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub(super) struct ArtifactRead {
+    /// The whole artifact (the value it holds, any JSON), or with `page` one page of it:
+    /// `{page, pages, items | text}`.
+    pub(super) artifact: Value,
+}

@@ -1,0 +1,336 @@
+//! The JSON formats a run is reported in, one type each: a run's outcome ([`RunReport`], as
+//! `run --json` prints it and the MCP server's `run_script` and `resume_run` answer with it), its
+//! [`Stats`], and the list of runs ([`RunListing`], `runs --json` and `list_runs`). The outcome
+//! holds types of the layers below: the [`Pending`] call, the [`EffectRecord`]s, the
+//! [`RunError`], the [`Artifact`]s.
+//!
+//! Each type derives `Serialize`, `Deserialize` and `JsonSchema`: what is printed is the type
+//! serialised, and the schema the MCP server publishes for it is generated from it
+//! (`crate::schema`), so that the two cannot disagree.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::dispatch::EffectRecord;
+use crate::error::{Error, ErrorReport};
+use crate::policy::Artifact;
+use crate::script::Pending;
+use crate::store::{RunRecord, RunStatus, Store};
+
+/// How a run dispatches its reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Mode {
+    /// The executor alone: every call blocks the script until its result is there.
+    Sequential,
+    /// The executor, plus the scout starting reads early and in parallel.
+    #[default]
+    Speculative,
+}
+
+impl Mode {
+    /// `Sequential` when `sequential` is set (a `--sequential` flag, a request's option), else
+    /// `Speculative`.
+    pub fn sequential_if(sequential: bool) -> Mode {
+        if sequential {
+            Mode::Sequential
+        } else {
+            Mode::Speculative
+        }
+    }
+
+    /// The mode named `name` (`sequential`, `speculative`), if any.
+    pub fn parse(name: &str) -> Option<Mode> {
+        [Mode::Sequential, Mode::Speculative]
+            .into_iter()
+            .find(|m| m.as_str() == name)
+    }
+
+    /// The mode's name, as in `stats.mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sequential => "sequential",
+            Mode::Speculative => "speculative",
+        }
+    }
+}
+
+/// Counts and timing of one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct Stats {
+    /// How reads were dispatched.
+    pub mode: Mode,
+    /// Wall-clock time of the run, in milliseconds.
+    #[schemars(range(min = 0))]
+    pub wall_ms: f64,
+    /// Tool calls the script made, including those answered by an earlier identical read.
+    pub tool_calls: u64,
+    /// Calls that entered the dispatch path.
+    pub dispatched: u64,
+    /// Reads started by speculation.
+    pub speculative_launched: u64,
+    /// Of those, reads the executor claimed.
+    pub speculative_claimed: u64,
+    /// Of those, reads nobody needed.
+    pub speculative_wasted: u64,
+    /// Reads answered by an identical read earlier in the same epoch.
+    pub deduplicated: u64,
+    /// Non-read calls the script made.
+    pub effectful_calls: u64,
+    /// Calls answered by the run's journal (made by an earlier process of the run).
+    pub replayed: u64,
+    /// Passes of the scout over the script.
+    pub scout_passes: u64,
+    /// Interpreter operations of the executor; not in the JSON output.
+    #[serde(skip)]
+    pub script_operations: u64,
+    /// Interpreter operations of all scout passes; not in the JSON output.
+    #[serde(skip)]
+    pub scout_operations: u64,
+}
+
+/// A run's outcome as JSON: what `toolscript run --json` prints, what the MCP server's
+/// `run_script` and `resume_run` answer with (there without `stats` unless asked), and what the
+/// store keeps of a run that ended or paused.
+///
+/// Which of `value`, `error` and `pending` it has follows from `status`: a completed run has its
+/// `value`, a failed one its `error`, a paused one its `pending` call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct RunReport {
+    /// The run's id: `resume_run` and `toolscript resume` take it.
+    pub run_id: String,
+    /// Where the run ended, and what it ended with.
+    #[serde(flatten)]
+    pub end: RunEnd,
+    /// Whether the script finished with a value.
+    pub ok: bool,
+    /// The script's print lines, in order (bounded, like the value, by `max_inline_tokens`).
+    pub logs: Vec<String>,
+    /// Calls of non-read tools that reached their tool, in order.
+    pub effects: Vec<EffectRecord>,
+    /// Counts and timing; left out of MCP answers unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+    /// The run's receipt chain.
+    pub receipts: ReceiptChain,
+    /// What did not fit in the output, kept in the store: `read_artifact` gives it. Left out
+    /// when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
+}
+
+/// How a run ended: `status`, with the value, the error or the pending call that goes with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "status", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum RunEnd {
+    /// The script finished with a value.
+    Completed {
+        /// The script's value, any JSON (in its bounded form when it was too large).
+        value: Value,
+    },
+    /// The script ended with an error.
+    Failed {
+        /// What ended the script.
+        error: ErrorReport,
+    },
+    /// The run waits at a call for a person's decision: `resume_run` goes on with it.
+    Paused {
+        /// The call it waits at.
+        pending: Pending,
+    },
+}
+
+/// A run's receipt chain in brief: its last hash and its length.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct ReceiptChain {
+    /// The hash of the last receipt; null when the run made no call.
+    pub head: Option<String>,
+    /// How many receipts the run wrote.
+    pub count: usize,
+}
+
+impl RunReport {
+    /// The report as a JSON value.
+    pub fn to_json(&self) -> Value {
+        // Maps with string keys, strings, numbers and booleans always serialise: the `Null` is
+        // never reached.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// One run in the store's list of runs, as `toolscript runs --json` and the MCP server's
+/// `list_runs` show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct RunListing {
+    /// The run's id.
+    pub run_id: String,
+    /// Where the run is.
+    pub status: RunStatus,
+    /// When it started, as a UTC date and time (`2026-12-01T11:37:06Z`).
+    pub started: String,
+    /// The script's name (its file, or `-`).
+    pub script: String,
+    /// How the run dispatches its reads.
+    pub mode: Mode,
+    /// The call a paused run waits at; null for any other run.
+    pub pending: Option<Pending>,
+}
+
+impl RunListing {
+    /// The listing of `record`, a run of `store`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the record's mode or pending call does not parse: a record the
+    /// store holds but cannot have written.
+    pub fn of(record: &RunRecord, store: &Store) -> Result<RunListing, Error> {
+        let broken = |what: String| Error::Store {
+            path: store.path().to_path_buf(),
+            message: format!("the record of run {} is damaged: {what}", record.run_id),
+        };
+        let mode = Mode::parse(&record.mode)
+            .ok_or_else(|| broken(format!("its mode `{}` is not a mode", record.mode)))?;
+        let pending = record
+            .pending
+            .as_ref()
+            .map(|p| Pending::deserialize(p).map_err(|e| broken(format!("its pending call: {e}"))))
+            .transpose()?;
+        Ok(RunListing {
+            run_id: record.run_id.clone(),
+            status: record.status,
+            started: record.started(),
+            script: record.script_name.clone(),
+            mode,
+            pending,
+        })
+    }
+
+    /// Every run of `store`, newest first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the store fails or one of its records is damaged.
+    pub fn all(store: &Store) -> Result<Vec<RunListing>, Error> {
+        store
+            .runs()?
+            .iter()
+            .map(|record| RunListing::of(record, store))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(run_id: &str, mode: &str) -> RunRecord {
+        RunRecord {
+            run_id: run_id.to_string(),
+            script_name: "s.rhai".to_string(),
+            script: "1".to_string(),
+            catalog_sha256: String::new(),
+            mode: mode.to_string(),
+            status: RunStatus::Running,
+            owner_pid: None,
+            started_ms: 0,
+            updated_ms: 0,
+            pending: None,
+            outcome: None,
+            input: None,
+        }
+    }
+
+    /// A store with one run paused at `pending`, in `mode`.
+    fn paused(pending: Value, mode: &str) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::TempDir::new().expect("a temporary folder");
+        let store = Store::open(&dir.path().join("runs.sqlite3")).expect("the store opens");
+        store.create_run(&record("r1", mode)).expect("recorded");
+        store
+            .finish_run("r1", RunStatus::Paused, Some(&pending), &json!({}))
+            .expect("paused");
+        (dir, store)
+    }
+
+    #[test]
+    fn a_paused_run_is_listed_with_its_pending_call() {
+        let pending = json!({"seq": 2, "tool": "charge", "effect": "write", "args": {"amount": 5}, "awaiting": "approval"});
+        let (_dir, store) = paused(pending.clone(), "sequential");
+        let listed = RunListing::all(&store).expect("the list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].mode, Mode::Sequential);
+        assert_eq!(
+            serde_json::to_value(&listed[0]).expect("serialises"),
+            json!({"run_id": "r1", "status": "paused", "started": "1970-01-01T00:00:00Z",
+                   "script": "s.rhai", "mode": "sequential", "pending": pending})
+        );
+    }
+
+    /// A record the store holds but cannot have written is an error that names the run, never
+    /// a default.
+    #[test]
+    fn a_damaged_record_is_an_error_not_a_default() {
+        let cases = [
+            (
+                json!({"seq": "two", "tool": "charge"}),
+                "speculative",
+                "pending call",
+            ),
+            (
+                json!({"seq": 2, "tool": "charge", "effect": "write", "args": {}, "awaiting": "maybe"}),
+                "speculative",
+                "pending call",
+            ),
+            (
+                json!({"seq": 2, "tool": "charge", "effect": "write", "args": {}, "awaiting": "approval"}),
+                "fast",
+                "mode `fast`",
+            ),
+        ];
+        for (pending, mode, what) in cases {
+            let (_dir, store) = paused(pending.clone(), mode);
+            match RunListing::all(&store) {
+                Err(Error::Store { message, .. }) => assert!(
+                    message.contains("run r1") && message.contains(what),
+                    "{pending} {mode}: {message}"
+                ),
+                other => panic!("{pending} {mode}: an error, not {other:?}"),
+            }
+        }
+    }
+
+    /// The schema of a run's outcome: every part inline, and each way a run ends says which
+    /// field it has.
+    #[test]
+    fn the_outcome_schema_ties_each_status_to_its_field() {
+        let schema = Value::Object(crate::schema::output::<RunReport>());
+        let text = schema.to_string();
+        assert!(
+            !text.contains("$ref") && !text.contains("$defs"),
+            "{schema:#}"
+        );
+        let validator = jsonschema::validator_for(&schema).expect("compiles");
+        let base = json!({"run_id": "r", "ok": true, "logs": [], "effects": [],
+                          "receipts": {"head": null, "count": 0}});
+        let with = |extra: Value| {
+            let mut out = base.clone();
+            out.as_object_mut()
+                .expect("an object")
+                .extend(extra.as_object().expect("an object").clone());
+            out
+        };
+        assert!(validator.is_valid(&with(json!({"status": "completed", "value": 1}))));
+        assert!(!validator.is_valid(&with(json!({"status": "completed"}))));
+        assert!(!validator.is_valid(&with(json!({"status": "failed", "value": 1}))));
+        assert!(!validator.is_valid(&with(json!({"status": "running", "value": 1}))));
+        assert!(!validator.is_valid(&base));
+    }
+}
