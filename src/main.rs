@@ -13,7 +13,7 @@ use toolscript::mcp::{serve_http, serve_stdio, HttpOptions, MCP_PATH};
 use toolscript::receipts::{verify_receipts, verify_receipts_to};
 use toolscript::{
     demo_catalog, Decision, Error, Format, Limits, Manifests, Mode, Progress, Registry,
-    ResultPolicy, RunOptions, RunOutcome, RunRecord, RunStatus, Runtime, Store,
+    ResultPolicy, RunOptions, RunOutcome, RunRecord, RunStatus, Runtime, SqliteStore, Store,
 };
 
 /// Exit status of a usage, manifest or registry error.
@@ -384,8 +384,8 @@ async fn command(command: Command) -> Result<ExitCode, String> {
             )
             .await
         }
-        Command::Artifact { id, page, store } => artifact(&*open_store(store)?, &id, page),
-        Command::Runs { json, store } => runs(&*open_store(store)?, json),
+        Command::Artifact { id, page, store } => artifact(&*open_store(store)?, &id, page).await,
+        Command::Runs { json, store } => runs(&*open_store(store)?, json).await,
         Command::Check {
             script,
             tools,
@@ -570,18 +570,21 @@ fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
 }
 
 /// The store at `path`, else at its default place.
-fn open_store(path: Option<PathBuf>) -> Result<Arc<Store>, String> {
-    let path = path.or_else(Store::default_path).ok_or_else(|| {
+fn open_store(path: Option<PathBuf>) -> Result<Arc<dyn Store>, String> {
+    let path = path.or_else(SqliteStore::default_path).ok_or_else(|| {
         "no data directory to keep the store of runs in: give --store PATH (or --no-store)"
             .to_string()
     })?;
-    Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
+    match SqliteStore::open(&path) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A runtime over the registry of `tools`, journaling in `store`.
 async fn runtime(
     tools: &ToolsArg,
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
     flags: &LimitsArg,
 ) -> Result<Runtime, String> {
     let (registry, limits) = new_registry(tools).await.map_err(|e| e.to_string())?;
@@ -619,15 +622,16 @@ async fn resume(
     flags: &LimitsArg,
     json: bool,
     receipts: Option<&Path>,
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
 ) -> Result<ExitCode, String> {
     let record = store
         .run(run_id)
+        .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
             format!(
                 "run {run_id}: the store {} has no such run",
-                store.path().display()
+                store.location()
             )
         })?;
     // An ended run is a no-op: its outcome again, and nothing is run.
@@ -656,11 +660,11 @@ async fn resume(
 }
 
 /// Prints an artifact exactly as stored (no newline added: its SHA-256 is its id), or a page.
-fn artifact(store: &Store, id: &str, page: Option<usize>) -> Result<ExitCode, String> {
-    let Some(stored) = store.artifact(id).map_err(|e| e.to_string())? else {
+async fn artifact(store: &dyn Store, id: &str, page: Option<usize>) -> Result<ExitCode, String> {
+    let Some(stored) = store.artifact(id).await.map_err(|e| e.to_string())? else {
         return Err(format!(
             "no artifact `{id}` in the store {}",
-            store.path().display()
+            store.location()
         ));
     };
     let mut out = std::io::stdout().lock();
@@ -678,15 +682,15 @@ fn artifact(store: &Store, id: &str, page: Option<usize>) -> Result<ExitCode, St
     Ok(ExitCode::SUCCESS)
 }
 
-fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {
-    let runs = store.runs().map_err(|e| e.to_string())?;
+async fn runs(store: &dyn Store, json: bool) -> Result<ExitCode, String> {
+    let runs = store.runs().await.map_err(|e| e.to_string())?;
     if json {
         let list: Vec<Value> = runs.iter().map(RunRecord::to_json).collect();
         println!("{}", Value::Array(list));
         return Ok(ExitCode::SUCCESS);
     }
     if runs.is_empty() {
-        println!("no runs in {}", store.path().display());
+        println!("no runs in {}", store.location());
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -695,12 +699,7 @@ fn runs(store: &Store, json: bool) -> Result<ExitCode, String> {
     );
     for r in &runs {
         let pending = r.pending.as_ref().map_or(String::new(), |p| {
-            format!(
-                "#{} {} (awaiting {})",
-                p["seq"],
-                p["tool"].as_str().unwrap_or_default(),
-                p["awaiting"].as_str().unwrap_or_default()
-            )
+            format!("#{} {} (awaiting {})", p.seq, p.tool, p.awaiting.as_str())
         });
         println!(
             "{:<16}  {:<9}  {:<20}  {:<24}  {pending}",
@@ -920,7 +919,7 @@ async fn bench(
     flags: &LimitsArg,
     runs: usize,
     json: bool,
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
 ) -> Result<ExitCode, String> {
     let sources = scripts
         .iter()

@@ -16,41 +16,10 @@ use crate::error::{ErrorKind, RunError};
 use crate::ledger::{RunLedger, SpeculationLimits};
 use crate::script::{self, Awaiting, Pending, Problem};
 use crate::speculate::{self, Scout};
-use crate::store::{Journal, RunRecord, RunStatus, Store, TakeRefused};
+pub use crate::store::Mode;
+use crate::store::{Journal, PendingCall, RunEnd, RunRecord, RunStatus, Store, TakeRefused};
 use crate::sync::lock;
 use crate::tool::{self, Format, Registry};
-
-/// How a run dispatches its reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Mode {
-    /// The executor alone: every call blocks the script until its result is there.
-    Sequential,
-    /// The executor, plus the scout starting reads early and in parallel.
-    #[default]
-    Speculative,
-}
-
-impl Mode {
-    /// `Sequential` when `sequential` is set (a `--sequential` flag, a request's option), else
-    /// `Speculative`.
-    pub fn sequential_if(sequential: bool) -> Mode {
-        if sequential {
-            Mode::Sequential
-        } else {
-            Mode::Speculative
-        }
-    }
-
-    /// The mode's name, as in `stats.mode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Sequential => "sequential",
-            Mode::Speculative => "speculative",
-        }
-    }
-}
 
 /// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
 /// circuit breakers are shared by all of them.
@@ -64,7 +33,7 @@ pub struct Runtime {
     /// The function names of the tools that are not reads, for the scout's rewrite.
     effectful: std::collections::HashSet<String>,
     /// Where runs are journaled, when they are durable.
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
     /// SHA-256 of the catalog as `tools --format json` prints it: a resume needs the same.
     catalog_sha256: String,
 }
@@ -86,13 +55,13 @@ pub struct RuntimeBuilder {
     limits: Limits,
     breaker: BreakerConfig,
     speculation: SpeculationLimits,
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl RuntimeBuilder {
     /// Journals every run in `store` (unless its options say [`RunOptions::no_store`]), so
     /// that it can pause for approvals and be resumed after a crash.
-    pub fn store(mut self, store: Arc<Store>) -> Self {
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
         self
     }
@@ -484,7 +453,7 @@ impl Runtime {
     }
 
     /// The store runs are journaled in, if any.
-    pub fn store(&self) -> Option<&Arc<Store>> {
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
     }
 
@@ -496,23 +465,18 @@ impl Runtime {
         let run_id = new_run_id();
         let journal = match (&self.store, options.no_store) {
             (Some(store), false) => {
-                let record = RunRecord {
-                    run_id: run_id.clone(),
-                    script_name: options.script_name.clone().unwrap_or_else(|| "-".into()),
-                    script: script.source.to_string(),
-                    catalog_sha256: self.catalog_sha256.clone(),
-                    mode: options.mode.as_str().to_string(),
-                    status: RunStatus::Running,
-                    owner_pid: None,
-                    started_ms: crate::store::now_ms(),
-                    updated_ms: 0,
-                    pending: None,
-                    outcome: None,
-                    input: options.input.as_deref().cloned(),
+                let mut record = RunRecord::new(
+                    run_id.clone(),
+                    options.script_name.clone().unwrap_or_else(|| "-".into()),
+                    script.source.to_string(),
+                    self.catalog_sha256.clone(),
+                    options.mode,
+                );
+                record.input = options.input.as_deref().cloned();
+                let opened = match store.create_run(record).await {
+                    Ok(()) => Journal::open(Arc::clone(store), &run_id).await,
+                    Err(e) => Err(e),
                 };
-                let opened = store
-                    .create_run(&record)
-                    .and_then(|()| Journal::open(Arc::clone(store), &run_id));
                 match opened {
                     Ok(journal) => Some(Arc::new(journal)),
                     Err(e) => {
@@ -553,12 +517,10 @@ impl Runtime {
             .store
             .as_ref()
             .ok_or_else(|| refuse("this runtime has no store of runs".into()))?;
-        let record = store.run(run_id)?.ok_or_else(|| {
-            refuse(format!(
-                "the store {} has no such run",
-                store.path().display()
-            ))
-        })?;
+        let record = store
+            .run(run_id)
+            .await?
+            .ok_or_else(|| refuse(format!("the store {} has no such run", store.location())))?;
         if record.status.is_final() {
             return Err(refuse(format!(
                 "the run has already {}; there is nothing to resume",
@@ -575,9 +537,7 @@ impl Runtime {
             .pending
             .as_ref()
             .filter(|_| record.status == RunStatus::Paused);
-        let awaiting = pending
-            .and_then(|p| p.get("awaiting"))
-            .and_then(|a| serde_json::from_value::<Awaiting>(a.clone()).ok());
+        let awaiting = pending.map(|p| p.awaiting);
         let describe = |awaiting: Awaiting| match awaiting {
             Awaiting::Approval => "a decision on its approval: --approve or --reject",
             Awaiting::Resolve => {
@@ -597,53 +557,47 @@ impl Runtime {
             }
             _ => {}
         }
-        let record = store
-            .take_run(run_id, |pid| process_alive(pid, run_id))
-            .map_err(|e| match e {
-                TakeRefused::Unknown => refuse("the store has no such run".into()),
-                TakeRefused::Ended(r) => {
-                    refuse(format!("the run has already {}", r.status.as_str()))
-                }
-                TakeRefused::Busy(pid) => {
-                    refuse(format!("the run is still running, in process {pid}"))
-                }
-                TakeRefused::Store(e) => e,
-            })?;
-        let journal = Arc::new(Journal::open(Arc::clone(store), run_id)?);
+        let owner_run = run_id.to_string();
+        let alive = Arc::new(move |pid| process_alive(pid, &owner_run));
+        let record = store.take_run(run_id, alive).await?.map_err(|e| match e {
+            TakeRefused::Unknown => refuse("the store has no such run".into()),
+            TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
+            TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
+        })?;
+        let journal = Arc::new(Journal::open(Arc::clone(store), run_id).await?);
+        let pending = record
+            .pending
+            .as_ref()
+            .filter(|_| record.status == RunStatus::Paused);
         if let (Some(decision), Some(pending)) = (decision, pending) {
-            let seq = pending
-                .get("seq")
-                .and_then(Value::as_u64)
-                .unwrap_or_default();
-            let tool = pending
-                .get("tool")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let args = crate::json::canonical(pending.get("args").unwrap_or(&Value::Null));
-            let decided = journal.decide(seq, tool, &args, |entry| match decision {
-                Decision::Approve => entry.state.approved = true,
-                Decision::Reject { reason } => {
-                    let reason = reason.unwrap_or_else(|| "no reason given".into());
-                    let error = crate::error::ToolError::new(
-                        ErrorKind::Rejected,
-                        format!("a person rejected this call: {reason}"),
-                    )
-                    .for_tool(tool);
-                    entry.outcome = Some(Err(error));
-                }
-                Decision::Done => entry.outcome = Some(Ok(Value::Null)),
-                Decision::Retry => {
-                    entry.state.intent = false;
-                    entry.state.retry = true;
-                }
-            });
+            let tool = pending.tool.as_str();
+            let args = crate::json::canonical(&pending.args);
+            let decided = journal
+                .decide(pending.seq, tool, &args, |entry| match decision {
+                    Decision::Approve => entry.state.approved = true,
+                    Decision::Reject { reason } => {
+                        let reason = reason.unwrap_or_else(|| "no reason given".into());
+                        let error = crate::error::ToolError::new(
+                            ErrorKind::Rejected,
+                            format!("a person rejected this call: {reason}"),
+                        )
+                        .for_tool(tool);
+                        entry.outcome = Some(Err(error));
+                    }
+                    Decision::Done => entry.outcome = Some(Ok(Value::Null)),
+                    Decision::Retry => {
+                        entry.state.intent = false;
+                        entry.state.retry = true;
+                    }
+                })
+                .await;
             decided.map_err(|why| crate::Error::Store {
-                path: store.path().to_path_buf(),
+                path: store.location().into(),
                 message: why,
             })?;
         }
         let mut options = options;
-        options.mode = Mode::sequential_if(record.mode == Mode::Sequential.as_str());
+        options.mode = record.mode;
         options.input = record.input.map(Arc::new);
         let script = self
             .compile(&record.script)
@@ -787,42 +741,33 @@ impl Runtime {
                 ),
             });
         }
-        // The output as a model receives it, within the inline budget.
-        let tool_result = |value: &Value| {
-            if execution.results.is_empty() {
-                return None;
-            }
-            let hash = crate::json::sha256_hex(crate::json::canonical(value));
-            execution.results.get(&hash).cloned()
+        // The output as a model receives it, within the inline budget. Keeping an artifact
+        // waits for the store, so with one the bounding runs on the blocking pool.
+        let output = Output {
+            result,
+            logs: execution.logs,
+            paused: execution.pending.is_some(),
+            results: execution.results,
+            policy: options.result_policy,
         };
-        let store = self.store.as_deref().filter(|_| journal.is_some());
+        let store = self.store.clone().filter(|_| journal.is_some());
         let budget = self.limits.max_inline_tokens;
-        let bound = |result: &Result<Value, RunError>| {
-            let own = result.as_ref().ok().and_then(&tool_result);
-            let value = match (result, &own, &execution.pending) {
-                (Ok(v), Some((policy, tool)), None) => Some((v, *policy, Some(tool.as_str()))),
-                (Ok(v), None, None) => Some((v, options.result_policy, None)),
-                _ => None,
-            };
-            let error = result
-                .as_ref()
-                .err()
-                .filter(|_| execution.pending.is_none());
-            crate::policy::Bounder::new(store, &run_id, budget).bound(
-                value,
-                &execution.logs,
-                error.map(RunError::to_json),
-            )
-        };
-        let bounded = match bound(&result) {
-            Ok(bounded) => bounded,
-            // The value may not be cut (`inline`, `exact`): the run fails, and its output is
-            // bounded without it.
-            Err(crate::policy::Unbounded(why)) => {
-                result = Err(RunError::new(ErrorKind::LimitExceeded, why));
-                bound(&result).unwrap_or_default()
+        let (output, bounded) = match store {
+            None => output.bound(None, &run_id, budget),
+            Some(store) => {
+                let id = run_id.clone();
+                tokio::task::spawn_blocking(move || output.bound(Some(&*store), &id, budget))
+                    .await
+                    .unwrap_or_else(|e| {
+                        let failed = RunError::new(
+                            ErrorKind::Internal,
+                            format!("the run's output could not be bounded: {e}"),
+                        );
+                        (Output::failed(failed), crate::policy::Bounded::default())
+                    })
             }
         };
+        let (result, logs) = (output.result, output.logs);
         let mut bounded = Some(bounded);
         let artifacts = bounded
             .as_mut()
@@ -831,7 +776,7 @@ impl Runtime {
         let outcome = RunOutcome {
             run_id,
             result,
-            logs: execution.logs,
+            logs,
             effects: ctx.take_effects(),
             stats,
             receipts: ctx.take_receipts(),
@@ -840,14 +785,18 @@ impl Runtime {
             artifacts,
         };
         if let (Some(journal), Some(store)) = (&journal, &self.store) {
-            journal.flush();
-            let pending = outcome.pending.as_ref().map(|p| json!(p));
-            if let Err(e) = store.finish_run(
-                &outcome.run_id,
-                outcome.status(),
-                pending.as_ref(),
-                &outcome.to_json(),
-            ) {
+            journal.flush().await;
+            let pending = outcome.pending.as_ref().map(|p| {
+                PendingCall::new(
+                    p.seq,
+                    &p.tool,
+                    p.effect.as_str(),
+                    p.args.clone(),
+                    p.awaiting,
+                )
+            });
+            let end = RunEnd::new(outcome.status(), pending, outcome.to_json());
+            if let Err(e) = store.finish_run(&outcome.run_id, end).await {
                 tracing::error!(run_id = %outcome.run_id, error = %e, "the run's end could not be recorded; resume it to record it");
             }
         }
@@ -855,9 +804,77 @@ impl Runtime {
     }
 }
 
+/// What a run's output is made of, before it is bounded.
+struct Output {
+    result: Result<Value, RunError>,
+    logs: Vec<String>,
+    /// The run paused: its error is the pause, not shown as the run's error.
+    paused: bool,
+    /// Results of tools with a result policy of their own.
+    results: script::ToolResults,
+    /// The policy of a value that is no tool's result.
+    policy: crate::policy::ResultPolicy,
+}
+
+impl Output {
+    fn failed(error: RunError) -> Output {
+        Output {
+            result: Err(error),
+            logs: Vec::new(),
+            paused: false,
+            results: Default::default(),
+            policy: Default::default(),
+        }
+    }
+
+    /// The output within `budget` tokens; a value that may not be cut (`inline`, `exact`)
+    /// fails the run, whose output is then bounded without it. Artifacts go to `store`.
+    fn bound(
+        mut self,
+        store: Option<&dyn Store>,
+        run_id: &str,
+        budget: usize,
+    ) -> (Output, crate::policy::Bounded) {
+        let bounded = match self.try_bound(store, run_id, budget) {
+            Ok(bounded) => bounded,
+            Err(crate::policy::Unbounded(why)) => {
+                self.result = Err(RunError::new(ErrorKind::LimitExceeded, why));
+                self.try_bound(store, run_id, budget).unwrap_or_default()
+            }
+        };
+        (self, bounded)
+    }
+
+    fn try_bound(
+        &self,
+        store: Option<&dyn Store>,
+        run_id: &str,
+        budget: usize,
+    ) -> Result<crate::policy::Bounded, crate::policy::Unbounded> {
+        let own = match &self.result {
+            Ok(value) if !self.results.is_empty() => {
+                let hash = crate::json::sha256_hex(crate::json::canonical(value));
+                self.results.get(&hash).cloned()
+            }
+            _ => None,
+        };
+        let value = match (&self.result, &own, self.paused) {
+            (Ok(v), Some((policy, tool)), false) => Some((v, *policy, Some(tool.as_str()))),
+            (Ok(v), None, false) => Some((v, self.policy, None)),
+            _ => None,
+        };
+        let error = self.result.as_ref().err().filter(|_| !self.paused);
+        crate::policy::Bounder::new(store, run_id, budget).bound(
+            value,
+            &self.logs,
+            error.map(RunError::to_json),
+        )
+    }
+}
+
 /// `ts_artifact(#{id, page})`: an artifact of the store, whole or one page. An ordinary read:
 /// speculated, deduplicated, receipted.
-fn artifact_tool(store: Arc<Store>) -> crate::Tool {
+fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
     crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
         .description(
             "An artifact a run's output referred to (`artifact` in its place in the output): the \
@@ -867,11 +884,9 @@ fn artifact_tool(store: Arc<Store>) -> crate::Tool {
         .handler(move |args| {
             let store = Arc::clone(&store);
             async move {
-                let id = args["id"].as_str().unwrap_or_default().to_string();
+                let id = args["id"].as_str().unwrap_or_default();
                 let page = args["page"].as_u64().map(|p| p as usize);
-                tokio::task::spawn_blocking(move || crate::policy::read_artifact(&store, &id, page))
-                    .await
-                    .unwrap_or_else(|e| Err(crate::ToolError::internal(e.to_string())))
+                crate::policy::read_artifact(&*store, id, page).await
             }
         })
 }

@@ -19,12 +19,14 @@ pub use limits::{LimitKey, Limits};
 pub use memory::set_memory_probe;
 
 pub(crate) use catch::rewrite as rewrite_catches;
-pub(crate) use errors::{
-    from_parse, from_rhai, from_rhai_with, line_column, outcome_to_rhai, thrown_error, to_rhai,
-    Thrown,
-};
+pub(crate) use errors::{from_parse, from_rhai_with, line_column, outcome_to_rhai};
+// Script tools' bodies (feature `manifest`) run on the pool, and throw and read errors themselves.
+#[cfg(feature = "manifest")]
+pub(crate) use errors::{from_rhai, thrown_error, to_rhai, Thrown};
 pub(crate) use functions::{register_tool_functions, ToolCall};
-pub(crate) use threads::{block_on, poll_once, spawn_script_thread, ScriptPool};
+#[cfg(feature = "manifest")]
+pub(crate) use threads::ScriptPool;
+pub(crate) use threads::{block_on, poll_once, spawn_script_thread};
 
 #[cfg(test)]
 mod tests;

@@ -73,6 +73,7 @@ pub(crate) fn poll_once<F: Future<Output = ()> + Send + 'static>(
     }
 }
 
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 type Job = Box<dyn FnOnce() + Send>;
 
 thread_local! {
@@ -94,11 +95,13 @@ pub(crate) fn job_cancelled() -> bool {
 /// A pool of script-sized threads, one per core, for bodies that never block on a tool call
 /// (script tools that are not composites). At most one body per core runs at once: a fan-out of
 /// a hundred calls would otherwise wake a hundred threads whose switching costs more than the
-/// bodies.
+/// bodies. Only script tools (feature `manifest`) use it.
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 pub(crate) struct ScriptPool {
     jobs: Mutex<mpsc::Sender<Job>>,
 }
 
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 impl ScriptPool {
     /// The number of threads of the pool: one per core.
     pub(crate) fn threads() -> usize {

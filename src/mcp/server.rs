@@ -402,13 +402,8 @@ impl Server {
                 "this server keeps no store, so it has no artifacts (it was started with --no-store)",
             )]);
         };
-        let read = tokio::task::spawn_blocking(move || {
-            crate::policy::read_artifact(&store, &args.id, args.page)
-        })
-        .await;
-        match read {
-            Ok(Ok(value)) => CallToolResult::structured(json!({ "artifact": value })),
-            Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        match crate::policy::read_artifact(&*store, &args.id, args.page).await {
+            Ok(value) => CallToolResult::structured(json!({ "artifact": value })),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
@@ -444,7 +439,7 @@ impl Server {
         }
     }
 
-    fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
+    async fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
         if let Err(bad) = self.arguments::<Empty>(LIST_RUNS, arguments) {
             return bad;
         }
@@ -453,7 +448,7 @@ impl Server {
                 "this server keeps no store of runs (it was started with --no-store)",
             )]);
         };
-        match store.runs() {
+        match store.runs().await {
             Ok(runs) => {
                 let runs: Vec<Value> = runs.iter().map(crate::RunRecord::to_json).collect();
                 CallToolResult::structured(json!({ "runs": runs }))
@@ -634,7 +629,7 @@ impl ServerHandler for Server {
                 let run = self.resume_run(request.arguments, Arc::clone(&progress));
                 until_cancelled(&context, reporting(&context, progress, run)).await?
             }
-            LIST_RUNS => self.list_runs(request.arguments),
+            LIST_RUNS => self.list_runs(request.arguments).await,
             READ_ARTIFACT => self.read_artifact(request.arguments).await,
             other => {
                 // The MCP specification answers an unknown tool with invalid params.
