@@ -426,13 +426,13 @@ impl RunLedger {
     /// polling tools): a durable run journals it.
     pub(crate) fn used(&self, key: &ReadKey, n: u64, outcome: &Result<Value, ToolError>) {
         if let Some(journal) = &self.ctx.journal {
-            journal.record_read(crate::store::ReadRow {
-                epoch: key.epoch,
-                tool: key.tool.to_string(),
-                args: key.args.to_string(),
+            journal.record_read(crate::store::ReadRow::new(
+                key.epoch,
+                key.tool.to_string(),
+                key.args.to_string(),
                 n,
-                outcome: Arc::new(outcome.clone()),
-            });
+                Arc::new(outcome.clone()),
+            ));
         }
     }
 

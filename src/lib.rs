@@ -32,8 +32,8 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `error`, `json`, `sync`, `schema`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; JSON Schemas generated from types; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
-//! | `store` | the embedded store of durable runs (SQLite): runs, their journals |
-//! | `policy` | result policies: the run's output bounded in tokens, artifacts and their pages |
+//! | `store` | the store of durable runs behind the [`Store`] trait (runs, their journals, artifacts); its SQLite backend |
+//! | `policy` | result policies: the run's output bounded in tokens (behind a counter), artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
 //! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
@@ -46,8 +46,22 @@
 //! | `mcp` | tools from MCP servers (client), and `toolscript serve` (server) |
 //! | `bench` | `toolscript bench`: speculative against sequential runs of whole scripts |
 //!
-//! The public surface: the runtime, tools, errors and the store of durable runs at the root; [`receipts`], [`mcp`] and
-//! [`bench`] as modules of their own.
+//! The public surface: the runtime, tools, errors and the store of durable runs at the root; [`receipts`], [`mcp`],
+//! [`bench`] and [`stores`] (what a backend of [`Store`] implements against) as modules of their own.
+//!
+//! # Features
+//!
+//! | feature | what it adds | dependencies |
+//! |---|---|---|
+//! | `sqlite` | [`SqliteStore`], the embedded store of durable runs | `rusqlite` (SQLite bundled), `dirs` |
+//! | `tokens` | token counts by the o200k_base BPE; without it one token per byte, never fewer than a model counts, so pages and budgets are conservative | `tiktoken-rs` |
+//! | `mcp` | tools from MCP servers, and the MCP server (`mcp::serve_stdio`) | `rmcp` |
+//! | `http` | the MCP server over Streamable HTTP (`mcp::serve_http`); implies `mcp` | `hyper`, `hyper-util`, `http-body-util` |
+//! | `manifest` | TOML manifests ([`Manifests`]), script tools, [`demo_catalog`] | `toml` |
+//! | `cli` | the `toolscript` binary; implies all of the above | `clap`, `tracing-subscriber`, `indicatif`, `cap` |
+//!
+//! The default is `cli`. With no feature, scripts run over Rust tools with speculation,
+//! receipts and result policies; durable runs need a [`Store`] of the embedder's.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -61,6 +75,7 @@ mod engine;
 mod error;
 mod json;
 mod ledger;
+#[cfg(feature = "manifest")]
 mod manifest;
 pub mod mcp;
 mod policy;
@@ -78,6 +93,7 @@ pub use dispatch::{BreakerConfig, EffectRecord, Progress};
 pub use engine::{set_memory_probe, LimitKey, Limits};
 pub use error::{Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError};
 pub use ledger::SpeculationLimits;
+#[cfg(feature = "manifest")]
 pub use manifest::{demo_catalog, Manifests};
 pub use policy::{
     page_of as artifact_page, pages_of as artifact_pages, Artifact, ArtifactPage, PageContent,
@@ -86,7 +102,9 @@ pub use policy::{
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
 pub use script::{Awaiting, Pending, Problem, Severity};
-pub use store::{RunRecord, RunStatus, Store, StoredArtifact, STORE_ENV};
+pub use store::{PendingCall, RunRecord, RunStatus, Store, StoredArtifact};
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteStore, STORE_ENV};
 pub use tool::{
     Approval, Effect, Format, Registry, RegistryBuilder, Tool, ToolBuilder, ToolContext,
     ToolFuture, ToolSpec, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT,
@@ -98,6 +116,15 @@ pub mod receipts {
         verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
     };
     pub use crate::json::{jcs as canonical_json, jcs_value_sha256 as canonical_sha256};
+}
+
+/// What a backend of [`Store`] implements against: the futures it returns, the rows of a
+/// run's journal, the end of a run, and why a run cannot be taken.
+pub mod stores {
+    pub use crate::store::{
+        JournalRows, JournaledWrite, OwnerAlive, ReadRow, StoreFuture, StoredEnd, TakeRefused,
+        WriteState,
+    };
 }
 
 /// The README's Rust examples, compiled and run as doc tests so that they stay true.

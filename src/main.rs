@@ -52,8 +52,8 @@ impl Command {
         match self {
             Command::Run(cmd) => cmd.apply().await,
             Command::Resume(cmd) => cmd.apply().await,
-            Command::Artifact(cmd) => cmd.apply(),
-            Command::Runs(cmd) => cmd.apply(),
+            Command::Artifact(cmd) => cmd.apply().await,
+            Command::Runs(cmd) => cmd.apply().await,
             Command::Check(cmd) => cmd.apply().await,
             Command::Tools(cmd) => cmd.apply().await,
             Command::Bench(cmd) => cmd.apply().await,

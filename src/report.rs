@@ -16,46 +16,8 @@ use crate::dispatch::EffectRecord;
 use crate::error::{Error, ErrorReport};
 use crate::policy::Artifact;
 use crate::script::Pending;
-use crate::store::{RunRecord, RunStatus, Store};
-
-/// How a run dispatches its reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Mode {
-    /// The executor alone: every call blocks the script until its result is there.
-    Sequential,
-    /// The executor, plus the scout starting reads early and in parallel.
-    #[default]
-    Speculative,
-}
-
-impl Mode {
-    /// `Sequential` when `sequential` is set (a `--sequential` flag, a request's option), else
-    /// `Speculative`.
-    pub fn sequential_if(sequential: bool) -> Mode {
-        if sequential {
-            Mode::Sequential
-        } else {
-            Mode::Speculative
-        }
-    }
-
-    /// The mode named `name` (`sequential`, `speculative`), if any.
-    pub fn parse(name: &str) -> Option<Mode> {
-        [Mode::Sequential, Mode::Speculative]
-            .into_iter()
-            .find(|m| m.as_str() == name)
-    }
-
-    /// The mode's name, as in `stats.mode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Sequential => "sequential",
-            Mode::Speculative => "speculative",
-        }
-    }
-}
+pub use crate::store::Mode;
+use crate::store::{PendingCall, RunRecord, RunStatus, Store};
 
 /// Counts and timing of one run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -180,49 +142,30 @@ pub struct RunListing {
     /// How the run dispatches its reads.
     pub mode: Mode,
     /// The call a paused run waits at; null for any other run.
-    pub pending: Option<Pending>,
+    pub pending: Option<PendingCall>,
 }
 
 impl RunListing {
-    /// The listing of `record`, a run of `store`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Store`] when the record's mode or pending call does not parse: a record the
-    /// store holds but cannot have written.
-    pub fn of(record: &RunRecord, store: &Store) -> Result<RunListing, Error> {
-        let broken = |what: String| Error::Store {
-            path: store.path().to_path_buf(),
-            message: format!("the record of run {} is damaged: {what}", record.run_id),
-        };
-        let mode = Mode::parse(&record.mode)
-            .ok_or_else(|| broken(format!("its mode `{}` is not a mode", record.mode)))?;
-        let pending = record
-            .pending
-            .as_ref()
-            .map(|p| Pending::deserialize(p).map_err(|e| broken(format!("its pending call: {e}"))))
-            .transpose()?;
-        Ok(RunListing {
+    /// The listing of `record`.
+    pub fn of(record: &RunRecord) -> RunListing {
+        RunListing {
             run_id: record.run_id.clone(),
             status: record.status,
             started: record.started(),
             script: record.script_name.clone(),
-            mode,
-            pending,
-        })
+            mode: record.mode,
+            pending: record.pending.clone(),
+        }
     }
 
     /// Every run of `store`, newest first.
     ///
     /// # Errors
     ///
-    /// [`Error::Store`] when the store fails or one of its records is damaged.
-    pub fn all(store: &Store) -> Result<Vec<RunListing>, Error> {
-        store
-            .runs()?
-            .iter()
-            .map(|record| RunListing::of(record, store))
-            .collect()
+    /// [`Error::Store`] when the store fails or one of its records is damaged (the store reads
+    /// a record that does not parse as an error, never as a default).
+    pub async fn all(store: &dyn Store) -> Result<Vec<RunListing>, Error> {
+        Ok(store.runs().await?.iter().map(RunListing::of).collect())
     }
 }
 
@@ -231,81 +174,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn record(run_id: &str, mode: &str) -> RunRecord {
-        RunRecord {
-            run_id: run_id.to_string(),
-            script_name: "s.rhai".to_string(),
-            script: "1".to_string(),
-            catalog_sha256: String::new(),
-            mode: mode.to_string(),
-            status: RunStatus::Running,
-            owner_pid: None,
-            started_ms: 0,
-            updated_ms: 0,
-            pending: None,
-            outcome: None,
-            input: None,
-        }
-    }
-
-    /// A store with one run paused at `pending`, in `mode`.
-    fn paused(pending: Value, mode: &str) -> (tempfile::TempDir, Store) {
-        let dir = tempfile::TempDir::new().expect("a temporary folder");
-        let store = Store::open(&dir.path().join("runs.sqlite3")).expect("the store opens");
-        store.create_run(&record("r1", mode)).expect("recorded");
-        store
-            .finish_run("r1", RunStatus::Paused, Some(&pending), &json!({}))
-            .expect("paused");
-        (dir, store)
-    }
-
-    #[test]
-    fn a_paused_run_is_listed_with_its_pending_call() {
-        let pending = json!({"seq": 2, "tool": "charge", "effect": "write", "args": {"amount": 5}, "awaiting": "approval"});
-        let (_dir, store) = paused(pending.clone(), "sequential");
-        let listed = RunListing::all(&store).expect("the list");
-        assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].mode, Mode::Sequential);
-        assert_eq!(
-            serde_json::to_value(&listed[0]).expect("serialises"),
-            json!({"run_id": "r1", "status": "paused", "started": "1970-01-01T00:00:00Z",
-                   "script": "s.rhai", "mode": "sequential", "pending": pending})
-        );
-    }
-
-    /// A record the store holds but cannot have written is an error that names the run, never
-    /// a default.
-    #[test]
-    fn a_damaged_record_is_an_error_not_a_default() {
-        let cases = [
-            (
-                json!({"seq": "two", "tool": "charge"}),
-                "speculative",
-                "pending call",
-            ),
-            (
-                json!({"seq": 2, "tool": "charge", "effect": "write", "args": {}, "awaiting": "maybe"}),
-                "speculative",
-                "pending call",
-            ),
-            (
-                json!({"seq": 2, "tool": "charge", "effect": "write", "args": {}, "awaiting": "approval"}),
-                "fast",
-                "mode `fast`",
-            ),
-        ];
-        for (pending, mode, what) in cases {
-            let (_dir, store) = paused(pending.clone(), mode);
-            match RunListing::all(&store) {
-                Err(Error::Store { message, .. }) => assert!(
-                    message.contains("run r1") && message.contains(what),
-                    "{pending} {mode}: {message}"
-                ),
-                other => panic!("{pending} {mode}: an error, not {other:?}"),
-            }
-        }
-    }
 
     /// The schema of a run's outcome: every part inline, and each way a run ends says which
     /// field it has.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rhai::{Engine, AST};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::dispatch::{
     BreakerConfig, Breakers, Budget, EffectRecord, Progress, Receipt, RunContext,
@@ -17,9 +17,12 @@ use crate::ledger::{RunLedger, SpeculationLimits};
 use crate::report::{Mode, ReceiptChain, RunEnd, RunReport, Stats};
 use crate::script::{self, Awaiting, Pending, Problem};
 use crate::speculate::{self, Scout};
-use crate::store::{Journal, RunRecord, RunStatus, Store, TakeRefused};
+
+use crate::store::{Journal, PendingCall, RunRecord, RunStatus, Store, StoredEnd, TakeRefused};
 use crate::sync::lock;
 use crate::tool::{self, Format, Registry};
+use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 /// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
 /// circuit breakers are shared by all of them.
@@ -33,7 +36,7 @@ pub struct Runtime {
     /// The function names of the tools that are not reads, for the scout's rewrite.
     effectful: std::collections::HashSet<String>,
     /// Where runs are journaled, when they are durable.
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
     /// SHA-256 of the catalog as `tools --format json` prints it: a resume needs the same.
     catalog_sha256: String,
 }
@@ -55,13 +58,13 @@ pub struct RuntimeBuilder {
     limits: Limits,
     breaker: BreakerConfig,
     speculation: SpeculationLimits,
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl RuntimeBuilder {
     /// Journals every run in `store` (unless its options say [`RunOptions::no_store`]), so
     /// that it can pause for approvals and be resumed after a crash.
-    pub fn store(mut self, store: Arc<Store>) -> Self {
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
         self
     }
@@ -432,7 +435,7 @@ impl Runtime {
     }
 
     /// The store runs are journaled in, if any.
-    pub fn store(&self) -> Option<&Arc<Store>> {
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
     }
 
@@ -444,23 +447,18 @@ impl Runtime {
         let run_id = new_run_id();
         let journal = match (&self.store, options.no_store) {
             (Some(store), false) => {
-                let record = RunRecord {
-                    run_id: run_id.clone(),
-                    script_name: options.script_name.clone().unwrap_or_else(|| "-".into()),
-                    script: script.source.to_string(),
-                    catalog_sha256: self.catalog_sha256.clone(),
-                    mode: options.mode.as_str().to_string(),
-                    status: RunStatus::Running,
-                    owner_pid: None,
-                    started_ms: crate::store::now_ms(),
-                    updated_ms: 0,
-                    pending: None,
-                    outcome: None,
-                    input: options.input.as_deref().cloned(),
+                let mut record = RunRecord::new(
+                    run_id.clone(),
+                    options.script_name.clone().unwrap_or_else(|| "-".into()),
+                    script.source.to_string(),
+                    self.catalog_sha256.clone(),
+                    options.mode,
+                );
+                record.input = options.input.as_deref().cloned();
+                let opened = match store.create_run(record).await {
+                    Ok(()) => Journal::open(Arc::clone(store), &run_id).await,
+                    Err(e) => Err(e),
                 };
-                let opened = store
-                    .create_run(&record)
-                    .and_then(|()| Journal::open(Arc::clone(store), &run_id));
                 match opened {
                     Ok(journal) => Some(Arc::new(journal)),
                     Err(e) => {
@@ -501,12 +499,10 @@ impl Runtime {
             .store
             .as_ref()
             .ok_or_else(|| refuse("this runtime has no store of runs".into()))?;
-        let record = store.run(run_id)?.ok_or_else(|| {
-            refuse(format!(
-                "the store {} has no such run",
-                store.path().display()
-            ))
-        })?;
+        let record = store
+            .run(run_id)
+            .await?
+            .ok_or_else(|| refuse(format!("the store {} has no such run", store.location())))?;
         if record.status.is_final() {
             return Err(refuse(format!(
                 "the run has already {}; there is nothing to resume",
@@ -522,11 +518,8 @@ impl Runtime {
         let pending = record
             .pending
             .as_ref()
-            .filter(|_| record.status == RunStatus::Paused)
-            .map(Pending::deserialize)
-            .transpose()
-            .map_err(|e| refuse(format!("its record's pending call is damaged: {e}")))?;
-        let awaiting = pending.as_ref().map(|p| p.awaiting);
+            .filter(|_| record.status == RunStatus::Paused);
+        let awaiting = pending.map(|p| p.awaiting);
         let describe = |awaiting: Awaiting| match awaiting {
             Awaiting::Approval => "a decision on its approval: --approve or --reject",
             Awaiting::Resolve => {
@@ -546,46 +539,47 @@ impl Runtime {
             }
             _ => {}
         }
-        let record = store
-            .take_run(run_id, |pid| process_alive(pid, run_id))
-            .map_err(|e| match e {
-                TakeRefused::Unknown => refuse("the store has no such run".into()),
-                TakeRefused::Ended(r) => {
-                    refuse(format!("the run has already {}", r.status.as_str()))
-                }
-                TakeRefused::Busy(pid) => {
-                    refuse(format!("the run is still running, in process {pid}"))
-                }
-                TakeRefused::Store(e) => e,
-            })?;
-        let journal = Arc::new(Journal::open(Arc::clone(store), run_id)?);
+        let owner_run = run_id.to_string();
+        let alive = Arc::new(move |pid| process_alive(pid, &owner_run));
+        let record = store.take_run(run_id, alive).await?.map_err(|e| match e {
+            TakeRefused::Unknown => refuse("the store has no such run".into()),
+            TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
+            TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
+        })?;
+        let journal = Arc::new(Journal::open(Arc::clone(store), run_id).await?);
+        let pending = record
+            .pending
+            .as_ref()
+            .filter(|_| record.status == RunStatus::Paused);
         if let (Some(decision), Some(pending)) = (decision, pending) {
-            let (seq, tool) = (pending.seq, pending.tool.as_str());
+            let tool = pending.tool.as_str();
             let args = crate::json::key_json(&pending.args);
-            let decided = journal.decide(seq, tool, &args, |entry| match decision {
-                Decision::Approve => entry.state.approved = true,
-                Decision::Reject { reason } => {
-                    let reason = reason.unwrap_or_else(|| "no reason given".into());
-                    let error = crate::error::ToolError::new(
-                        ErrorKind::Rejected,
-                        format!("a person rejected this call: {reason}"),
-                    )
-                    .for_tool(tool);
-                    entry.outcome = Some(Err(error));
-                }
-                Decision::Done => entry.outcome = Some(Ok(Value::Null)),
-                Decision::Retry => {
-                    entry.state.intent = false;
-                    entry.state.retry = true;
-                }
-            });
+            let decided = journal
+                .decide(pending.seq, tool, &args, |entry| match decision {
+                    Decision::Approve => entry.state.approved = true,
+                    Decision::Reject { reason } => {
+                        let reason = reason.unwrap_or_else(|| "no reason given".into());
+                        let error = crate::error::ToolError::new(
+                            ErrorKind::Rejected,
+                            format!("a person rejected this call: {reason}"),
+                        )
+                        .for_tool(tool);
+                        entry.outcome = Some(Err(error));
+                    }
+                    Decision::Done => entry.outcome = Some(Ok(Value::Null)),
+                    Decision::Retry => {
+                        entry.state.intent = false;
+                        entry.state.retry = true;
+                    }
+                })
+                .await;
             decided.map_err(|why| crate::Error::Store {
-                path: store.path().to_path_buf(),
+                path: store.location().into(),
                 message: why,
             })?;
         }
         let mut options = options;
-        options.mode = Mode::sequential_if(record.mode == Mode::Sequential.as_str());
+        options.mode = record.mode;
         options.input = record.input.map(Arc::new);
         let script = self
             .compile(&record.script)
@@ -603,35 +597,69 @@ impl Runtime {
         run_id: String,
         journal: Option<Arc<Journal>>,
     ) -> RunOutcome {
-        let _active = journal.as_ref().map(|_| Active::enter(&run_id));
+        let mut run = Run::start(self, script, options, run_id, journal);
+        let joined = run.join().await;
+        run.finish(self, joined).await
+    }
+}
+
+/// One run's life: started (its context, ledger, scout and script thread), joined (the script
+/// has ended, the scout and every call with it), finished (its output bounded, its end
+/// recorded).
+///
+/// # Cancellation
+///
+/// A run has one cancellation tree: its token is the root; the script's engine watches the
+/// root itself and the scout a child of it. Dropping the run before it finished (its caller
+/// gave up) cancels the root, which stops the script at its next operation and every scout
+/// pass, and closes the ledger so that no read starts afterwards. A script tool's call has a
+/// token of its own, cancelled when the call's future is dropped (a timeout), which frees the
+/// pool thread its body runs on.
+struct Run {
+    run_id: String,
+    span: tracing::Span,
+    started: std::time::Instant,
+    mode: Mode,
+    policy: crate::policy::ResultPolicy,
+    ctx: Arc<RunContext>,
+    ledger: Arc<RunLedger>,
+    journal: Option<Arc<Journal>>,
+    scout: Option<(Arc<Scout>, tokio::task::JoinHandle<u64>)>,
+    /// The script thread's execution, when it ends.
+    script: Option<tokio::sync::oneshot::Receiver<script::Execution>>,
+    /// Cancels the run when it is dropped before it finished.
+    _stop: StopOnDrop,
+    /// Marks a durable run as running in this process, while it runs.
+    _active: Option<Active>,
+}
+
+/// What joining a run gives: the script's execution and the scout's counts.
+struct Joined {
+    execution: script::Execution,
+    scout_passes: u64,
+    scout_operations: u64,
+}
+
+impl Run {
+    /// Starts the run: its context and ledger, the scout (speculative runs), and the script on
+    /// a thread of its own, all under one deadline from now.
+    fn start(
+        runtime: &Runtime,
+        script: &Script,
+        options: RunOptions,
+        run_id: String,
+        journal: Option<Arc<Journal>>,
+    ) -> Run {
+        let active = journal.as_ref().map(|_| Active::enter(&run_id));
         let span = tracing::info_span!("run", run_id = %run_id);
-        let _entered = span.enter();
+        let entered = span.enter();
         let started = std::time::Instant::now();
-        // The run's one deadline, from now: the script, the scout and every call meet the same.
-        let limits = self.limits.clone();
-        let deadline = started + limits.timeout;
-        let sink = options.receipts.as_ref().and_then(|s| lock(s).take());
-        let ctx = Arc::new(
-            RunContext::new(
-                Arc::clone(&self.registry),
-                Arc::clone(&self.breakers),
-                Budget {
-                    max_calls: limits.max_calls,
-                    max_speculative_calls: limits.max_speculative_calls,
-                    max_in_flight: limits.max_in_flight,
-                },
-                limits.timeout,
-                run_id.clone(),
-                options.progress.unwrap_or_default(),
-                sink,
-            )
-            .with_journal(journal.clone())
-            .with_values(options.input.clone(), options.context.clone()),
-        );
-        let handle = tokio::runtime::Handle::current();
+        let deadline = started + runtime.limits.timeout;
+        let cancel = CancellationToken::new();
+        let ctx = Run::context(runtime, &options, &run_id, journal.clone());
         let speculation = SpeculationLimits {
-            predict: self.speculation.predict && options.mode == Mode::Speculative,
-            ..self.speculation.clone()
+            predict: runtime.speculation.predict && options.mode == Mode::Speculative,
+            ..runtime.speculation.clone()
         };
         let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
         let scout = (options.mode == Mode::Speculative).then(|| {
@@ -639,54 +667,109 @@ impl Runtime {
                 Arc::clone(&ctx),
                 Arc::clone(&ledger),
                 Arc::clone(&script.scout),
-                limits.clone(),
+                runtime.limits.clone(),
                 deadline,
-                handle.clone(),
+                tokio::runtime::Handle::current(),
+                cancel.child_token(),
             );
             (Arc::clone(&scout), tokio::spawn(scout.drive()))
         });
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        // Dropping this run's future (a client gave up) cancels the script and the scout.
-        let cancel = StopOnDrop::new(
-            Arc::clone(&ledger),
-            scout.as_ref().map(|s| Arc::clone(&s.0)),
-        );
-        let (ast, thread_ctx, thread_ledger) = (
-            Arc::clone(&script.ast),
-            Arc::clone(&ctx),
-            Arc::clone(&ledger),
-        );
+        let stop = StopOnDrop {
+            cancel: cancel.clone(),
+            ledger: Arc::clone(&ledger),
+            scout: scout.as_ref().map(|s| Arc::clone(&s.0)),
+        };
         let watch = engine::RunControls {
             deadline: Some(deadline),
-            cancel: Some(Arc::clone(&cancel.flag)),
+            cancel: Some(cancel),
             ..engine::RunControls::default()
         };
+        let script = Run::start_script(script, &ctx, &ledger, &runtime.limits, watch);
+        drop(entered);
+        Run {
+            run_id,
+            span,
+            started,
+            mode: options.mode,
+            policy: options.result_policy,
+            ctx,
+            ledger,
+            journal,
+            scout,
+            script,
+            _stop: stop,
+            _active: active,
+        }
+    }
+
+    /// The run's shared context: registry, breakers, budget, receipts, journal and values.
+    fn context(
+        runtime: &Runtime,
+        options: &RunOptions,
+        run_id: &str,
+        journal: Option<Arc<Journal>>,
+    ) -> Arc<RunContext> {
+        let limits = &runtime.limits;
+        let sink = options.receipts.as_ref().and_then(|s| lock(s).take());
+        Arc::new(
+            RunContext::new(
+                Arc::clone(&runtime.registry),
+                Arc::clone(&runtime.breakers),
+                Budget {
+                    max_calls: limits.max_calls,
+                    max_speculative_calls: limits.max_speculative_calls,
+                    max_in_flight: limits.max_in_flight,
+                },
+                limits.timeout,
+                run_id.to_string(),
+                options.progress.clone().unwrap_or_default(),
+                sink,
+            )
+            .with_journal(journal)
+            .with_values(options.input.clone(), options.context.clone()),
+        )
+    }
+
+    /// Starts the executor on a script thread; `None` when no thread could be started.
+    fn start_script(
+        script: &Script,
+        ctx: &Arc<RunContext>,
+        ledger: &Arc<RunLedger>,
+        limits: &Limits,
+        watch: engine::RunControls,
+    ) -> Option<tokio::sync::oneshot::Receiver<script::Execution>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (ast, ctx, ledger) = (Arc::clone(&script.ast), Arc::clone(ctx), Arc::clone(ledger));
+        let (handle, limits) = (tokio::runtime::Handle::current(), limits.clone());
         let spawned = engine::spawn_script_thread("toolscript-script", move || {
-            let execution =
-                script::execute(&ast, thread_ctx, thread_ledger, handle, &limits, watch);
-            let _ = tx.send(execution);
+            let _ = tx.send(script::execute(&ast, ctx, ledger, handle, &limits, watch));
         });
-        drop(_entered);
-        let execution = match spawned {
-            Ok(_) => rx.await.ok(),
+        match spawned {
+            Ok(_) => Some(rx),
             Err(e) => {
-                tracing::error!(error = %e, "could not start the script thread");
+                tracing::error!(parent: &Span::current(), error = %e, "could not start the script thread");
                 None
             }
+        }
+    }
+
+    /// Waits for the script to end, then ends the scout (its wasted reads cancelled) and
+    /// gives calls still running a moment to write their receipts.
+    async fn join(&mut self) -> Joined {
+        let execution = match self.script.take() {
+            Some(rx) => rx.await.ok(),
+            None => None,
         };
-        ledger.close();
+        self.ledger.close();
         let (mut scout_passes, mut scout_operations) = (0, 0);
-        if let Some((scout, driver)) = scout {
+        if let Some((scout, driver)) = self.scout.take() {
             scout.finish().await;
             scout_passes = driver.await.unwrap_or_default();
             scout_operations = scout.operations();
         }
-        let open = ctx.settled(SETTLE).await;
+        let open = self.ctx.settled(SETTLE).await;
         if open > 0 {
-            tracing::warn!(
-                open,
-                "calls still running when the run ended have no receipt"
-            );
+            tracing::warn!(parent: &self.span, open, "calls still running when the run ended have no receipt");
         }
         let execution = execution.unwrap_or_else(|| script::Execution {
             result: Err(RunError::new(
@@ -698,14 +781,67 @@ impl Runtime {
             pending: None,
             results: Default::default(),
         });
-        let (launched, claimed) = ledger.counts();
-        // Nothing from here on looks at the ledger: a long run's entries are freed elsewhere.
-        ledger.release();
-        let stats = Stats {
-            mode: options.mode,
-            wall_ms: started.elapsed().as_secs_f64() * 1e3,
+        Joined {
+            execution,
+            scout_passes,
+            scout_operations,
+        }
+    }
+
+    /// The run's outcome: stats, the note of a paused run, the output bounded within the
+    /// inline budget, and (a durable run) its end recorded in the store.
+    async fn finish(self, runtime: &Runtime, joined: Joined) -> RunOutcome {
+        let Joined {
+            execution,
+            scout_passes,
+            scout_operations,
+        } = joined;
+        let stats = self.stats(&execution, scout_passes, scout_operations);
+        let mut result = execution.result;
+        if let (Some(pending), Err(e)) = (&execution.pending, &mut result) {
+            self.note_pause(e, pending);
+        }
+        let output = Output {
+            result,
+            logs: execution.logs,
+            paused: execution.pending.is_some(),
+            results: execution.results,
+            policy: self.policy,
+        };
+        let store = runtime.store.clone().filter(|_| self.journal.is_some());
+        let budget = runtime.limits.max_inline_tokens;
+        let (output, mut bounded) = output.bound_off_worker(store, &self.run_id, budget).await;
+        let artifacts = std::mem::take(&mut bounded.artifacts);
+        let outcome = RunOutcome {
+            run_id: self.run_id.clone(),
+            result: output.result,
+            logs: output.logs,
+            effects: self.ctx.take_effects(),
+            stats,
+            receipts: self.ctx.take_receipts(),
+            pending: execution.pending,
+            bounded: Some(bounded),
+            artifacts,
+        };
+        self.record_end(runtime, &outcome).await;
+        outcome
+    }
+
+    /// The run's counts and timing. Nothing looks at the ledger afterwards: a long run's
+    /// entries are freed elsewhere.
+    fn stats(
+        &self,
+        execution: &script::Execution,
+        scout_passes: u64,
+        scout_operations: u64,
+    ) -> Stats {
+        let (launched, claimed) = self.ledger.counts();
+        self.ledger.release();
+        Stats {
+            mode: self.mode,
+            wall_ms: self.started.elapsed().as_secs_f64() * 1e3,
             tool_calls: execution.counts.tool_calls,
-            dispatched: ctx.dispatched(),
+            dispatched: self.ctx.dispatched(),
             speculative_launched: launched,
             speculative_claimed: claimed,
             speculative_wasted: launched - claimed,
@@ -715,91 +851,137 @@ impl Runtime {
             scout_passes,
             script_operations: execution.counts.operations,
             scout_operations,
-        };
-        let mut result = execution.result;
-        if let (Some(pending), Err(e)) = (&execution.pending, &mut result) {
-            e.kind = ErrorKind::Paused;
-            e.recoverable = true;
-            e.suggested_next_action = Some(match (&journal, pending.awaiting) {
-                (None, _) => "this run has no store, so it cannot be resumed: run it with a store to pause and resume it".into(),
-                (Some(_), Awaiting::Approval) => format!("toolscript resume {run_id} --approve (or --reject --reason TEXT)"),
-                (Some(_), Awaiting::Resolve) => format!(
-                    "check whether `{}` took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",
-                    pending.tool
-                ),
-            });
         }
-        // The output as a model receives it, within the inline budget.
-        let tool_result = |value: &Value| {
-            if execution.results.is_empty() {
-                return None;
-            }
-            let hash = crate::json::sha256_hex(crate::json::key_json(value));
-            execution.results.get(&hash).cloned()
+    }
+
+    /// A paused run's error: `paused`, recoverable, saying how to resume it.
+    fn note_pause(&self, e: &mut RunError, pending: &Pending) {
+        let run_id = &self.run_id;
+        e.kind = ErrorKind::Paused;
+        e.recoverable = true;
+        e.suggested_next_action = Some(match (&self.journal, pending.awaiting) {
+            (None, _) => "this run has no store, so it cannot be resumed: run it with a store to pause and resume it".into(),
+            (Some(_), Awaiting::Approval) => format!("toolscript resume {run_id} --approve (or --reject --reason TEXT)"),
+            (Some(_), Awaiting::Resolve) => format!(
+                "check whether `{}` took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",
+                pending.tool
+            ),
+        });
+    }
+
+    /// A durable run's end in the store: its journal flushed, then its status, pending call
+    /// and printed outcome. A failure is logged: a resume records it later.
+    async fn record_end(&self, runtime: &Runtime, outcome: &RunOutcome) {
+        let (Some(journal), Some(store)) = (&self.journal, &runtime.store) else {
+            return;
         };
-        let store = self.store.as_deref().filter(|_| journal.is_some());
-        let budget = self.limits.max_inline_tokens;
-        let bound = |result: &Result<Value, RunError>| {
-            let own = result.as_ref().ok().and_then(&tool_result);
-            let value = match (result, &own, &execution.pending) {
-                (Ok(v), Some((policy, tool)), None) => Some((v, *policy, Some(tool.as_str()))),
-                (Ok(v), None, None) => Some((v, options.result_policy, None)),
-                _ => None,
-            };
-            let error = result
-                .as_ref()
-                .err()
-                .filter(|_| execution.pending.is_none());
-            crate::policy::Bounder::new(store, &run_id, budget).bound(
-                value,
-                &execution.logs,
-                error.cloned(),
+        journal.flush().await;
+        let pending = outcome.pending.as_ref().map(|p| {
+            PendingCall::new(
+                p.seq,
+                &p.tool,
+                p.effect.as_str(),
+                p.args.clone(),
+                p.awaiting,
             )
-        };
-        let bounded = match bound(&result) {
-            Ok(bounded) => bounded,
-            // The value may not be cut (`inline`, `exact`): the run fails, and its output is
-            // bounded without it.
-            Err(crate::policy::Unbounded(why)) => {
-                result = Err(RunError::new(ErrorKind::LimitExceeded, why));
-                bound(&result).unwrap_or_default()
-            }
-        };
-        let mut bounded = Some(bounded);
-        let artifacts = bounded
-            .as_mut()
-            .map(|b| std::mem::take(&mut b.artifacts))
-            .unwrap_or_default();
-        let outcome = RunOutcome {
-            run_id,
-            result,
-            logs: execution.logs,
-            effects: ctx.take_effects(),
-            stats,
-            receipts: ctx.take_receipts(),
-            pending: execution.pending,
-            bounded,
-            artifacts,
-        };
-        if let (Some(journal), Some(store)) = (&journal, &self.store) {
-            journal.flush();
-            let pending = outcome.pending.as_ref().map(|p| json!(p));
-            if let Err(e) = store.finish_run(
-                &outcome.run_id,
-                outcome.status(),
-                pending.as_ref(),
-                &outcome.to_json(),
-            ) {
-                tracing::error!(run_id = %outcome.run_id, error = %e, "the run's end could not be recorded; resume it to record it");
-            }
+        });
+        let end = StoredEnd::new(outcome.status(), pending, outcome.to_json());
+        if let Err(e) = store.finish_run(&outcome.run_id, end).await {
+            tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
         }
-        outcome
+    }
+}
+
+/// What a run's output is made of, before it is bounded.
+struct Output {
+    result: Result<Value, RunError>,
+    logs: Vec<String>,
+    /// The run paused: its error is the pause, not shown as the run's error.
+    paused: bool,
+    /// Results of tools with a result policy of their own.
+    results: script::ToolResults,
+    /// The policy of a value that is no tool's result.
+    policy: crate::policy::ResultPolicy,
+}
+
+impl Output {
+    /// Bounds the output. Keeping an artifact waits for the store, so with one the bounding
+    /// runs on the blocking pool, never on a worker.
+    async fn bound_off_worker(
+        self,
+        store: Option<Arc<dyn Store>>,
+        run_id: &str,
+        budget: usize,
+    ) -> (Output, crate::policy::Bounded) {
+        let Some(store) = store else {
+            return self.bound(None, run_id, budget);
+        };
+        let id = run_id.to_string();
+        tokio::task::spawn_blocking(move || self.bound(Some(&*store), &id, budget))
+            .await
+            .unwrap_or_else(|e| {
+                let failed = RunError::new(
+                    ErrorKind::Internal,
+                    format!("the run's output could not be bounded: {e}"),
+                );
+                (Output::failed(failed), crate::policy::Bounded::default())
+            })
+    }
+
+    fn failed(error: RunError) -> Output {
+        Output {
+            result: Err(error),
+            logs: Vec::new(),
+            paused: false,
+            results: Default::default(),
+            policy: Default::default(),
+        }
+    }
+
+    /// The output within `budget` tokens; a value that may not be cut (`inline`, `exact`)
+    /// fails the run, whose output is then bounded without it. Artifacts go to `store`.
+    fn bound(
+        mut self,
+        store: Option<&dyn Store>,
+        run_id: &str,
+        budget: usize,
+    ) -> (Output, crate::policy::Bounded) {
+        let bounded = match self.try_bound(store, run_id, budget) {
+            Ok(bounded) => bounded,
+            Err(crate::policy::Unbounded(why)) => {
+                self.result = Err(RunError::new(ErrorKind::LimitExceeded, why));
+                self.try_bound(store, run_id, budget).unwrap_or_default()
+            }
+        };
+        (self, bounded)
+    }
+
+    fn try_bound(
+        &self,
+        store: Option<&dyn Store>,
+        run_id: &str,
+        budget: usize,
+    ) -> Result<crate::policy::Bounded, crate::policy::Unbounded> {
+        let own = match &self.result {
+            Ok(value) if !self.results.is_empty() => {
+                let hash = crate::json::sha256_hex(crate::json::key_json(value));
+                self.results.get(&hash).cloned()
+            }
+            _ => None,
+        };
+        let value = match (&self.result, &own, self.paused) {
+            (Ok(v), Some((policy, tool)), false) => Some((v, *policy, Some(tool.as_str()))),
+            (Ok(v), None, false) => Some((v, self.policy, None)),
+            _ => None,
+        };
+        let error = self.result.as_ref().err().filter(|_| !self.paused);
+        crate::policy::Bounder::new(store, run_id, budget).bound(value, &self.logs, error.cloned())
     }
 }
 
 /// `ts_artifact(#{id, page})`: an artifact of the store, whole or one page. An ordinary read:
 /// speculated, deduplicated, receipted.
-fn artifact_tool(store: Arc<Store>) -> crate::Tool {
+fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
     crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
         .description(
             "An artifact a run's output referred to (`artifact` in its place in the output): the \
@@ -812,11 +994,7 @@ fn artifact_tool(store: Arc<Store>) -> crate::Tool {
                 // The registry checked them against the schema of the same type.
                 let args = crate::policy::ArtifactArgs::deserialize(&args)
                     .map_err(|e| crate::ToolError::invalid_input(e.to_string()))?;
-                tokio::task::spawn_blocking(move || {
-                    crate::policy::read_artifact(&store, &args.id, args.page)
-                })
-                .await
-                .unwrap_or_else(|e| Err(crate::ToolError::internal(e.to_string())))
+                crate::policy::read_artifact(&*store, &args.id, args.page).await
             }
         })
 }
@@ -880,26 +1058,17 @@ fn process_exists(_pid: u32) -> bool {
     false
 }
 
-/// Ends a run's script and scout when the run's future is dropped before it finished.
+/// Cancels a run when the run's future is dropped before it finished: its token (the root of
+/// its cancellation tree: the script, the scout), and its ledger, closed to new reads.
 struct StopOnDrop {
-    flag: Arc<std::sync::atomic::AtomicBool>,
+    cancel: CancellationToken,
     ledger: Arc<RunLedger>,
     scout: Option<Arc<Scout>>,
 }
 
-impl StopOnDrop {
-    fn new(ledger: Arc<RunLedger>, scout: Option<Arc<Scout>>) -> StopOnDrop {
-        StopOnDrop {
-            flag: Arc::default(),
-            ledger,
-            scout,
-        }
-    }
-}
-
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.flag.store(true, Ordering::SeqCst);
+        self.cancel.cancel();
         self.ledger.close();
         if let Some(scout) = &self.scout {
             scout.stop();

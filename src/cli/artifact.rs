@@ -22,13 +22,13 @@ pub(crate) struct Artifact {
 impl Artifact {
     /// Prints the artifact exactly as stored (no newline added: its SHA-256 is its id), or a
     /// page.
-    pub(crate) fn apply(self) -> Result<ExitCode, String> {
+    pub(crate) async fn apply(self) -> Result<ExitCode, String> {
         let store = open_store(self.store)?;
         let id = &self.id;
-        let Some(stored) = store.artifact(id).map_err(|e| e.to_string())? else {
+        let Some(stored) = store.artifact(id).await.map_err(|e| e.to_string())? else {
             return Err(format!(
                 "no artifact `{id}` in the store {}",
-                store.path().display()
+                store.location()
             ));
         };
         let mut out = std::io::stdout().lock();

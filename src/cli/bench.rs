@@ -54,7 +54,7 @@ async fn bench(
     flags: &LimitsArg,
     runs: usize,
     json: bool,
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
 ) -> Result<ExitCode, String> {
     let sources = scripts
         .iter()

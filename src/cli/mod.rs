@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use toolscript::{
-    demo_catalog, Error, LimitReached, Limits, Manifests, Registry, RunStatus, Runtime, Store,
+    demo_catalog, Error, LimitReached, Limits, Manifests, Registry, RunStatus, Runtime,
+    SqliteStore, Store,
 };
 
 pub(crate) mod artifact;
@@ -52,7 +53,7 @@ pub(crate) struct StoreArg {
 
 impl StoreArg {
     /// The store the flags name, or none for `--no-store`.
-    fn open(self) -> Result<Option<Arc<Store>>, String> {
+    fn open(self) -> Result<Option<Arc<dyn Store>>, String> {
         if self.no_store {
             return Ok(None);
         }
@@ -151,7 +152,7 @@ async fn new_registry(tools: &ToolsArg) -> Result<(Registry, Limits), Error> {
 /// A runtime over the registry of `tools`, journaling in `store`.
 async fn runtime(
     tools: &ToolsArg,
-    store: Option<Arc<Store>>,
+    store: Option<Arc<dyn Store>>,
     flags: &LimitsArg,
 ) -> Result<Runtime, String> {
     let (registry, limits) = new_registry(tools).await.map_err(|e| e.to_string())?;
@@ -163,12 +164,15 @@ async fn runtime(
 }
 
 /// The store at `path`, else at its default place.
-fn open_store(path: Option<PathBuf>) -> Result<Arc<Store>, String> {
-    let path = path.or_else(Store::default_path).ok_or_else(|| {
+fn open_store(path: Option<PathBuf>) -> Result<Arc<dyn Store>, String> {
+    let path = path.or_else(SqliteStore::default_path).ok_or_else(|| {
         "no data directory to keep the store of runs in: give --store PATH (or --no-store)"
             .to_string()
     })?;
-    Store::open(&path).map(Arc::new).map_err(|e| e.to_string())
+    match SqliteStore::open(&path) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A script file, or stdin for `-`.

@@ -64,11 +64,12 @@ impl Resume {
         let store = open_store(self.store)?;
         let record = store
             .run(&run_id)
+            .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| {
                 format!(
                     "run {run_id}: the store {} has no such run",
-                    store.path().display()
+                    store.location()
                 )
             })?;
         // An ended run is a no-op: its outcome again, and nothing is run.

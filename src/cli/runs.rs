@@ -3,8 +3,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use toolscript::Awaiting;
-
 use super::open_store;
 
 #[derive(clap::Args)]
@@ -19,16 +17,18 @@ pub(crate) struct Runs {
 }
 
 impl Runs {
-    pub(crate) fn apply(self) -> Result<ExitCode, String> {
+    pub(crate) async fn apply(self) -> Result<ExitCode, String> {
         let store = open_store(self.store)?;
-        let runs = toolscript::RunListing::all(&store).map_err(|e| e.to_string())?;
+        let runs = toolscript::RunListing::all(&*store)
+            .await
+            .map_err(|e| e.to_string())?;
         if self.json {
             let list = serde_json::to_string(&runs).map_err(|e| e.to_string())?;
             println!("{list}");
             return Ok(ExitCode::SUCCESS);
         }
         if runs.is_empty() {
-            println!("no runs in {}", store.path().display());
+            println!("no runs in {}", store.location());
             return Ok(ExitCode::SUCCESS);
         }
         println!(
@@ -37,11 +37,7 @@ impl Runs {
         );
         for r in &runs {
             let pending = r.pending.as_ref().map_or(String::new(), |p| {
-                let awaiting = match p.awaiting {
-                    Awaiting::Approval => "approval",
-                    _ => "resolve",
-                };
-                format!("#{} {} (awaiting {awaiting})", p.seq, p.tool)
+                format!("#{} {} (awaiting {})", p.seq, p.tool, p.awaiting.as_str())
             });
             println!(
                 "{:<16}  {:<9}  {:<20}  {:<24}  {pending}",

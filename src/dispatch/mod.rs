@@ -431,15 +431,7 @@ async fn steps(
         // The intent of a script's non-read call is committed before its body is reached: a
         // crash from here on leaves the call ambiguous, never forgotten.
         if let (Some(journal), Some(seq)) = (&ctx.journal, call.seq) {
-            let (journal, tool, args) = (
-                Arc::clone(journal),
-                spec.name.clone(),
-                Arc::clone(&call.args_key),
-            );
-            let committed = tokio::task::spawn_blocking(move || journal.intent(seq, &tool, &args))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
-            if let Err(why) = committed {
+            if let Err(why) = journal.intent(seq, &spec.name, &call.args_key).await {
                 return Err(ToolError::internal(format!(
                     "the run's journal could not be written ({why}); the call was not made"
                 ))

@@ -95,6 +95,7 @@ pub(crate) enum Thrown {
     /// `suggested_next_action` are kept when present.
     Structured(ToolError),
     /// A map with `kind` and `message` whose kind is not a lowercase identifier.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     MalformedKind(String),
     /// Anything else.
     Plain,
@@ -186,6 +187,7 @@ fn limit_exceeded_at(message: String, limit: LimitReached) -> RunError {
 }
 
 /// Whatever ended the script, as the run's error.
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 pub(crate) fn from_rhai(e: EvalAltResult, limits: &Limits) -> RunError {
     from_rhai_with(e, limits, None)
 }

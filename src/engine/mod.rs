@@ -19,20 +19,24 @@ pub use limits::{LimitKey, Limits};
 pub use memory::set_memory_probe;
 
 pub(crate) use catch::rewrite as rewrite_catches;
-pub(crate) use errors::{
-    from_parse, from_rhai, from_rhai_with, limit_exceeded, line_column, outcome_to_rhai,
-    thrown_error, to_rhai, Thrown,
-};
+pub(crate) use errors::{from_parse, from_rhai_with, limit_exceeded, line_column, outcome_to_rhai};
+// Script tools' bodies (feature `manifest`) run on the pool, and throw and read errors themselves.
+#[cfg(feature = "manifest")]
+pub(crate) use errors::{from_rhai, thrown_error, to_rhai, Thrown};
 pub(crate) use functions::{register_tool_functions, ToolCall};
-pub(crate) use threads::{block_on, poll_once, spawn_script_thread, ScriptPool};
+#[cfg(feature = "manifest")]
+pub(crate) use threads::ScriptPool;
+pub(crate) use threads::{block_on, poll_once, spawn_script_thread};
 
 #[cfg(test)]
 mod tests;
 pub(crate) use value::{to_dynamic, to_json};
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::Arc;
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use std::sync::OnceLock;
 
@@ -61,7 +65,7 @@ pub(crate) use RunControls as Watch;
 #[derive(Default)]
 pub(crate) struct RunControls {
     pub(crate) deadline: Option<Instant>,
-    pub(crate) cancel: Option<Arc<AtomicBool>>,
+    pub(crate) cancel: Option<CancellationToken>,
     pub(crate) operations: Option<Arc<AtomicU64>>,
     /// `sleep` returns at once (the scout: it never waits for what the executor would).
     pub(crate) skip_sleep: bool,
@@ -77,7 +81,7 @@ const SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 fn sleep(
     seconds: f64,
     deadline: Option<Instant>,
-    cancel: Option<&AtomicBool>,
+    cancel: Option<&CancellationToken>,
     position: rhai::Position,
 ) -> Result<(), Box<rhai::EvalAltResult>> {
     // Too long to represent: a sleep until the deadline or a cancellation.
@@ -85,7 +89,7 @@ fn sleep(
         .ok()
         .and_then(|length| Instant::now().checked_add(length));
     loop {
-        if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) || threads::job_cancelled() {
+        if cancel.is_some_and(CancellationToken::is_cancelled) || threads::job_cancelled() {
             return Err(terminated(CANCELLED, position));
         }
         let now = Instant::now();
@@ -154,7 +158,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         if skip_sleep {
             return Ok(());
         }
-        sleep(seconds, deadline, flag.as_deref(), ctx.call_position())
+        sleep(seconds, deadline, flag.as_ref(), ctx.call_position())
     };
     // A durable run replays its script on resume and must take the same path: nothing the
     // script reads may differ between two runs but tool results, which the journal keeps.
@@ -183,7 +187,8 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         if ops % CHECK_EVERY != 0 {
             return None;
         }
-        if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) || threads::job_cancelled() {
+        if cancel.as_ref().is_some_and(CancellationToken::is_cancelled) || threads::job_cancelled()
+        {
             return Some(Dynamic::from(CANCELLED));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -44,15 +44,16 @@ fn odd_sleep_lengths_are_harmless() {
 
 #[test]
 fn a_cancelled_engine_stops_sleeping() {
-    let flag = Arc::new(AtomicBool::new(false));
+    let run = CancellationToken::new();
     let watch = RunControls {
-        cancel: Some(Arc::clone(&flag)),
+        cancel: Some(run.child_token()),
         ..RunControls::default()
     };
     let e = new_engine(&Limits::default(), watch);
+    // The run's token is cancelled: the engine's, a child of it, is too.
     let setter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
-        flag.store(true, Ordering::SeqCst);
+        run.cancel();
     });
     let result = e.eval::<Dynamic>("sleep(60); 1");
     setter.join().unwrap();

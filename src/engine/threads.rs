@@ -6,9 +6,10 @@
 use crate::sync::lock;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
+use tokio_util::sync::CancellationToken;
 
 /// The stack of a thread a script runs on: deep enough for `Limits::max_call_depth` levels of
 /// script functions in an unoptimised build.
@@ -73,12 +74,15 @@ pub(crate) fn poll_once<F: Future<Output = ()> + Send + 'static>(
     }
 }
 
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 type Job = Box<dyn FnOnce() + Send>;
 
 thread_local! {
-    /// The cancellation flag of the pool job running on this thread, if any: a body's `sleep`
-    /// and its progress checks look at it, so a job whose call was abandoned frees its thread.
-    static JOB_CANCEL: std::cell::RefCell<Option<Arc<AtomicBool>>> =
+    /// The cancellation of the pool job running on this thread, if any: a body's `sleep` and
+    /// its progress checks look at it, so a job whose call was abandoned frees its thread. (A
+    /// script tool's engine is built once and shared by its calls, so its watch cannot hold
+    /// one call's token: the thread it runs on does.)
+    static JOB_CANCEL: std::cell::RefCell<Option<CancellationToken>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -87,18 +91,20 @@ pub(crate) fn job_cancelled() -> bool {
     JOB_CANCEL.with(|c| {
         c.borrow()
             .as_ref()
-            .is_some_and(|flag| flag.load(Ordering::Relaxed))
+            .is_some_and(CancellationToken::is_cancelled)
     })
 }
 
 /// A pool of script-sized threads, one per core, for bodies that never block on a tool call
 /// (script tools that are not composites). At most one body per core runs at once: a fan-out of
 /// a hundred calls would otherwise wake a hundred threads whose switching costs more than the
-/// bodies.
+/// bodies. Only script tools (feature `manifest`) use it.
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 pub(crate) struct ScriptPool {
     jobs: Mutex<mpsc::Sender<Job>>,
 }
 
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
 impl ScriptPool {
     /// The number of threads of the pool: one per core.
     pub(crate) fn threads() -> usize {
@@ -134,12 +140,12 @@ impl ScriptPool {
     /// the message of a panic, or says that no pool thread could run it.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
-        cancel: Arc<AtomicBool>,
+        cancel: CancellationToken,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<Option<T>, String> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
-            if cancel.load(Ordering::SeqCst) {
+            if cancel.is_cancelled() {
                 let _ = tx.send(Ok(None));
                 return;
             }
@@ -166,7 +172,7 @@ mod tests {
     #[tokio::test]
     async fn pool_threads_have_a_script_stack_and_survive_panics() {
         let pool = ScriptPool::shared();
-        let go = || Arc::new(AtomicBool::new(false));
+        let go = CancellationToken::new;
         // Recursion that would overflow a 2 MiB stack in a debug build.
         fn depth(n: u64) -> u64 {
             let pad = [n; 512];
@@ -187,7 +193,8 @@ mod tests {
             Ok(Some(7)),
             "the pool still runs jobs"
         );
-        let cancelled = Arc::new(AtomicBool::new(true));
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
         assert_eq!(
             pool.run(cancelled, || 7).await,
             Ok(None),

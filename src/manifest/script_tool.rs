@@ -8,12 +8,12 @@
 //! shared pool of script threads (one body per core at once), a composite's body — which blocks
 //! its thread at every nested call — on a script thread of its own.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rhai::{Dynamic, Engine, EvalAltResult, Map, Scope, AST};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::engine::{self, Limits, RunControls, ScriptPool, Thrown, ToolCall};
 use crate::error::{ErrorKind, ToolError};
@@ -70,11 +70,12 @@ impl ScriptHost {
                 let started = std::time::Instant::now();
                 // A call whose future was dropped (its timeout) stops its body: before it starts,
                 // or at its next operation or `sleep` slice.
-                let cancel = CancelOnDrop::new();
+                let token = CancellationToken::new();
+                let cancel = token.clone().drop_guard();
                 let runner = Arc::clone(&host);
                 let call = call_map(&ctx);
                 let job = move || runner.run(&ast, &args, call, effect);
-                let result = match ScriptPool::shared().run(Arc::clone(&cancel.0), job).await {
+                let result = match ScriptPool::shared().run(token, job).await {
                     Ok(Some(result)) => result,
                     Ok(None) => Err(ToolError::new(
                         ErrorKind::Cancelled,
@@ -135,13 +136,12 @@ impl ScriptHost {
         args: Value,
         ctx: ToolContext,
     ) -> Result<Value, ToolError> {
-        let cancel = CancelOnDrop::new();
-        let (flag, woken) = (Arc::clone(&cancel.0), cancel.1.subscribe());
+        let token = CancellationToken::new();
+        let cancel = token.clone().drop_guard();
         let handle = tokio::runtime::Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = engine::spawn_script_thread("toolscript-composite", move || {
-            let cancel = (flag, woken);
-            let _ = tx.send(self.run_composite(&ast, &args, &ctx, &handle, cancel));
+            let _ = tx.send(self.run_composite(&ast, &args, &ctx, &handle, token));
         });
         if let Err(e) = spawned {
             return Err(ToolError::internal(format!(
@@ -164,17 +164,17 @@ impl ScriptHost {
         args: &Value,
         ctx: &ToolContext,
         handle: &tokio::runtime::Handle,
-        (cancel, woken): (Arc<AtomicBool>, tokio::sync::watch::Receiver<bool>),
+        cancel: CancellationToken,
     ) -> Result<Value, ToolError> {
         let watch = RunControls {
-            cancel: Some(Arc::clone(&cancel)),
+            cancel: Some(cancel.clone()),
             ..RunControls::default()
         };
         let mut engine = engine::new_engine(&self.limits, watch);
         log_prints(&mut engine);
         let (context, handle) = (ctx.clone(), handle.clone());
         let call: ToolCall = Arc::new(move |pos, name, args| {
-            if cancel.load(Ordering::SeqCst) {
+            if cancel.is_cancelled() {
                 return Err(Box::new(EvalAltResult::ErrorTerminated(
                     Dynamic::from(engine::CANCELLED),
                     pos,
@@ -188,11 +188,11 @@ impl ScriptHost {
                     pos,
                 )
             })?;
-            let (context, name, mut woken) = (context.clone(), name.to_string(), woken.clone());
+            let (context, name, woken) = (context.clone(), name.to_string(), cancel.clone());
             let nested = async move {
                 tokio::select! {
                     result = context.call(&name, args) => result,
-                    _ = woken.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
+                    () = woken.cancelled() => Err(ToolError::new(
                         ErrorKind::Cancelled,
                         "the composite's call ended while this nested call was running",
                     )),
@@ -264,27 +264,6 @@ fn call_map(ctx: &ToolContext) -> Map {
 fn log_prints(engine: &mut Engine) {
     engine.on_print(|s| tracing::debug!(target: "toolscript::script_tool", "{s}"));
     engine.on_debug(|s, _, _| tracing::debug!(target: "toolscript::script_tool", "{s}"));
-}
-
-/// Cancels when dropped: the future of a call that timed out (or was cancelled) drops it. The
-/// flag stops a body at its next operation; the channel wakes a nested call it is waiting for,
-/// which is then abandoned (and gets its receipt at once).
-struct CancelOnDrop(Arc<AtomicBool>, tokio::sync::watch::Sender<bool>);
-
-impl CancelOnDrop {
-    fn new() -> CancelOnDrop {
-        CancelOnDrop(
-            Arc::new(AtomicBool::new(false)),
-            tokio::sync::watch::channel(false).0,
-        )
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-        self.1.send_replace(true);
-    }
 }
 
 fn result_json(value: &Dynamic) -> Result<Value, ToolError> {

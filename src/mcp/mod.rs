@@ -1,11 +1,15 @@
 //! MCP: tools from MCP servers, usable from scripts like any other (the client), and toolscript
 //! itself served as an MCP server over stdio or Streamable HTTP (the server; HTTP with the
-//! feature `http`). Built on the official Rust SDK, rmcp.
+//! feature `http`). Built on the official Rust SDK, rmcp (feature `mcp`); without it only the
+//! specification of a server is here, and starting one is an error that says so.
 
+// Servers' tools are declared in manifests: the client is reached through them only.
+#[cfg(all(feature = "mcp", feature = "manifest"))]
 mod client;
 mod formats;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "mcp")]
 mod server;
 
 use std::collections::BTreeMap;
@@ -14,9 +18,11 @@ use std::time::Duration;
 
 use crate::tool::{Approval, Effect};
 
+#[cfg(all(feature = "mcp", feature = "manifest"))]
 pub(crate) use client::connect;
 #[cfg(feature = "http")]
 pub use http::{serve_http, HttpOptions, MCP_PATH};
+#[cfg(feature = "mcp")]
 pub use server::serve_stdio;
 
 /// One MCP server to start and take tools from: an `[[mcp]]` table of a manifest.
@@ -73,4 +79,16 @@ impl McpServerSpec {
             max_concurrency: 16,
         }
     }
+}
+
+/// Without the feature `mcp` no MCP server can be started: a manifest that declares one fails
+/// to load its tools, naming the server.
+#[cfg(all(feature = "manifest", not(feature = "mcp")))]
+pub(crate) async fn connect(
+    spec: &McpServerSpec,
+) -> Result<Vec<crate::tool::Tool>, crate::error::Error> {
+    Err(crate::error::Error::Mcp {
+        server: spec.name.clone(),
+        message: "this toolscript was built without the feature `mcp`".to_string(),
+    })
 }

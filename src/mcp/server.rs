@@ -391,13 +391,8 @@ impl Server {
                 "this server keeps no store of runs, so it has no artifacts",
             )]);
         };
-        let read = tokio::task::spawn_blocking(move || {
-            crate::policy::read_artifact(&store, &args.id, args.page)
-        })
-        .await;
-        match read {
-            Ok(Ok(artifact)) => structured(&ArtifactRead { artifact }),
-            Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        match crate::policy::read_artifact(&*store, &args.id, args.page).await {
+            Ok(artifact) => structured(&ArtifactRead { artifact }),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
@@ -426,7 +421,7 @@ impl Server {
         }
     }
 
-    fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
+    async fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
         if let Err(bad) = self.arguments::<NoArgs>(LIST_RUNS, arguments) {
             return bad;
         }
@@ -435,7 +430,7 @@ impl Server {
                 "this server keeps no store of runs",
             )]);
         };
-        match RunListing::all(store) {
+        match RunListing::all(&**store).await {
             Ok(runs) => structured(&RunList { runs }),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
@@ -608,7 +603,7 @@ impl ServerHandler for Server {
                 let run = self.resume_run(request.arguments, Arc::clone(&progress));
                 until_cancelled(&context, reporting(&context, progress, run)).await?
             }
-            LIST_RUNS => self.list_runs(request.arguments),
+            LIST_RUNS => self.list_runs(request.arguments).await,
             READ_ARTIFACT => self.read_artifact(request.arguments).await,
             other => {
                 // The MCP specification answers an unknown tool with invalid params.

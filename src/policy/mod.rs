@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::RunError;
 use crate::json::{key_json, sha256_hex};
-use crate::store::Store;
+use crate::store::{Store, StoredArtifact};
 
 /// What happens to a result that does not fit in a run's output.
 #[derive(
@@ -97,16 +97,17 @@ pub(crate) struct Bounded {
 #[derive(Debug)]
 pub(crate) struct Unbounded(pub(crate) String);
 
-/// Bounds one run's output.
+/// Bounds one run's output. Keeping an artifact waits for the store: a bounder runs off the
+/// async workers (the runtime runs it on the blocking pool).
 pub(crate) struct Bounder<'a> {
-    pub(crate) store: Option<&'a Store>,
+    pub(crate) store: Option<&'a dyn Store>,
     pub(crate) run_id: &'a str,
     pub(crate) budget: usize,
     artifacts: Vec<Artifact>,
 }
 
 impl<'a> Bounder<'a> {
-    pub(crate) fn new(store: Option<&'a Store>, run_id: &'a str, budget: usize) -> Bounder<'a> {
+    pub(crate) fn new(store: Option<&'a dyn Store>, run_id: &'a str, budget: usize) -> Bounder<'a> {
         Bounder {
             store,
             run_id,
@@ -302,15 +303,16 @@ impl<'a> Bounder<'a> {
                 verified: false,
             };
         };
-        let stored = store
-            .put_artifact(
-                &id,
-                self.run_id,
-                policy.as_str(),
-                page_tokens,
-                text.as_bytes(),
-            )
-            .and_then(|()| store.artifact(&id));
+        let artifact = StoredArtifact::new(
+            text.as_bytes().to_vec(),
+            page_tokens,
+            policy.as_str(),
+            self.run_id,
+        );
+        let stored = futures::executor::block_on(async {
+            store.put_artifact(&id, artifact).await?;
+            store.artifact(&id).await
+        });
         let verified = matches!(&stored, Ok(Some(a)) if sha256_hex(&a.content) == sha256);
         if let Err(e) = &stored {
             tracing::error!(error = %e, "an artifact could not be stored");
@@ -534,14 +536,15 @@ pub(crate) fn artifact_args_schema() -> Value {
 /// # Errors
 ///
 /// `not_found` for an unknown id or page; `internal` when the store fails.
-pub(crate) fn read_artifact(
-    store: &Store,
+pub(crate) async fn read_artifact(
+    store: &dyn Store,
     id: &str,
     page: Option<usize>,
 ) -> Result<Value, crate::error::ToolError> {
     use crate::error::ToolError;
     let artifact = store
         .artifact(id)
+        .await
         .map_err(|e| ToolError::internal(e.to_string()))?
         .ok_or_else(|| ToolError::not_found(format!("no artifact `{id}` in this store")))?;
     let text = String::from_utf8_lossy(&artifact.content);

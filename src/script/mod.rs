@@ -5,6 +5,7 @@
 
 mod check;
 
+pub use crate::store::Awaiting;
 pub use check::{Problem, Severity};
 
 pub(crate) use check::{check, known_functions};
@@ -58,20 +59,6 @@ impl Logs {
         self.bytes += line.len();
         self.lines.push(line.to_string());
     }
-}
-
-/// What a paused run waits for.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Awaiting {
-    /// A person's approval of a call of a tool that needs one.
-    Approval,
-    /// A person's word on a call whose outcome was lost (the process died while it ran):
-    /// `done` (it took effect) or `retry` (make it again).
-    Resolve,
 }
 
 /// The call a paused run waits at: `pending` in a paused run's outcome, in the store's record
@@ -190,8 +177,17 @@ impl Executor {
             return Arc::new(Err(self.pause(&call, effect, Awaiting::Approval)));
         }
         lock(&self.counts).effectful_calls += 1;
-        if let Some(journal) = &journal {
-            if let Err(why) = journal.outcome(seq, &call.tool, &call.args_key, &result) {
+        if let Some(journal) = journal {
+            let (tool, args, outcome) = (
+                call.tool.to_string(),
+                Arc::clone(&call.args_key),
+                result.clone(),
+            );
+            let committed = engine::block_on(&self.handle, async move {
+                journal.outcome(seq, &tool, &args, &outcome).await
+            })
+            .unwrap_or_else(|| Err("the async runtime shut down".to_string()));
+            if let Err(why) = committed {
                 return Arc::new(Err(self.stop_with(format!(
                     "the outcome of `{}` could not be journaled ({why}): the run stops, and a resume will ask whether it took effect",
                     call.tool

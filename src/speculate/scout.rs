@@ -5,9 +5,11 @@
 //! exact call. The scout never changes a run's result: the executor only claims outcomes of
 //! the calls it makes itself.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use rhai::{Dynamic, Engine, EvalAltResult, Position};
 use serde_json::Value;
@@ -83,7 +85,7 @@ pub(crate) struct Scout {
     /// Deferred calls, aborted when the run ends.
     deferred: Mutex<Vec<JoinHandle<()>>>,
     /// Ends a running pass.
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     /// Interpreter operations of all passes.
     operations: AtomicU64,
     /// The current pass's cap on the depth of deferred calls.
@@ -98,6 +100,7 @@ impl Scout {
         limits: Limits,
         deadline: Instant,
         handle: Handle,
+        cancel: CancellationToken,
     ) -> Arc<Scout> {
         Arc::new(Scout {
             ctx,
@@ -108,7 +111,7 @@ impl Scout {
             handle,
             dispatches: Mutex::default(),
             deferred: Mutex::default(),
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: cancel,
             operations: AtomicU64::new(0),
             depth_cap: AtomicU64::new(FIRST_DEPTH_CAP),
         })
@@ -208,7 +211,7 @@ impl Scout {
     /// Stops the running pass and every pass to come, and cancels the speculative calls still
     /// running; [`Scout::finish`] also waits for them.
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.cancel();
         self.ctx.cancel_speculation();
     }
 
@@ -245,7 +248,7 @@ impl Scout {
         let operations = Arc::new(AtomicU64::new(0));
         let watch = engine::Watch {
             deadline: Some(self.deadline),
-            cancel: Some(Arc::clone(&self.stop)),
+            cancel: Some(self.stop.clone()),
             operations: Some(Arc::clone(&operations)),
             // The scout never waits for what the executor would wait for.
             skip_sleep: true,

@@ -7,7 +7,11 @@
 //! - a non-read call's **outcome**, committed as soon as the executor has it;
 //! - the outcomes of the reads the executor used, keyed by (epoch, tool, canonical arguments,
 //!   occurrence), batched: committed with the next intent or outcome, every
-//!   [`FLUSH_EVERY`] reads, and when the run stops. A read lost in a crash is made again.
+//!   [`FLUSH_EVERY`] reads (in a task of its own: the script does not wait for it), and when
+//!   the run stops. A read lost in a crash is made again.
+//!
+//! Commits go through [`Store`] one at a time, in order (a commit takes every read journaled
+//! before it), so a write's intent is never durable before the reads journaled ahead of it.
 //!
 //! Non-read calls are keyed by `seq`, their position among the executor's non-read calls (the
 //! epoch each one ends), which is the same in every run and resume of a script.
@@ -17,8 +21,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use super::Store;
-use crate::error::{Error, Outcome, ToolError};
+use super::{JournalRows, Store};
+use crate::error::{Error, ErrorKind, Outcome, ToolError};
 use crate::sync::lock;
 
 /// Reads journaled between commits, at most.
@@ -26,35 +30,95 @@ const FLUSH_EVERY: usize = 256;
 
 /// One read the executor used.
 #[derive(Clone, Debug)]
-pub(crate) struct ReadRow {
-    pub(crate) epoch: u64,
-    pub(crate) tool: String,
-    pub(crate) args: String,
+#[non_exhaustive]
+pub struct ReadRow {
+    /// The executor's epoch when it read.
+    pub epoch: u64,
+    /// The tool.
+    pub tool: String,
+    /// The call's canonical arguments.
+    pub args: String,
     /// Which occurrence of this read in its epoch (0 but for polling tools, called afresh).
-    pub(crate) n: u64,
-    pub(crate) outcome: Outcome,
+    pub n: u64,
+    /// What the read returned.
+    pub outcome: Arc<Result<Value, ToolError>>,
+}
+
+impl ReadRow {
+    /// The `n`th read of `tool` with `args` in `epoch`, and its outcome.
+    pub fn new(
+        epoch: u64,
+        tool: impl Into<String>,
+        args: impl Into<String>,
+        n: u64,
+        outcome: Arc<Result<Value, ToolError>>,
+    ) -> ReadRow {
+        ReadRow {
+            epoch,
+            tool: tool.into(),
+            args: args.into(),
+            n,
+            outcome,
+        }
+    }
 }
 
 /// What is known of a non-read call besides its outcome.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WriteState {
+#[non_exhaustive]
+pub struct WriteState {
     /// A person approved it.
-    pub(crate) approved: bool,
+    pub approved: bool,
     /// A person asked for it to be made again after its outcome was lost.
-    pub(crate) retry: bool,
+    pub retry: bool,
     /// Its body was reached (or about to be): it may have taken effect.
-    pub(crate) intent: bool,
+    pub intent: bool,
+}
+
+impl WriteState {
+    /// A state from its three flags.
+    pub fn new(approved: bool, retry: bool, intent: bool) -> WriteState {
+        WriteState {
+            approved,
+            retry,
+            intent,
+        }
+    }
 }
 
 /// One non-read call of the journal.
 #[derive(Clone, Debug)]
-pub(crate) struct JournaledWrite {
-    pub(crate) seq: u64,
-    pub(crate) tool: String,
-    pub(crate) args: String,
-    pub(crate) state: WriteState,
+#[non_exhaustive]
+pub struct JournaledWrite {
+    /// Its position among the run's non-read calls.
+    pub seq: u64,
+    /// The tool.
+    pub tool: String,
+    /// The call's canonical arguments.
+    pub args: String,
+    /// Approval, retry and intent.
+    pub state: WriteState,
     /// `None`: not made yet, or made and its outcome lost.
-    pub(crate) outcome: Option<Result<Value, ToolError>>,
+    pub outcome: Option<Result<Value, ToolError>>,
+}
+
+impl JournaledWrite {
+    /// The call `seq` of `tool` with `args`, in `state`, with its outcome if it has one.
+    pub fn new(
+        seq: u64,
+        tool: impl Into<String>,
+        args: impl Into<String>,
+        state: WriteState,
+        outcome: Option<Result<Value, ToolError>>,
+    ) -> JournaledWrite {
+        JournaledWrite {
+            seq,
+            tool: tool.into(),
+            args: args.into(),
+            state,
+            outcome,
+        }
+    }
 }
 
 type ReadId = (u64, String, String, u64);
@@ -69,13 +133,17 @@ struct State {
 
 /// The journal of one run.
 pub(crate) struct Journal {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     run_id: String,
     /// The reads earlier processes of the run journaled: what a resume answers from. Reads
     /// journaled by this process are never looked up here (the run ledger has them), so this
     /// never changes, and is read without a lock.
     loaded: HashMap<ReadId, Outcome>,
     state: Mutex<State>,
+    /// Held through each commit, so that commits reach the store one at a time and in order.
+    committing: tokio::sync::Mutex<()>,
+    /// Where a flush of gathered reads runs, off the script's thread.
+    handle: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Journal {
@@ -92,20 +160,23 @@ impl Journal {
     /// # Errors
     ///
     /// [`Error::Store`] when it cannot be read.
-    pub(crate) fn open(store: Arc<Store>, run_id: &str) -> Result<Journal, Error> {
-        let (writes, reads) = store.load_journal(run_id)?;
+    pub(crate) async fn open(store: Arc<dyn Store>, run_id: &str) -> Result<Journal, Error> {
+        let rows = store.load_journal(run_id).await?;
         let state = State {
-            writes: writes.into_iter().map(|w| (w.seq, w)).collect(),
+            writes: rows.writes.into_iter().map(|w| (w.seq, w)).collect(),
             ..State::default()
         };
         Ok(Journal {
             store,
             run_id: run_id.to_string(),
-            loaded: reads
+            loaded: rows
+                .reads
                 .into_iter()
                 .map(|r| ((r.epoch, r.tool, r.args, r.n), r.outcome))
                 .collect(),
             state: Mutex::new(state),
+            committing: tokio::sync::Mutex::new(()),
+            handle: tokio::runtime::Handle::current(),
         })
     }
 
@@ -118,13 +189,15 @@ impl Journal {
         self.loaded.get(&id).cloned()
     }
 
-    /// Journals a read the executor used; committed with the next commit, or now when enough
-    /// have gathered. (A read already in the store is kept as it is.)
-    pub(crate) fn record_read(&self, row: ReadRow) {
+    /// Journals a read the executor used; committed with the next commit, or by a task of its
+    /// own when enough have gathered. (A read already in the store is kept as it is.)
+    pub(crate) fn record_read(self: &Arc<Self>, row: ReadRow) {
         let mut state = lock(&self.state);
         state.unflushed.push(row);
-        if state.unflushed.len() >= FLUSH_EVERY {
-            self.commit(&mut state, None);
+        if state.unflushed.len() == FLUSH_EVERY {
+            drop(state);
+            let journal = Arc::clone(self);
+            self.handle.spawn(async move { journal.flush().await });
         }
     }
 
@@ -141,16 +214,17 @@ impl Journal {
         lock(&self.state).writes.get(&seq).cloned()
     }
 
-    /// Commits that the call `seq` is about to reach its body. Blocks until the store has it.
+    /// Commits that the call `seq` is about to reach its body; done when the store has it.
     ///
     /// # Errors
     ///
     /// Why the store could not commit it: the call must not be made.
-    pub(crate) fn intent(&self, seq: u64, tool: &str, args: &str) -> Result<(), String> {
+    pub(crate) async fn intent(&self, seq: u64, tool: &str, args: &str) -> Result<(), String> {
         self.update(seq, tool, args, |w| {
             w.state.intent = true;
             w.outcome = None;
         })
+        .await
     }
 
     /// Commits the outcome of the non-read call `seq`.
@@ -158,7 +232,7 @@ impl Journal {
     /// # Errors
     ///
     /// Why the store could not commit it.
-    pub(crate) fn outcome(
+    pub(crate) async fn outcome(
         &self,
         seq: u64,
         tool: &str,
@@ -166,6 +240,7 @@ impl Journal {
         outcome: &Result<Value, ToolError>,
     ) -> Result<(), String> {
         self.update(seq, tool, args, |w| w.outcome = Some(outcome.clone()))
+            .await
     }
 
     /// Commits a person's decision on the call `seq`: `change` sets it on the call's entry.
@@ -173,48 +248,50 @@ impl Journal {
     /// # Errors
     ///
     /// Why the store could not commit it.
-    pub(crate) fn decide(
+    pub(crate) async fn decide(
         &self,
         seq: u64,
         tool: &str,
         args: &str,
-        change: impl FnOnce(&mut JournaledWrite),
+        change: impl FnOnce(&mut JournaledWrite) + Send,
     ) -> Result<(), String> {
-        self.update(seq, tool, args, change)
+        self.update(seq, tool, args, change).await
     }
 
-    fn update(
+    async fn update(
         &self,
         seq: u64,
         tool: &str,
         args: &str,
-        change: impl FnOnce(&mut JournaledWrite),
+        change: impl FnOnce(&mut JournaledWrite) + Send,
     ) -> Result<(), String> {
-        let mut state = lock(&self.state);
-        if let Some(why) = &state.failed {
-            return Err(why.clone());
-        }
-        let mut entry = state.writes.get(&seq).cloned().unwrap_or(JournaledWrite {
-            seq,
-            tool: tool.to_string(),
-            args: args.to_string(),
-            state: WriteState::default(),
-            outcome: None,
-        });
-        change(&mut entry);
-        state.writes.insert(seq, entry.clone());
-        self.commit(&mut state, Some(entry));
-        match &state.failed {
-            Some(why) => Err(why.clone()),
+        let entry = {
+            let mut state = lock(&self.state);
+            if let Some(why) = &state.failed {
+                return Err(why.clone());
+            }
+            let mut entry = state.writes.get(&seq).cloned().unwrap_or(JournaledWrite {
+                seq,
+                tool: tool.to_string(),
+                args: args.to_string(),
+                state: WriteState::default(),
+                outcome: None,
+            });
+            change(&mut entry);
+            state.writes.insert(seq, entry.clone());
+            entry
+        };
+        self.commit(Some(entry)).await;
+        match self.failure() {
+            Some(why) => Err(why),
             None => Ok(()),
         }
     }
 
     /// Commits the reads not committed yet.
-    pub(crate) fn flush(&self) {
-        let mut state = lock(&self.state);
-        if !state.unflushed.is_empty() {
-            self.commit(&mut state, None);
+    pub(crate) async fn flush(&self) {
+        if !lock(&self.state).unflushed.is_empty() {
+            self.commit(None).await;
         }
     }
 
@@ -223,15 +300,82 @@ impl Journal {
         lock(&self.state).failed.clone()
     }
 
-    fn commit(&self, state: &mut State, write: Option<JournaledWrite>) {
-        if state.failed.is_some() {
+    /// Commits `write` with every read journaled so far, after the commits before it.
+    async fn commit(&self, write: Option<JournaledWrite>) {
+        let _turn = self.committing.lock().await;
+        let reads = {
+            let mut state = lock(&self.state);
+            if state.failed.is_some() {
+                return;
+            }
+            std::mem::take(&mut state.unflushed)
+        };
+        if reads.is_empty() && write.is_none() {
             return;
         }
-        let reads = std::mem::take(&mut state.unflushed);
-        let writes: Vec<JournaledWrite> = write.into_iter().collect();
-        if let Err(e) = self.store.append(&self.run_id, &reads, &writes) {
+        let rows = JournalRows::new(write.into_iter().collect(), reads);
+        if let Err(e) = self.store.append(&self.run_id, rows).await {
             tracing::error!(run_id = %self.run_id, error = %e, "the journal could not be written");
-            state.failed = Some(e.to_string());
+            lock(&self.state).failed = Some(e.to_string());
         }
+    }
+}
+
+/// A call's outcome as a journal keeps it: `{"ok": value}` or `{"error": {...}}`.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn encode_outcome(outcome: &Result<Value, ToolError>) -> String {
+    let value = match outcome {
+        Ok(value) => serde_json::json!({ "ok": value }),
+        Err(e) => serde_json::json!({ "error": {
+            "kind": e.kind.as_str(),
+            "message": e.message,
+            "tool": e.tool,
+            "recoverable": e.recoverable,
+            "suggested_next_action": e.suggested_next_action,
+        }}),
+    };
+    value.to_string()
+}
+
+/// An outcome as [`encode_outcome`] wrote it; one that does not parse is an `internal` error.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn decode_outcome(text: &str) -> Result<Value, ToolError> {
+    let corrupt = || ToolError::internal("the journal holds an outcome it cannot read");
+    let mut value: Value = serde_json::from_str(text).map_err(|_| corrupt())?;
+    if let Some(ok) = value.get_mut("ok") {
+        return Ok(ok.take());
+    }
+    let e = value.get("error").ok_or_else(corrupt)?;
+    let text = |key: &str| e.get(key).and_then(Value::as_str).map(str::to_string);
+    let kind = text("kind")
+        .and_then(|k| ErrorKind::parse(&k))
+        .ok_or_else(corrupt)?;
+    let mut error = ToolError::new(kind, text("message").unwrap_or_default());
+    error.tool = text("tool");
+    error.recoverable = e
+        .get("recoverable")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    error.suggested_next_action = text("suggested_next_action");
+    Err(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn outcomes_round_trip() {
+        let error = ToolError::not_found("no user 7")
+            .for_tool("get_user")
+            .with_next_action("look again");
+        for outcome in [Ok(json!({"a": [1, 2.5, null]})), Err(error)] {
+            assert_eq!(decode_outcome(&encode_outcome(&outcome)), outcome);
+        }
+        assert_eq!(
+            decode_outcome("garbage").unwrap_err().kind,
+            ErrorKind::Internal
+        );
     }
 }

@@ -7,7 +7,9 @@ mod registry;
 pub(crate) use describe::describe;
 // The MCP server's `run_script` description heads with the crib sheet too.
 pub use describe::Format;
-pub(crate) use registry::{check_name, edit_distance, RegisteredTool, MAX_NAME_LEN};
+#[cfg(all(feature = "mcp", feature = "manifest"))]
+pub(crate) use registry::{check_name, MAX_NAME_LEN};
+pub(crate) use registry::{edit_distance, RegisteredTool};
 pub use registry::{Registry, RegistryBuilder};
 
 use std::fmt;
@@ -184,6 +186,7 @@ pub struct ToolContext {
     nested: Option<Arc<dyn NestedCaller>>,
     /// The slot this call holds (see [`ToolSpec::max_concurrency`]), for a body that is done
     /// with the shared resource before its call ends.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 }
 
@@ -191,6 +194,7 @@ pub struct ToolContext {
 /// tool body never calls another tool's body directly.
 pub(crate) trait NestedCaller: Send + Sync {
     /// The run's registry.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     fn registry(&self) -> &Registry;
 
     /// Dispatches one nested call.
@@ -230,11 +234,13 @@ impl ToolContext {
 
     /// Gives back this call's slot before the call ends: the rest of the call (a script tool's
     /// simulated latency, say) does not use the resource the slots stand for.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     pub(crate) fn release_slot(&self) {
         lock(&self.slot).take();
     }
 
     /// The run's registry, for a composite's body (`None` for other tools).
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     pub(crate) fn registry(&self) -> Option<&Registry> {
         self.nested.as_ref().map(|n| n.registry())
     }
@@ -314,6 +320,7 @@ impl Tool {
 
     /// Shares `slots` with the other tools of one resource (its `max_concurrency` is then the
     /// group's).
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     pub(crate) fn sharing(mut self, slots: &Slots) -> Tool {
         self.slots = Some(Arc::clone(slots));
         self

@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use toolscript::{
-    Approval, Awaiting, Decision, Effect, Error, ErrorKind, Registry, RunOptions, RunStatus,
-    Runtime, Store, Tool,
+    Approval, Awaiting, Decision, Effect, Error, ErrorKind, Mode, Registry, RunOptions, RunStatus,
+    Runtime, SqliteStore, Tool,
 };
 
 use crate::support::node_available;
@@ -46,7 +46,7 @@ fn tools(made: &Arc<AtomicUsize>) -> Vec<Tool> {
 }
 
 fn durable(dir: &TempDir, made: &Arc<AtomicUsize>) -> Runtime {
-    let store = Store::open(&dir.path().join("store.sqlite3")).unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
     Runtime::builder(catalog(made))
         .store(Arc::new(store))
         .build()
@@ -106,6 +106,7 @@ async fn pause_then_approve_completes_making_each_call_once() {
         .store()
         .unwrap()
         .run(&paused.run_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(record.status, RunStatus::Completed);
@@ -128,6 +129,7 @@ async fn a_resume_gives_the_script_its_input_again() {
         .store()
         .unwrap()
         .run(&paused.run_id)
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(record.input, Some(json!({"n": 5})));
@@ -306,6 +308,80 @@ async fn resume_refuses_what_it_cannot_do() {
     assert_eq!(made.load(Ordering::SeqCst), 0);
 }
 
+/// A run paused by the previous version resumes: its row written as that version wrote it
+/// (`mode` and `status` as names, `pending` as the JSON of the pending call, no journal rows
+/// yet). A row whose `pending` does not parse is an error naming the run and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_paused_in_the_stored_format_of_the_previous_version_resumes() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    let runtime = durable(&dir, &made);
+    let probe = runtime.run("1").await;
+    let store = runtime.store().unwrap();
+    let catalog = store
+        .run(&probe.run_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .catalog_sha256;
+    let conn = rusqlite::Connection::open(dir.path().join("store.sqlite3")).unwrap();
+    let insert = |run_id: &str, pending: &str| {
+        conn.execute(
+            "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
+             owner_pid, started_ms, updated_ms, pending, outcome, input) \
+             VALUES (?1, 'refund.rhai', ?2, ?3, 'sequential', 'paused', NULL, \
+             1764590000000, 1764590000000, ?4, '{\"status\":\"paused\"}', NULL)",
+            rusqlite::params![run_id, REFUND, catalog, pending],
+        )
+        .unwrap()
+    };
+    insert(
+        "old-format",
+        r#"{"seq":0,"tool":"refund","effect":"write","args":{"n":2},"awaiting":"approval"}"#,
+    );
+    insert(
+        "bad-pending",
+        r#"{"tool":"refund","effect":"write","args":{"n":2},"awaiting":"approval"}"#,
+    );
+
+    let listed = store.run("old-format").await.unwrap().unwrap();
+    assert_eq!(listed.mode, Mode::Sequential);
+    assert_eq!(
+        listed.pending.as_ref().map(|p| p.awaiting),
+        Some(Awaiting::Approval)
+    );
+    let done = runtime
+        .resume("old-format", Some(Decision::Approve), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+    assert_eq!(done.result.clone().unwrap(), json!([2, 2, 4]));
+    assert_eq!(
+        done.stats.mode,
+        Mode::Sequential,
+        "a resume keeps the stored mode"
+    );
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+
+    let e = runtime
+        .resume(
+            "bad-pending",
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("run bad-pending") && e.contains("`pending`"),
+        "{e}"
+    );
+    assert_eq!(
+        made.load(Ordering::SeqCst),
+        1,
+        "nothing is made from bad data"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_store_a_run_stops_at_an_approval_and_says_why() {
     let made = Arc::new(AtomicUsize::new(0));
@@ -334,7 +410,7 @@ async fn replayed_reads_are_not_made_again() {
     let send = Tool::builder("send", Effect::Write)
         .approval(Approval::Always)
         .handler(|args| async move { Ok(args) });
-    let store = Arc::new(Store::open(&dir.path().join("s.sqlite3")).unwrap());
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
     let runtime = Runtime::builder(Registry::builder().tools([lookup, send]).build().unwrap())
         .store(store)
         .build();

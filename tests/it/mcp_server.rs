@@ -27,7 +27,8 @@ const SCRIPT: &str = "let c = get_customer(#{id: 3});\nprint(\"hi\");\nc.name";
 /// The demo catalog's runtime, as `toolscript serve` without `--tools` builds it.
 /// The demo catalog's runtime as `serve` builds it: with a store (so with `ts_artifact`).
 fn demo_runtime() -> Runtime {
-    let store = toolscript::Store::open(&crate::support::test_store()).expect("the test store");
+    let store =
+        toolscript::SqliteStore::open(&crate::support::test_store()).expect("the test store");
     Runtime::builder(demo_catalog().expect("the demo catalog is valid"))
         .store(std::sync::Arc::new(store))
         .build()

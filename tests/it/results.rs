@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 use toolscript::{
     artifact_page, artifact_pages, Effect, Limits, Registry, ResultPolicy, RunOptions, RunOutcome,
-    Runtime, Store, Tool,
+    Runtime, SqliteStore, Store, StoredArtifact, Tool,
 };
 
 use crate::support::sha256;
@@ -38,9 +38,25 @@ fn output_tokens(out: &Value) -> usize {
         .sum()
 }
 
+/// An artifact as stored, read on a thread of its own: callers are sync and async alike.
+fn stored(store: &SqliteStore, id: &str) -> StoredArtifact {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(store.artifact(id))
+                .unwrap()
+                .expect("the artifact is stored")
+        })
+        .join()
+        .unwrap()
+    })
+}
+
 /// Every page of an artifact, each checked against the budget; their items (or text) joined.
-fn all_pages(store: &Store, id: &str, budget: usize) -> Value {
-    let stored = store.artifact(id).unwrap().expect("the artifact is stored");
+fn all_pages(store: &SqliteStore, id: &str, budget: usize) -> Value {
+    let stored = stored(store, id);
     let text = String::from_utf8(stored.content).unwrap();
     let all = artifact_pages(&text, stored.page_tokens).unwrap();
     let pages = all.len();
@@ -69,8 +85,8 @@ fn all_pages(store: &Store, id: &str, budget: usize) -> Value {
     }
 }
 
-fn bounded_runtime(dir: &TempDir, tools: Vec<Tool>, budget: usize) -> (Runtime, Arc<Store>) {
-    let store = Arc::new(Store::open(&dir.path().join("store.sqlite3")).unwrap());
+fn bounded_runtime(dir: &TempDir, tools: Vec<Tool>, budget: usize) -> (Runtime, Arc<SqliteStore>) {
+    let store = Arc::new(SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap());
     let mut limits = Limits::default();
     limits.max_inline_tokens = budget;
     // Rhai measures a container whole after every change when its sizes are set (quadratic
@@ -81,7 +97,7 @@ fn bounded_runtime(dir: &TempDir, tools: Vec<Tool>, budget: usize) -> (Runtime, 
     limits.max_operations = 50_000_000;
     let runtime = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .limits(limits)
-        .store(Arc::clone(&store))
+        .store(Arc::clone(&store) as Arc<dyn Store>)
         .build();
     (runtime, store)
 }
@@ -128,7 +144,7 @@ async fn a_100000_item_array_is_paged_and_kept_whole() {
     assert!(value["items"].as_array().unwrap().len() > 5);
     let id = artifact_of(&outcome);
     assert_eq!(value["artifact"], json!(id));
-    let stored = store.artifact(&id).unwrap().unwrap();
+    let stored = stored(&store, &id);
     assert_eq!(
         sha256(std::str::from_utf8(&stored.content).unwrap()),
         sha256(&canonical(&whole))
@@ -160,7 +176,7 @@ async fn a_deep_map_is_summarised_deterministically() {
         "the same value, the same summary"
     );
     let id = artifact_of(&outcome);
-    let stored = store.artifact(&id).unwrap().unwrap();
+    let stored = stored(&store, &id);
     assert_eq!(
         stored.content,
         canonical(outcome.result.as_ref().unwrap()).into_bytes()
@@ -290,7 +306,7 @@ fn a_1_mb_string_and_10000_printed_lines_stay_within_the_budget_on_stdout() {
     assert_eq!(logs[logs.len() - 1], "line 9999");
     let artifacts = out["artifacts"].as_array().unwrap();
     assert_eq!(artifacts.len(), 2, "{artifacts:?}");
-    let store = Store::open(&store_path).unwrap();
+    let store = SqliteStore::open(&store_path).unwrap();
     for (artifact, expected) in artifacts.iter().zip([json!(whole), json!(lines)]) {
         let id = artifact["id"].as_str().unwrap();
         // `toolscript artifact ID` prints exactly the stored bytes: their hash is the id.
@@ -383,7 +399,7 @@ fn random_values_and_budgets_are_bounded_and_restored_exactly() {
         match outcome.artifacts.first() {
             None => prop_assert_eq!(&out["value"], &value),
             Some(artifact) => {
-                let stored = store.artifact(&artifact.id).unwrap().unwrap();
+                let stored = stored(&store, &artifact.id);
                 prop_assert_eq!(stored.content, canonical(&value).into_bytes());
                 if out["value"]["policy"] == "page" {
                     let joined = all_pages(&store, &artifact.id, budget);

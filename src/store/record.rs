@@ -1,0 +1,306 @@
+//! The records a store keeps of a run, typed: its mode, its status, the call it paused at. A
+//! backend keeps each as text (the names below, or JSON) and reads it back through
+//! [`RunRecord::parse_field`], so that a record that does not parse is an error naming the run
+//! and the field, never a default.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a run dispatches its reads.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Mode {
+    /// The executor alone: every call blocks the script until its result is there.
+    Sequential,
+    /// The executor, plus the scout starting reads early and in parallel.
+    #[default]
+    Speculative,
+}
+
+impl Mode {
+    /// `Sequential` when `sequential` is set (a `--sequential` flag, a request's option), else
+    /// `Speculative`.
+    pub fn sequential_if(sequential: bool) -> Mode {
+        if sequential {
+            Mode::Sequential
+        } else {
+            Mode::Speculative
+        }
+    }
+
+    /// The mode's name, as in `stats.mode` and in the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sequential => "sequential",
+            Mode::Speculative => "speculative",
+        }
+    }
+}
+
+/// What a paused run waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Awaiting {
+    /// A person's approval of a call of a tool that needs one.
+    Approval,
+    /// A person's word on a call whose outcome was lost (the process died while it ran):
+    /// `done` (it took effect) or `retry` (make it again).
+    Resolve,
+}
+
+impl Awaiting {
+    /// Its name, as in JSON and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Awaiting::Approval => "approval",
+            Awaiting::Resolve => "resolve",
+        }
+    }
+}
+
+/// Where a run is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// A process is running it, or died while it ran (then `resume` goes on with it).
+    Running,
+    /// It waits for a person's decision on its pending call.
+    Paused,
+    /// The script finished with a value.
+    Completed,
+    /// The script finished with an error.
+    Failed,
+}
+
+impl RunStatus {
+    /// The status as the store and `run --json` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    /// Whether the run has ended: nothing is left to resume.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed)
+    }
+}
+
+/// The call a paused run waits at, as the store keeps it (JSON: `{seq, tool, effect, args,
+/// awaiting}`, the shape `run --json` prints as `pending`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct PendingCall {
+    /// Its position among the script's non-read calls: the journal's key of the call.
+    pub seq: u64,
+    /// The tool.
+    pub tool: String,
+    /// The tool's effect, as manifests spell it (`write`, `idempotent`, `external`).
+    pub effect: String,
+    /// The call's arguments.
+    pub args: Value,
+    /// What it waits for.
+    pub awaiting: Awaiting,
+}
+
+impl PendingCall {
+    /// The call `seq` of `tool` (whose effect is named `effect`) with `args`, waiting for
+    /// `awaiting`.
+    pub fn new(
+        seq: u64,
+        tool: impl Into<String>,
+        effect: impl Into<String>,
+        args: Value,
+        awaiting: Awaiting,
+    ) -> PendingCall {
+        PendingCall {
+            seq,
+            tool: tool.into(),
+            effect: effect.into(),
+            args,
+            awaiting,
+        }
+    }
+}
+
+/// One run as the store keeps it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// The run's id, as in its receipts.
+    pub run_id: String,
+    /// The script's name (its file, or `-`).
+    pub script_name: String,
+    /// The script's text, as it started: resume runs this.
+    pub script: String,
+    /// SHA-256 of the catalog the run started with: resume refuses another.
+    pub catalog_sha256: String,
+    /// How the run dispatches its reads: a resume keeps it.
+    pub mode: Mode,
+    /// Where the run is.
+    pub status: RunStatus,
+    /// The process running it, while it runs.
+    pub owner_pid: Option<u32>,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started_ms: i64,
+    /// When its record last changed.
+    pub updated_ms: i64,
+    /// The pending call of a paused run.
+    pub pending: Option<PendingCall>,
+    /// What the run's last process printed with `--json` (a final or paused run).
+    pub outcome: Option<Value>,
+    /// The script's `input`, which a resume gives it again (`None`: the script had none).
+    pub input: Option<Value>,
+}
+
+impl RunRecord {
+    /// A new run's record: `running`, started now, with no pending call, outcome or input.
+    pub fn new(
+        run_id: impl Into<String>,
+        script_name: impl Into<String>,
+        script: impl Into<String>,
+        catalog_sha256: impl Into<String>,
+        mode: Mode,
+    ) -> RunRecord {
+        let now = super::now_ms();
+        RunRecord {
+            run_id: run_id.into(),
+            script_name: script_name.into(),
+            script: script.into(),
+            catalog_sha256: catalog_sha256.into(),
+            mode,
+            status: RunStatus::Running,
+            owner_pid: None,
+            started_ms: now,
+            updated_ms: now,
+            pending: None,
+            outcome: None,
+            input: None,
+        }
+    }
+
+    /// When the run started, as a UTC date and time (`2026-12-01T11:37:06Z`).
+    pub fn started(&self) -> String {
+        utc(self.started_ms)
+    }
+
+    /// The run as `toolscript runs --json` and MCP's `list_runs` show it: `run_id`, `status`,
+    /// `started`, `script`, `mode`, and the `pending` call of a paused run.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "run_id": self.run_id,
+            "status": self.status,
+            "started": self.started(),
+            "script": self.script_name,
+            "mode": self.mode,
+            "pending": self.pending,
+        })
+    }
+
+    /// A field of the run `run_id` as a backend keeps it: a name (`mode`, `status`) or JSON
+    /// (`pending`, `outcome`, `input`), parsed into its type.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the run and the field, and why it does not parse.
+    pub fn parse_field<T: DeserializeOwned>(
+        run_id: &str,
+        field: &str,
+        text: &str,
+        is_json: bool,
+    ) -> Result<T, String> {
+        let parsed = if is_json {
+            serde_json::from_str(text)
+        } else {
+            serde_json::from_value(Value::String(text.to_string()))
+        };
+        parsed.map_err(|e| {
+            let shown: String = text.chars().take(80).collect();
+            format!("run {run_id}: its stored `{field}` does not parse ({e}): {shown:?}")
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch as a UTC date and time, `2026-12-01T11:37:06Z`.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_previous_formats_parse_and_bad_ones_are_errors_naming_run_and_field() {
+        let mode: Mode = RunRecord::parse_field("r", "mode", "sequential", false).unwrap();
+        assert_eq!(mode, Mode::Sequential);
+        let pending: PendingCall = RunRecord::parse_field(
+            "r",
+            "pending",
+            r#"{"seq":3,"tool":"refund","effect":"write","args":{"id":7},"awaiting":"approval"}"#,
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            pending,
+            PendingCall::new(3, "refund", "write", json!({"id": 7}), Awaiting::Approval)
+        );
+        let e = RunRecord::parse_field::<Mode>("r9", "mode", "fast", false).unwrap_err();
+        assert!(e.contains("run r9") && e.contains("`mode`"), "{e}");
+        let e = RunRecord::parse_field::<PendingCall>(
+            "r9",
+            "pending",
+            r#"{"tool":"refund","effect":"write","args":{},"awaiting":"approval"}"#,
+            true,
+        )
+        .unwrap_err();
+        assert!(e.contains("`pending`") && e.contains("seq"), "{e}");
+        let e = RunRecord::parse_field::<RunStatus>("r9", "status", "sleeping", false).unwrap_err();
+        assert!(e.contains("`status`"), "{e}");
+    }
+
+    #[test]
+    fn names_are_what_serde_writes() {
+        for mode in [Mode::Sequential, Mode::Speculative] {
+            assert_eq!(json!(mode), json!(mode.as_str()));
+        }
+        for status in [
+            RunStatus::Running,
+            RunStatus::Paused,
+            RunStatus::Completed,
+            RunStatus::Failed,
+        ] {
+            assert_eq!(json!(status), json!(status.as_str()));
+        }
+        for awaiting in [Awaiting::Approval, Awaiting::Resolve] {
+            assert_eq!(json!(awaiting), json!(awaiting.as_str()));
+        }
+    }
+}

@@ -1,0 +1,669 @@
+//! The embedded backend of [`Store`]: one SQLite file (bundled: a fresh machine needs
+//! nothing). Its work is blocking, so every method runs it on tokio's blocking pool, holding the
+//! one connection for the length of a statement or a transaction.
+//!
+//! Durability: the database is in WAL mode with `synchronous = FULL`, so that every committed
+//! transaction survives a crash of the process (and of the machine).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+
+use super::journal::{decode_outcome, encode_outcome};
+use super::{
+    now_ms, store_error, JournalRows, JournaledWrite, OwnerAlive, ReadRow, RunRecord, RunStatus,
+    Store, StoreFuture, StoredArtifact, StoredEnd, TakeRefused, WriteState,
+};
+use crate::error::Error;
+use crate::sync::lock;
+
+/// The store's schema version, kept in `PRAGMA user_version`.
+const SCHEMA_VERSION: i64 = 3;
+
+/// How long a writer waits for another process's transaction before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The environment variable naming the store when no `--store` is given.
+pub const STORE_ENV: &str = "TOOLSCRIPT_STORE";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    script_name TEXT NOT NULL,
+    script TEXT NOT NULL,
+    catalog_sha256 TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    status TEXT NOT NULL,
+    owner_pid INTEGER,
+    started_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    pending TEXT,
+    outcome TEXT,
+    input TEXT
+);
+CREATE TABLE IF NOT EXISTS writes (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    args TEXT NOT NULL,
+    approved INTEGER NOT NULL DEFAULT 0,
+    retry INTEGER NOT NULL DEFAULT 0,
+    intent INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    page_tokens INTEGER NOT NULL,
+    content BLOB NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reads (
+    run_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    args TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    PRIMARY KEY (run_id, epoch, tool, args, n)
+);
+";
+
+/// The embedded store: one SQLite file.
+pub struct SqliteStore {
+    path: PathBuf,
+    /// The one connection, taken by one blocking job at a time.
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating the file (and its folder) on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the file cannot be created or opened, is not a store of this
+    /// version, or its schema cannot be set up.
+    pub fn open(path: &Path) -> Result<SqliteStore, Error> {
+        let fail = |message: String| Error::Store {
+            path: path.to_path_buf(),
+            message,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| fail(format!("cannot create its folder: {e}")))?;
+        }
+        let mut conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| fail(e.to_string()))?;
+        // Several processes may open a new store at once: switching to WAL can be refused
+        // while another does the same, without the busy handler, so it is tried again.
+        let started = std::time::Instant::now();
+        loop {
+            let mode = conn.query_row("PRAGMA journal_mode = WAL", [], |row| {
+                row.get::<_, String>(0)
+            });
+            match mode {
+                Ok(mode) if mode.eq_ignore_ascii_case("wal") => break,
+                Ok(mode) => return Err(fail(format!("cannot use WAL mode (journal mode {mode})"))),
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(fail(format!("not a store: {e}"))),
+            }
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| fail(e.to_string()))?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|e| fail(format!("not a store: {e}")))?;
+        if version > SCHEMA_VERSION {
+            return Err(fail(format!(
+                "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
+            )));
+        }
+        if version < SCHEMA_VERSION {
+            // One writer sets the schema up; the others wait for it (`IMMEDIATE` takes the
+            // write lock at once, through the busy handler), then find it done.
+            let mut upgrade = || -> rusqlite::Result<()> {
+                let tx =
+                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let now: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+                if now < SCHEMA_VERSION {
+                    // Version 3 keeps each run's input.
+                    if (1..3).contains(&now) {
+                        tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
+                    }
+                    tx.execute_batch(&format!("{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"))?;
+                }
+                tx.commit()
+            };
+            upgrade().map_err(|e| fail(format!("not a store: {e}")))?;
+        }
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the store is when no path is given: `$TOOLSCRIPT_STORE`, else
+    /// `toolscript/store.sqlite3` in the user's data directory (`~/.local/share` on Linux).
+    pub fn default_path() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os(STORE_ENV).filter(|p| !p.is_empty()) {
+            return Some(PathBuf::from(path));
+        }
+        dirs::data_dir().map(|dir| dir.join("toolscript").join("store.sqlite3"))
+    }
+
+    /// Runs `job` with the connection on tokio's blocking pool: SQLite's calls block, and a
+    /// worker must not wait for a disk sync (nor for another process's lock).
+    fn blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Connection, &Fail) -> Result<T, Error> + Send + 'static,
+    ) -> StoreFuture<'static, T> {
+        let conn = Arc::clone(&self.conn);
+        let fail = Fail(self.path.display().to_string());
+        Box::pin(async move {
+            let location = fail.0.clone();
+            tokio::task::spawn_blocking(move || job(&mut lock(&conn), &fail))
+                .await
+                .unwrap_or_else(|e| Err(store_error(&location, e)))
+        })
+    }
+}
+
+/// Makes the store's errors, naming its file.
+struct Fail(String);
+
+impl Fail {
+    fn of(&self, e: impl std::fmt::Display) -> Error {
+        store_error(&self.0, e)
+    }
+}
+
+impl Store for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
+        self.blocking(move |conn, fail| {
+            conn.execute(
+                "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
+                 owner_pid, started_ms, updated_ms, input) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?8)",
+                params![
+                    record.run_id,
+                    record.script_name,
+                    record.script,
+                    record.catalog_sha256,
+                    record.mode.as_str(),
+                    std::process::id(),
+                    record.started_ms,
+                    record.input.as_ref().map(Value::to_string),
+                ],
+            )
+            .map_err(|e| fail.of(e))?;
+            Ok(())
+        })
+    }
+
+    fn run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<RunRecord>> {
+        let run_id = run_id.to_string();
+        self.blocking(move |conn, fail| {
+            let raw = conn
+                .query_row(
+                    &format!("{SELECT_RUN} WHERE run_id = ?1"),
+                    [&run_id],
+                    RawRun::read,
+                )
+                .optional()
+                .map_err(|e| fail.of(e))?;
+            raw.map(|raw| raw.parse(fail)).transpose()
+        })
+    }
+
+    fn runs(&self) -> StoreFuture<'_, Vec<RunRecord>> {
+        self.blocking(move |conn, fail| {
+            let mut statement = conn
+                .prepare(&format!("{SELECT_RUN} ORDER BY started_ms DESC, run_id"))
+                .map_err(|e| fail.of(e))?;
+            let rows = statement
+                .query_map([], RawRun::read)
+                .map_err(|e| fail.of(e))?;
+            rows.map(|raw| raw.map_err(|e| fail.of(e))?.parse(fail))
+                .collect()
+        })
+    }
+
+    fn take_run<'a>(
+        &'a self,
+        run_id: &'a str,
+        alive: OwnerAlive,
+    ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>> {
+        let run_id = run_id.to_string();
+        self.blocking(move |conn, fail| {
+            let store = |e: rusqlite::Error| Err(fail.of(e));
+            let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            {
+                Ok(tx) => tx,
+                Err(e) => return store(e),
+            };
+            let raw = tx
+                .query_row(
+                    &format!("{SELECT_RUN} WHERE run_id = ?1"),
+                    [&run_id],
+                    RawRun::read,
+                )
+                .optional();
+            let record = match raw {
+                Ok(Some(raw)) => raw.parse(fail)?,
+                Ok(None) => return Ok(Err(TakeRefused::Unknown)),
+                Err(e) => return store(e),
+            };
+            if record.status.is_final() {
+                return Ok(Err(TakeRefused::Ended(Box::new(record))));
+            }
+            if record.status == RunStatus::Running {
+                if let Some(pid) = record.owner_pid.filter(|pid| alive(*pid)) {
+                    return Ok(Err(TakeRefused::Busy(pid)));
+                }
+            }
+            let taken = tx
+                .execute(
+                    "UPDATE runs SET status = 'running', owner_pid = ?2, updated_ms = ?3 \
+                     WHERE run_id = ?1",
+                    params![run_id, std::process::id(), now_ms()],
+                )
+                .and_then(|_| tx.commit());
+            match taken {
+                Ok(()) => Ok(Ok(record)),
+                Err(e) => store(e),
+            }
+        })
+    }
+
+    fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()> {
+        let run_id = run_id.to_string();
+        self.blocking(move |conn, fail| {
+            let pending = end
+                .pending
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| fail.of(e))?;
+            conn.execute(
+                "UPDATE runs SET status = ?2, owner_pid = NULL, pending = ?3, outcome = ?4, \
+                 updated_ms = ?5 WHERE run_id = ?1",
+                params![
+                    run_id,
+                    end.status.as_str(),
+                    pending,
+                    end.outcome.to_string(),
+                    now_ms(),
+                ],
+            )
+            .map_err(|e| fail.of(e))?;
+            Ok(())
+        })
+    }
+
+    fn load_journal<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, JournalRows> {
+        let run_id = run_id.to_string();
+        self.blocking(move |conn, fail| {
+            let mut writes = conn
+                .prepare(
+                    "SELECT seq, tool, args, approved, retry, intent, outcome FROM writes \
+                     WHERE run_id = ?1 ORDER BY seq",
+                )
+                .map_err(|e| fail.of(e))?;
+            let writes = writes
+                .query_map([&run_id], |row| {
+                    let outcome: Option<String> = row.get(6)?;
+                    Ok(JournaledWrite {
+                        seq: row.get::<_, i64>(0)? as u64,
+                        tool: row.get(1)?,
+                        args: row.get(2)?,
+                        state: WriteState {
+                            approved: row.get(3)?,
+                            retry: row.get(4)?,
+                            intent: row.get(5)?,
+                        },
+                        outcome: outcome.map(|text| decode_outcome(&text)),
+                    })
+                })
+                .map_err(|e| fail.of(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| fail.of(e))?;
+            let mut reads = conn
+                .prepare("SELECT epoch, tool, args, n, outcome FROM reads WHERE run_id = ?1")
+                .map_err(|e| fail.of(e))?;
+            let reads = reads
+                .query_map([&run_id], |row| {
+                    Ok(ReadRow {
+                        epoch: row.get::<_, i64>(0)? as u64,
+                        tool: row.get(1)?,
+                        args: row.get(2)?,
+                        n: row.get::<_, i64>(3)? as u64,
+                        outcome: Arc::new(decode_outcome(&row.get::<_, String>(4)?)),
+                    })
+                })
+                .map_err(|e| fail.of(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| fail.of(e))?;
+            Ok(JournalRows { writes, reads })
+        })
+    }
+
+    fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()> {
+        let run_id = run_id.to_string();
+        self.blocking(move |conn, fail| append(conn, &run_id, &rows).map_err(|e| fail.of(e)))
+    }
+
+    fn put_artifact<'a>(&'a self, id: &'a str, artifact: StoredArtifact) -> StoreFuture<'a, ()> {
+        let id = id.to_string();
+        self.blocking(move |conn, fail| {
+            conn.execute(
+                "INSERT OR IGNORE INTO artifacts \
+                 (id, run_id, policy, page_tokens, content, created_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    id,
+                    artifact.run_id,
+                    artifact.policy,
+                    artifact.page_tokens as i64,
+                    artifact.content,
+                    now_ms()
+                ],
+            )
+            .map_err(|e| fail.of(e))?;
+            Ok(())
+        })
+    }
+
+    fn artifact<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StoredArtifact>> {
+        let id = id.to_string();
+        self.blocking(move |conn, fail| {
+            conn.query_row(
+                "SELECT content, page_tokens, policy, run_id FROM artifacts WHERE id = ?1",
+                [&id],
+                |row| {
+                    Ok(StoredArtifact {
+                        content: row.get(0)?,
+                        page_tokens: row.get::<_, i64>(1)?.max(1) as usize,
+                        policy: row.get(2)?,
+                        run_id: row.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| fail.of(e))
+        })
+    }
+}
+
+/// Journal rows in one transaction: the reads, then the non-read calls.
+fn append(conn: &mut Connection, run_id: &str, rows: &JournalRows) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut insert_read = tx.prepare_cached(
+            "INSERT OR IGNORE INTO reads (run_id, epoch, tool, args, n, outcome) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for read in &rows.reads {
+            insert_read.execute(params![
+                run_id,
+                read.epoch as i64,
+                read.tool,
+                read.args,
+                read.n as i64,
+                encode_outcome(&read.outcome),
+            ])?;
+        }
+        let mut upsert_write = tx.prepare_cached(
+            "INSERT OR REPLACE INTO writes \
+             (run_id, seq, tool, args, approved, retry, intent, outcome) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for write in &rows.writes {
+            upsert_write.execute(params![
+                run_id,
+                write.seq as i64,
+                write.tool,
+                write.args,
+                write.state.approved,
+                write.state.retry,
+                write.state.intent,
+                write.outcome.as_ref().map(encode_outcome),
+            ])?;
+        }
+    }
+    tx.commit()
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
+                          owner_pid, started_ms, updated_ms, pending, outcome, input FROM runs";
+
+/// A row of `runs` as SQLite holds it, before its fields are parsed.
+struct RawRun {
+    run_id: String,
+    script_name: String,
+    script: String,
+    catalog_sha256: String,
+    mode: String,
+    status: String,
+    owner_pid: Option<u32>,
+    started_ms: i64,
+    updated_ms: i64,
+    pending: Option<String>,
+    outcome: Option<String>,
+    input: Option<String>,
+}
+
+impl RawRun {
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
+        Ok(RawRun {
+            run_id: row.get(0)?,
+            script_name: row.get(1)?,
+            script: row.get(2)?,
+            catalog_sha256: row.get(3)?,
+            mode: row.get(4)?,
+            status: row.get(5)?,
+            owner_pid: row.get(6)?,
+            started_ms: row.get(7)?,
+            updated_ms: row.get(8)?,
+            pending: row.get(9)?,
+            outcome: row.get(10)?,
+            input: row.get(11)?,
+        })
+    }
+
+    /// The record, every field parsed; one that does not parse is an error naming it.
+    fn parse(self, fail: &Fail) -> Result<RunRecord, Error> {
+        fn name<T: serde::de::DeserializeOwned>(
+            id: &str,
+            field: &str,
+            text: &str,
+        ) -> Result<T, String> {
+            RunRecord::parse_field(id, field, text, false)
+        }
+        fn json<T: serde::de::DeserializeOwned>(
+            id: &str,
+            field: &str,
+            text: Option<&String>,
+        ) -> Result<Option<T>, String> {
+            text.map(|t| RunRecord::parse_field(id, field, t, true))
+                .transpose()
+        }
+        let id = self.run_id.as_str();
+        let parsed = (|| {
+            Ok::<_, String>(RunRecord {
+                mode: name(id, "mode", &self.mode)?,
+                status: name(id, "status", &self.status)?,
+                pending: json(id, "pending", self.pending.as_ref())?,
+                outcome: json(id, "outcome", self.outcome.as_ref())?,
+                input: json(id, "input", self.input.as_ref())?,
+                run_id: self.run_id.clone(),
+                script_name: self.script_name.clone(),
+                script: self.script.clone(),
+                catalog_sha256: self.catalog_sha256.clone(),
+                owner_pid: self.owner_pid,
+                started_ms: self.started_ms,
+                updated_ms: self.updated_ms,
+            })
+        })();
+        parsed.map_err(|why| fail.of(why))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Awaiting, Mode, PendingCall};
+    use serde_json::json;
+
+    fn record(run_id: &str) -> RunRecord {
+        RunRecord::new(run_id, "s.rhai", "1", "c", Mode::Speculative)
+    }
+
+    fn never(_: u32) -> bool {
+        false
+    }
+
+    #[tokio::test]
+    async fn runs_are_taken_once_and_never_after_they_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("deep/er/store.sqlite3")).unwrap();
+        store.create_run(record("r1")).await.unwrap();
+        let taken = store.take_run("r1", Arc::new(|_| true)).await.unwrap();
+        assert!(
+            matches!(taken, Err(TakeRefused::Busy(_))),
+            "a run whose process lives is not taken"
+        );
+        let taken = store.take_run("r1", Arc::new(never)).await.unwrap();
+        assert_eq!(taken.unwrap().run_id, "r1");
+        let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": true}));
+        store.finish_run("r1", end).await.unwrap();
+        let taken = store.take_run("r1", Arc::new(never)).await.unwrap();
+        assert!(matches!(taken, Err(TakeRefused::Ended(_))));
+        let taken = store.take_run("nope", Arc::new(never)).await.unwrap();
+        assert!(matches!(taken, Err(TakeRefused::Unknown)));
+        let runs = store.runs().await.unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].status, RunStatus::Completed);
+        assert_eq!(runs[0].outcome, Some(json!({"ok": true})));
+    }
+
+    #[tokio::test]
+    async fn a_paused_run_keeps_its_typed_pending_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+        let mut run = record("p");
+        run.mode = Mode::Sequential;
+        store.create_run(run).await.unwrap();
+        let pending = PendingCall::new(2, "refund", "write", json!({"id": 1}), Awaiting::Approval);
+        let end = StoredEnd::new(RunStatus::Paused, Some(pending.clone()), json!({}));
+        store.finish_run("p", end).await.unwrap();
+        let read = store.run("p").await.unwrap().unwrap();
+        assert_eq!(read.mode, Mode::Sequential);
+        assert_eq!(read.status, RunStatus::Paused);
+        assert_eq!(read.pending, Some(pending));
+    }
+
+    #[tokio::test]
+    async fn a_record_that_does_not_parse_is_an_error_naming_the_run_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+        store.create_run(record("bad")).await.unwrap();
+        for (column, text, field) in [
+            ("pending", r#"{"seq": "three"}"#, "pending"),
+            ("mode", "fast", "mode"),
+            ("status", "sleeping", "status"),
+        ] {
+            let fresh = record("bad");
+            lock(&store.conn)
+                .execute(
+                    &format!(
+                        "UPDATE runs SET mode = ?1, status = 'paused', pending = NULL, \
+                         {column} = ?2 WHERE run_id = 'bad'"
+                    ),
+                    params![fresh.mode.as_str(), text],
+                )
+                .unwrap();
+            let e = store.run("bad").await.unwrap_err().to_string();
+            assert!(
+                e.contains("run bad") && e.contains(&format!("`{field}`")),
+                "{e}"
+            );
+            let e = store.runs().await.unwrap_err().to_string();
+            assert!(e.contains(&format!("`{field}`")), "{e}");
+            let taken = store.take_run("bad", Arc::new(never)).await;
+            assert!(matches!(taken, Err(Error::Store { .. })), "{taken:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn journal_rows_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.sqlite3");
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            store.create_run(record("r")).await.unwrap();
+            let read = ReadRow::new(0, "get", "{}", 0, Arc::new(Ok(json!(1))));
+            let write =
+                JournaledWrite::new(0, "put", "{}", WriteState::new(false, false, true), None);
+            let rows = JournalRows::new(vec![write], vec![read.clone(), read]);
+            store.append("r", rows).await.unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let rows = store.load_journal("r").await.unwrap();
+        assert_eq!(rows.reads.len(), 1, "a read is journaled once");
+        assert_eq!(rows.writes.len(), 1);
+        assert!(rows.writes[0].state.intent && rows.writes[0].outcome.is_none());
+    }
+
+    #[tokio::test]
+    async fn artifacts_are_kept_once_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+        let first = StoredArtifact::new(b"[1]".to_vec(), 10, "page", "r");
+        store.put_artifact("a", first.clone()).await.unwrap();
+        let second = StoredArtifact::new(b"[2]".to_vec(), 10, "page", "r2");
+        store.put_artifact("a", second).await.unwrap();
+        assert_eq!(store.artifact("a").await.unwrap(), Some(first));
+        assert_eq!(store.artifact("b").await.unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_store_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("not.sqlite3");
+        std::fs::write(&path, "this is not a database, it is text").unwrap();
+        let e = SqliteStore::open(&path).unwrap_err().to_string();
+        assert!(e.contains("not.sqlite3"), "{e}");
+    }
+}
