@@ -106,9 +106,9 @@ impl Breakers {
         let states = self.lock();
         match states.get(tool) {
             Some(Circuit::Open { until }) if now < *until => {
-                Err(open(tool, until.saturating_duration_since(now)))
+                Err(open(tool, Some(self.config.cooldown)))
             }
-            Some(Circuit::HalfOpen { .. }) => Err(open(tool, Duration::ZERO)),
+            Some(Circuit::HalfOpen { .. }) => Err(open(tool, None)),
             _ => Ok(()),
         }
     }
@@ -193,8 +193,8 @@ impl Breakers {
                 *circuit = Circuit::HalfOpen { since: now };
                 Ok(Admission::Probe)
             }
-            Circuit::Open { until } => Err(open(tool, until.saturating_duration_since(now))),
-            Circuit::HalfOpen { .. } => Err(open(tool, Duration::ZERO)),
+            Circuit::Open { .. } => Err(open(tool, Some(self.config.cooldown))),
+            Circuit::HalfOpen { .. } => Err(open(tool, None)),
         }
     }
 
@@ -242,14 +242,16 @@ pub(crate) enum Replay {
     Diverged,
 }
 
-fn open(tool: &str, remaining: Duration) -> ToolError {
-    let message = if remaining.is_zero() {
-        format!("`{tool}` failed repeatedly; a probe call is testing whether it recovered")
-    } else {
-        format!(
-            "`{tool}` failed repeatedly; calls fail fast for another {:.1} s",
-            remaining.as_secs_f64()
-        )
+/// The error of a call the breaker refuses. An open breaker's message names its cool-down,
+/// not the time left of it: the time left depends on when the call came, and a run's errors
+/// are the same whichever way it runs.
+fn open(tool: &str, cooldown: Option<Duration>) -> ToolError {
+    let message = match cooldown {
+        None => format!("`{tool}` failed repeatedly; a probe call is testing whether it recovered"),
+        Some(cooldown) => format!(
+            "`{tool}` failed repeatedly; calls fail fast until {} s after it opened",
+            cooldown.as_secs_f64()
+        ),
     };
     ToolError::new(ErrorKind::CircuitOpen, message)
 }
