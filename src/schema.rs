@@ -38,10 +38,63 @@ fn generate<T: JsonSchema>(contract: Contract) -> Map<String, Value> {
     // The Rust type's name and docs are no part of the format (its fields' docs are).
     map.remove("title");
     map.remove("description");
+    drop_number_formats(&mut map);
     // An object's properties are listed even when there are none: some clients require the
     // key, and a stray argument is then named as unexpected.
     if map.get("type") == Some(&Value::from("object")) && !map.contains_key("properties") {
         map.insert("properties".to_string(), Value::Object(Map::new()));
     }
     map
+}
+
+/// The numeric `format`s schemars writes (`uint`, `int64`, `double`, ...) are no JSON Schema
+/// format: clients ignore them at best, and they would change the published schemas (and the
+/// catalog hash that paused runs are resumed under) without changing what they accept.
+fn drop_number_formats(map: &mut Map<String, Value>) {
+    const NUMBER_FORMATS: &[&str] = &[
+        "int", "int8", "int16", "int32", "int64", "int128", "uint", "uint8", "uint16", "uint32",
+        "uint64", "uint128", "float", "double",
+    ];
+    if map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| NUMBER_FORMATS.contains(&f))
+    {
+        map.remove("format");
+    }
+    for value in map.values_mut() {
+        match value {
+            Value::Object(inner) => drop_number_formats(inner),
+            Value::Array(items) => {
+                for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                    drop_number_formats(item);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// `ts_artifact`'s schema is part of the catalog hash a paused run resumes under: it is the
+    /// schema the runtime published before the schemas were generated, so that runs paused
+    /// then still resume.
+    #[test]
+    fn ts_artifact_publishes_the_schema_paused_runs_were_hashed_with() {
+        assert_eq!(
+            crate::policy::artifact_args_schema(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "The artifact's id."},
+                    "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            })
+        );
+    }
 }
