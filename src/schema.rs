@@ -18,6 +18,7 @@ pub(crate) fn input<T: JsonSchema>() -> Map<String, Value> {
 
 /// The schema of what `T` prints: outputs, as serialised (a field left out when empty is not
 /// required).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn output<T: JsonSchema>() -> Map<String, Value> {
     generate::<T>(Contract::Serialize)
 }

@@ -6,6 +6,7 @@
 // Servers' tools are declared in manifests: the client is reached through them only.
 #[cfg(all(feature = "mcp", feature = "manifest"))]
 mod client;
+#[cfg(feature = "mcp")]
 mod formats;
 #[cfg(feature = "http")]
 mod http;
