@@ -32,10 +32,6 @@ pub(crate) struct ReadKey {
 
 pub(crate) use crate::error::Outcome;
 
-/// The old name of [`OutcomeSlot`], which `speculate/` still uses; it goes when `speculate/`
-/// names `OutcomeSlot`.
-pub(crate) use OutcomeSlot as Cell;
-
 /// Where a value that arrives later lands: one read's outcome. Waited for by the executor (blocking) and by
 /// deferred scout calls (async).
 #[derive(Debug)]

@@ -56,10 +56,6 @@ pub(crate) const STOPPED: &str = "stopped: ";
 /// How often, in operations, the deadline and the cancellation flag are looked at.
 const CHECK_EVERY: u64 = 256;
 
-/// The old name of [`RunControls`], which `speculate/` still uses; it goes when `speculate/`
-/// names `RunControls`.
-pub(crate) use RunControls as Watch;
-
 /// What controls a running script from outside: a deadline and a cancellation flag that
 /// terminate it, and a counter of the operations it ran.
 #[derive(Default)]

@@ -23,7 +23,7 @@ use crate::dispatch::{dispatch, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
 use crate::json::key_json;
-use crate::ledger::{Cell, Launch, ReadKey, RunLedger};
+use crate::ledger::{Launch, OutcomeSlot, ReadKey, RunLedger};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -41,7 +41,7 @@ enum End {
 /// One pass's report.
 struct Report {
     end: End,
-    pending: Vec<Arc<Cell>>,
+    pending: Vec<Arc<OutcomeSlot>>,
     /// Reads started or deferred.
     started: u64,
     /// Reads the caps on reads in flight turned away: a later pass may start them.
@@ -246,7 +246,7 @@ impl Scout {
     /// One pass over the script, on a script thread of its own.
     fn pass(self: &Arc<Self>) -> Report {
         let operations = Arc::new(AtomicU64::new(0));
-        let watch = engine::Watch {
+        let watch = engine::RunControls {
             deadline: Some(self.deadline),
             cancel: Some(self.stop.clone()),
             operations: Some(Arc::clone(&operations)),
@@ -353,7 +353,7 @@ impl Scout {
                 }
                 state.deferred += 1;
                 state.started += 1;
-                let cell = Cell::at_depth(depth);
+                let cell = OutcomeSlot::at_depth(depth);
                 // The guesses this pass made over the same reads: the call is on the path
                 // they chose, and is not started if one of them proves wrong.
                 let guesses = log.guesses_over(&inputs);
@@ -404,7 +404,7 @@ impl Scout {
         tool: &str,
         args: Value,
         state: &mut Pass,
-    ) -> Option<Arc<Cell>> {
+    ) -> Option<Arc<OutcomeSlot>> {
         let key = ReadKey {
             epoch,
             tool: Arc::from(tool),
@@ -448,7 +448,7 @@ impl Scout {
 
     /// A deferred call: waits for its inputs, then starts the read and forwards its outcome,
     /// unless a guess it was made under proved wrong.
-    async fn deferred(self: Arc<Self>, call: Deferred, out: Arc<Cell>) {
+    async fn deferred(self: Arc<Self>, call: Deferred, out: Arc<OutcomeSlot>) {
         let Deferred {
             epoch,
             tool,
@@ -486,7 +486,7 @@ struct Deferred {
     tool: String,
     args: Dynamic,
     /// The reads its arguments wait for.
-    inputs: Vec<Arc<Cell>>,
+    inputs: Vec<Arc<OutcomeSlot>>,
     /// The guesses the pass made over those reads before the call.
     guesses: Vec<Arc<placeholder::Guess>>,
 }

@@ -221,7 +221,7 @@ fn evaluate(op: &str, values: Vec<Dynamic>) -> Option<Dynamic> {
     let (engine, asts) = EVALUATOR.get_or_init(|| {
         let engine = crate::engine::new_engine(
             &crate::engine::Limits::default(),
-            crate::engine::Watch::default(),
+            crate::engine::RunControls::default(),
         );
         let asts = DEFERRED_OPERATORS
             .iter()

@@ -26,7 +26,7 @@ use rhai::{Array, Dynamic, ImmutableString, Map, INT};
 use serde_json::Value;
 
 use crate::engine::to_dynamic;
-use crate::ledger::Cell;
+use crate::ledger::OutcomeSlot;
 
 use deferred::{lookup_state, text_state, Edits, Op};
 pub(crate) use overloads::register;
@@ -46,7 +46,7 @@ enum Step {
 #[derive(Clone, Debug)]
 enum Source {
     /// One read's outcome, possibly still in flight.
-    Cell(Arc<Cell>),
+    Cell(Arc<OutcomeSlot>),
     /// A value that will never be known (an operator over a pending value, say).
     Unknown,
     /// A string joined from pieces, each a string or a placeholder whose value is a scalar:
@@ -74,13 +74,13 @@ pub(crate) enum Resolved {
     /// Known: never itself a placeholder (it may hold some, as any container may).
     Value(Dynamic),
     /// Known once these cells have landed (and maybe others they lead to).
-    Pending(Vec<Arc<Cell>>),
+    Pending(Vec<Arc<OutcomeSlot>>),
     /// It resolved to an error, or its path does not exist, or it is an unknown.
     Never,
 }
 
 impl Placeholder {
-    pub(crate) fn of(cell: Arc<Cell>) -> Placeholder {
+    pub(crate) fn of(cell: Arc<OutcomeSlot>) -> Placeholder {
         Placeholder {
             source: Source::Cell(cell),
             path: Vec::new(),
@@ -122,7 +122,7 @@ impl Placeholder {
 }
 
 /// A read's outcome along `path`: walked in JSON, so that only the value reached is converted.
-fn cell_state(cell: &Arc<Cell>, path: &[Step], log: &PassLog) -> Resolved {
+fn cell_state(cell: &Arc<OutcomeSlot>, path: &[Step], log: &PassLog) -> Resolved {
     let outcome = cell.get();
     let root = match outcome.as_deref() {
         Some(Ok(root)) => root,
@@ -215,7 +215,7 @@ pub(crate) fn is_placeholder(value: &Dynamic) -> bool {
 /// Arguments as far as they are known.
 pub(crate) enum Resolution {
     Ready(Value),
-    Pending(Vec<Arc<Cell>>),
+    Pending(Vec<Arc<OutcomeSlot>>),
     Never,
 }
 
@@ -235,7 +235,11 @@ pub(crate) fn resolve_deep(value: &Dynamic, log: &PassLog) -> Resolution {
 }
 
 /// `None` when some part can never be known; pending cells are collected.
-fn resolve_into(value: &Dynamic, pending: &mut Vec<Arc<Cell>>, log: &PassLog) -> Option<Value> {
+fn resolve_into(
+    value: &Dynamic,
+    pending: &mut Vec<Arc<OutcomeSlot>>,
+    log: &PassLog,
+) -> Option<Value> {
     if let Some(p) = value.read_lock::<Placeholder>() {
         return match p.state(log) {
             Resolved::Value(v) => resolve_into(&v, pending, log),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use rhai::{Dynamic, EvalAltResult, INT};
 
 use super::{shallow, Resolved};
-use crate::ledger::Cell;
+use crate::ledger::OutcomeSlot;
 use crate::sync::lock;
 
 /// What one pass learns while it runs. A log that no pass reads (outside a pass, say) costs
@@ -21,7 +21,7 @@ pub(crate) struct PassLog {
 #[derive(Default)]
 struct Log {
     /// The pending cells the pass's decisions depended on.
-    pending: Vec<Arc<Cell>>,
+    pending: Vec<Arc<OutcomeSlot>>,
     /// The pass's guesses.
     guesses: GuessLog,
 }
@@ -60,12 +60,12 @@ struct GuessLog {
     count: INT,
     /// The latest recorded guesses, by each pending cell their condition waits for (keyed by
     /// the cell's address; the entry holds the cell, so the address is not reused meanwhile).
-    by_cell: std::collections::HashMap<usize, (Arc<Cell>, Vec<Arc<Guess>>)>,
+    by_cell: std::collections::HashMap<usize, (Arc<OutcomeSlot>, Vec<Arc<Guess>>)>,
 }
 
 impl PassLog {
     /// Notes that a decision depended on `cell`.
-    pub(super) fn note(&self, cell: &Arc<Cell>) {
+    pub(super) fn note(&self, cell: &Arc<OutcomeSlot>) {
         let mut log = lock(&self.inner);
         if !log.pending.iter().any(|c| Arc::ptr_eq(c, cell)) {
             log.pending.push(Arc::clone(cell));
@@ -73,7 +73,7 @@ impl PassLog {
     }
 
     /// The pending cells noted so far, taken: the pass waits for them before it runs again.
-    pub(crate) fn take_pending(&self) -> Vec<Arc<Cell>> {
+    pub(crate) fn take_pending(&self) -> Vec<Arc<OutcomeSlot>> {
         std::mem::take(&mut lock(&self.inner).pending)
     }
 
@@ -84,7 +84,13 @@ impl PassLog {
 
     /// A guess at a condition the scout does not know yet: counted, and, when the condition
     /// waits for reads and the guess alone decides the branch (`recorded`), kept by those reads.
-    fn guess(&self, condition: &Dynamic, cells: &[Arc<Cell>], taken: bool, recorded: bool) -> bool {
+    fn guess(
+        &self,
+        condition: &Dynamic,
+        cells: &[Arc<OutcomeSlot>],
+        taken: bool,
+        recorded: bool,
+    ) -> bool {
         let log = &mut lock(&self.inner).guesses;
         log.count += 1;
         if !recorded || cells.is_empty() {
@@ -112,7 +118,7 @@ impl PassLog {
 
     /// The guesses made so far in this pass over any of `cells`, latest first, at most
     /// [`GUESSES_PER_CALL`].
-    pub(crate) fn guesses_over(&self, cells: &[Arc<Cell>]) -> Vec<Arc<Guess>> {
+    pub(crate) fn guesses_over(&self, cells: &[Arc<OutcomeSlot>]) -> Vec<Arc<Guess>> {
         let log = &lock(&self.inner).guesses;
         let mut out: Vec<Arc<Guess>> = Vec::new();
         for cell in cells {

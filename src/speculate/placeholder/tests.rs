@@ -42,7 +42,7 @@ fn register(engine: &mut Engine, reserved: Arc<[String]>) -> Arc<PassLog> {
 }
 
 fn resolved(value: Value) -> Placeholder {
-    let cell = Cell::new();
+    let cell = OutcomeSlot::new();
     cell.set(Ok(value));
     Placeholder::of(cell)
 }
@@ -58,7 +58,7 @@ fn paths_walk_the_resolved_value() {
 
 #[test]
 fn pending_values_are_noted_and_resolve_later() {
-    let cell = Cell::new();
+    let cell = OutcomeSlot::new();
     let p = Placeholder::of(Arc::clone(&cell));
     let child = derive(&p, &Dynamic::from(ImmutableString::from("id")));
     let log = PassLog::default();
@@ -75,8 +75,8 @@ fn pending_values_are_noted_and_resolve_later() {
     cell.set(Ok(json!(null)));
 }
 
-fn pending() -> (Arc<Cell>, Dynamic) {
-    let cell = Cell::new();
+fn pending() -> (Arc<OutcomeSlot>, Dynamic) {
+    let cell = OutcomeSlot::new();
     let p = Dynamic::from(Placeholder::of(Arc::clone(&cell)));
     (cell, p)
 }
@@ -326,7 +326,7 @@ fn a_deferred_value_never_misses_a_change_made_by_a_function() {
 
 /// An engine with the scout's placeholder functions, and a scope holding `u`, a read in
 /// flight.
-fn scout_engine() -> (Engine, rhai::Scope<'static>, Arc<Cell>, Arc<PassLog>) {
+fn scout_engine() -> (Engine, rhai::Scope<'static>, Arc<OutcomeSlot>, Arc<PassLog>) {
     let mut engine = Engine::new();
     let log = register(&mut engine, Arc::from(Vec::new()));
     let (cell, p) = pending();
@@ -439,7 +439,7 @@ fn a_decisive_guess_is_kept_by_the_reads_it_waited_for_until_it_is_proved() {
 
 #[test]
 fn failures_and_pending_text_never_resolve() {
-    let cell = Cell::new();
+    let cell = OutcomeSlot::new();
     cell.set(Err(crate::error::ToolError::not_found("x")));
     assert!(matches!(
         Placeholder::of(cell).state(&PassLog::default()),
