@@ -75,27 +75,3 @@ fn drop_number_formats(map: &mut Map<String, Value>) {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    /// `ts_artifact`'s schema is part of the catalog hash a paused run resumes under: it is the
-    /// schema the runtime published before the schemas were generated, so that runs paused
-    /// then still resume.
-    #[test]
-    fn ts_artifact_publishes_the_schema_paused_runs_were_hashed_with() {
-        assert_eq!(
-            crate::policy::artifact_args_schema(),
-            json!({
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string", "description": "The artifact's id."},
-                    "page": {"type": "integer", "minimum": 0, "description": "A page, from 0."}
-                },
-                "required": ["id"],
-                "additionalProperties": false
-            })
-        );
-    }
-}
