@@ -382,6 +382,29 @@ fn wire(result: &CallToolResult) -> Value {
     serde_json::to_value(result).expect("a result serialises")
 }
 
+/// A Rust MCP client's session with `toolscript serve ARGS`, on the store at `store`.
+async fn serve_session(
+    args: &[&std::ffi::OsStr],
+    store: &Path,
+) -> rmcp::service::RunningService<rmcp::RoleClient, ClientConfig> {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
+    cmd.arg("serve")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_STORE", store);
+    let (transport, _stderr) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolscript serve starts");
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toolscript-tests", "0"),
+    )
+    .serve(transport)
+    .await
+    .expect("the session initialises")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_client_lists_tools_and_runs_scripts() {
     tokio::time::timeout(DEADLINE, rust_client_session())
@@ -390,21 +413,7 @@ async fn rust_client_lists_tools_and_runs_scripts() {
 }
 
 async fn rust_client_session() {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
-    cmd.arg("serve")
-        .env_remove("RUST_LOG")
-        .env("TOOLSCRIPT_STORE", crate::support::test_store());
-    let (transport, _stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("toolscript serve starts");
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("toolscript-tests", "0"),
-    )
-    .serve(transport)
-    .await
-    .expect("the session initialises");
+    let client = serve_session(&[], &crate::support::test_store()).await;
 
     let info = client.peer_info().expect("the server introduced itself");
     let server = info.server_info.as_ref().expect("the server names itself");
@@ -648,23 +657,11 @@ async fn output_schemas_session() {
     let dir = tempfile::TempDir::new().unwrap();
     let manifest = dir.path().join("m.toml");
     std::fs::write(&manifest, APPROVAL).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
-    cmd.arg("serve")
-        .arg("--tools")
-        .arg(&manifest)
-        .env_remove("RUST_LOG")
-        .env("TOOLSCRIPT_STORE", dir.path().join("store.sqlite3"));
-    let (transport, _stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("toolscript serve starts");
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("toolscript-tests", "0"),
+    let client = serve_session(
+        &["--tools".as_ref(), manifest.as_os_str()],
+        &dir.path().join("store.sqlite3"),
     )
-    .serve(transport)
-    .await
-    .expect("the session initialises");
+    .await;
     let tools = client.list_all_tools().await.expect("tools/list answers");
     let tool = |name: &str| {
         tools
@@ -765,21 +762,7 @@ async fn published_input_schemas_refuse_what_the_server_refuses() {
 }
 
 async fn input_schemas_session() {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolscript"));
-    cmd.arg("serve")
-        .env_remove("RUST_LOG")
-        .env("TOOLSCRIPT_STORE", crate::support::test_store());
-    let (transport, _stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("toolscript serve starts");
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("toolscript-tests", "0"),
-    )
-    .serve(transport)
-    .await
-    .expect("the session initialises");
+    let client = serve_session(&[], &crate::support::test_store()).await;
     let tools = client.list_all_tools().await.expect("tools/list answers");
     // (tool, arguments, whether the schema and the server take them)
     let cases = [
