@@ -530,6 +530,9 @@ pub enum Error {
         line: Option<usize>,
         /// What is wrong.
         message: String,
+        /// The error underneath (the TOML parser's, the script compiler's), if any.
+        #[source]
+        source: Option<Cause>,
     },
     /// A receipts file is broken: unreadable, not JSON, a bad hash or a broken chain.
     #[error("{}:{line}: {message}", file.display())]
@@ -548,6 +551,9 @@ pub enum Error {
         server: String,
         /// What went wrong.
         message: String,
+        /// The error underneath (starting the program, the protocol's), if any.
+        #[source]
+        source: Option<Cause>,
     },
     /// The store of runs cannot be opened, read or written.
     #[error("store {}: {message}", path.display())]
@@ -556,6 +562,9 @@ pub enum Error {
         path: PathBuf,
         /// What went wrong.
         message: String,
+        /// The error underneath (the database's, the file system's), if any.
+        #[source]
+        source: Option<Cause>,
     },
     /// A run cannot be resumed: unknown, still running, ended, or asked for a decision it
     /// does not wait for.
@@ -570,7 +579,7 @@ pub enum Error {
     #[error("{0}")]
     Limit(String),
     /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -579,11 +588,67 @@ pub enum Error {
     },
 }
 
+/// The error underneath an [`Error`], returned by its `source()`: an [`Error`]'s own text never
+/// repeats it, and [`Error::report`] writes the two together.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 impl Error {
+    /// The error and every error underneath it, each after `: `: what a person reads.
+    ///
+    /// ```
+    /// let e = toolscript::Error::Io {
+    ///     path: "a.json".into(),
+    ///     source: std::io::Error::other("disk full"),
+    /// };
+    /// assert_eq!(e.to_string(), "a.json");
+    /// assert_eq!(e.report(), "a.json: disk full");
+    /// ```
+    pub fn report(&self) -> String {
+        report(self)
+    }
+
     pub(crate) fn registry(tool: &str, rule: impl Into<String>) -> Error {
         Error::Registry {
             tool: tool.to_string(),
             rule: rule.into(),
         }
     }
+
+    /// A store error naming its store, with what went wrong underneath.
+    pub(crate) fn store(
+        location: &str,
+        message: impl Into<String>,
+        source: impl Into<Option<Cause>>,
+    ) -> Error {
+        Error::Store {
+            path: location.into(),
+            message: message.into(),
+            source: source.into(),
+        }
+    }
+
+    /// An MCP error naming its server, with what went wrong underneath.
+    pub(crate) fn mcp(
+        server: &str,
+        message: impl Into<String>,
+        source: impl Into<Option<Cause>>,
+    ) -> Error {
+        Error::Mcp {
+            server: server.to_string(),
+            message: message.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// `error` and every error underneath it, each after `: `.
+pub(crate) fn report(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }

@@ -71,6 +71,7 @@
 
 pub mod bench;
 mod dispatch;
+mod effect;
 mod engine;
 mod error;
 mod json;
@@ -91,7 +92,9 @@ mod tool;
 
 pub use dispatch::{BreakerConfig, EffectRecord, Progress};
 pub use engine::{set_memory_probe, LimitKey, Limits};
-pub use error::{Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError};
+pub use error::{
+    Cause, Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError,
+};
 pub use ledger::SpeculationLimits;
 #[cfg(feature = "manifest")]
 pub use manifest::{demo_catalog, Manifests};
@@ -101,7 +104,7 @@ pub use policy::{
 };
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
-pub use script::{Awaiting, Pending, Problem, Severity};
+pub use script::{Awaiting, Problem, Severity};
 pub use store::{PendingCall, RunRecord, RunStatus, Store, StoredArtifact};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};

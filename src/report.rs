@@ -15,7 +15,6 @@ use serde_json::Value;
 use crate::dispatch::EffectRecord;
 use crate::error::{Error, ErrorReport};
 use crate::policy::Artifact;
-use crate::script::Pending;
 pub use crate::store::Mode;
 use crate::store::{PendingCall, RunRecord, RunStatus, Store};
 
@@ -103,7 +102,7 @@ pub enum RunEnd {
     /// The run waits at a call for a person's decision: `resume_run` goes on with it.
     Paused {
         /// The call it waits at.
-        pending: Pending,
+        pending: PendingCall,
     },
 }
 

@@ -15,7 +15,7 @@ use crate::engine::{self, Limits};
 use crate::error::{ErrorKind, LimitReached, RunError};
 use crate::ledger::{RunLedger, SpeculationLimits};
 use crate::report::{Mode, ReceiptChain, RunEnd, RunReport, Stats};
-use crate::script::{self, Awaiting, Pending, Problem};
+use crate::script::{self, Awaiting, Problem};
 use crate::speculate::{self, Scout};
 
 use crate::store::{Journal, PendingCall, RunRecord, RunStatus, Store, StoredEnd, TakeRefused};
@@ -247,7 +247,7 @@ pub struct RunOutcome {
     /// One receipt per dispatch, chained by hash.
     pub receipts: Vec<Receipt>,
     /// The call a paused run waits at.
-    pub pending: Option<Pending>,
+    pub pending: Option<PendingCall>,
     /// The output as a model receives it: value, logs and error within
     /// `Limits::max_inline_tokens` (`None` for a run that stopped before it ran).
     bounded: Option<crate::policy::Bounded>,
@@ -464,7 +464,7 @@ impl Runtime {
                     Err(e) => {
                         return RunOutcome::before_running(RunError::new(
                             ErrorKind::Internal,
-                            format!("the run could not be recorded: {e}"),
+                            format!("the run could not be recorded: {}", e.report()),
                         ))
                     }
                 }
@@ -573,10 +573,7 @@ impl Runtime {
                     }
                 })
                 .await;
-            decided.map_err(|why| crate::Error::Store {
-                path: store.location().into(),
-                message: why,
-            })?;
+            decided.map_err(|why| crate::Error::store(&store.location(), why, None))?;
         }
         let mut options = options;
         options.mode = record.mode;
@@ -855,7 +852,7 @@ impl Run {
     }
 
     /// A paused run's error: `paused`, recoverable, saying how to resume it.
-    fn note_pause(&self, e: &mut RunError, pending: &Pending) {
+    fn note_pause(&self, e: &mut RunError, pending: &PendingCall) {
         let run_id = &self.run_id;
         e.kind = ErrorKind::Paused;
         e.recoverable = true;
@@ -876,16 +873,7 @@ impl Run {
             return;
         };
         journal.flush().await;
-        let pending = outcome.pending.as_ref().map(|p| {
-            PendingCall::new(
-                p.seq,
-                &p.tool,
-                p.effect.as_str(),
-                p.args.clone(),
-                p.awaiting,
-            )
-        });
-        let end = StoredEnd::new(outcome.status(), pending, outcome.to_json());
+        let end = StoredEnd::new(outcome.status(), outcome.pending.clone(), outcome.to_json());
         if let Err(e) = store.finish_run(&outcome.run_id, end).await {
             tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
         }

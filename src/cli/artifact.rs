@@ -25,7 +25,7 @@ impl Artifact {
     pub(crate) async fn apply(self) -> Result<ExitCode, String> {
         let store = open_store(self.store)?;
         let id = &self.id;
-        let Some(stored) = store.artifact(id).await.map_err(|e| e.to_string())? else {
+        let Some(stored) = store.artifact(id).await.map_err(|e| e.report())? else {
             return Err(format!(
                 "no artifact `{id}` in the store {}",
                 store.location()

@@ -133,7 +133,7 @@ fn name_limit(limit: &LimitReached) -> String {
 
 /// The registry of `--tools` (starting their MCP servers), or the demo catalog.
 async fn registry(tools: &ToolsArg) -> Result<Registry, String> {
-    Ok(new_registry(tools).await.map_err(|e| e.to_string())?.0)
+    Ok(new_registry(tools).await.map_err(|e| e.report())?.0)
 }
 
 /// The registry of `--tools` and the limits of their `[limits]` tables over the defaults.
@@ -155,7 +155,7 @@ async fn runtime(
     store: Option<Arc<dyn Store>>,
     flags: &LimitsArg,
 ) -> Result<Runtime, String> {
-    let (registry, limits) = new_registry(tools).await.map_err(|e| e.to_string())?;
+    let (registry, limits) = new_registry(tools).await.map_err(|e| e.report())?;
     let mut builder = Runtime::builder(registry).limits(flags.apply(limits)?);
     if let Some(store) = store {
         builder = builder.store(store);
@@ -171,7 +171,7 @@ fn open_store(path: Option<PathBuf>) -> Result<Arc<dyn Store>, String> {
     })?;
     match SqliteStore::open(&path) {
         Ok(store) => Ok(Arc::new(store)),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.report()),
     }
 }
 

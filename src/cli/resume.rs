@@ -65,7 +65,7 @@ impl Resume {
         let record = store
             .run(&run_id)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.report())?
             .ok_or_else(|| {
                 format!(
                     "run {run_id}: the store {} has no such run",
@@ -86,14 +86,14 @@ impl Resume {
         let runtime = runtime(&self.tools, Some(store), &self.limits).await?;
         let mut options = RunOptions::default();
         if let Some(path) = &self.receipts {
-            options = options.append_receipts(path).map_err(|e| e.to_string())?;
+            options = options.append_receipts(path).map_err(|e| e.report())?;
         }
         let (options, progress) = with_progress(options);
         let ticker = live_ticker(self.json, progress);
         let outcome = runtime
             .resume(&run_id, decision, options)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.report())?;
         Ok(report(&outcome, self.json, ticker))
     }
 }

@@ -72,7 +72,7 @@ impl Run {
         // Receipts are appended as calls finish; a file that cannot be created stops the run
         // before any tool runs, and one that fails midway stops it before its next call.
         if let Some(path) = &self.receipts {
-            options = options.receipts(path).map_err(|e| e.to_string())?;
+            options = options.receipts(path).map_err(|e| e.report())?;
         }
         let (options, progress) = with_progress(options);
         let ticker = live_ticker(self.json, progress);

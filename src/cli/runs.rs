@@ -21,7 +21,7 @@ impl Runs {
         let store = open_store(self.store)?;
         let runs = toolscript::RunListing::all(&*store)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.report())?;
         if self.json {
             let list = serde_json::to_string(&runs).map_err(|e| e.to_string())?;
             println!("{list}");

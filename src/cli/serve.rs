@@ -35,7 +35,7 @@ impl Serve {
         let store = self.store.open()?;
         let runtime = runtime(&self.tools, store, &self.limits).await?;
         match self.http {
-            None => serve_stdio(runtime).await.map_err(|e| e.to_string())?,
+            None => serve_stdio(runtime).await.map_err(|e| e.report())?,
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(&addr)
                     .await

@@ -29,10 +29,10 @@ impl Verify {
                 Ok(ExitCode::SUCCESS)
             }
             Err(e @ Error::Receipt { .. }) => {
-                eprintln!("toolscript: verification failed: {e}");
+                eprintln!("toolscript: verification failed: {}", e.report());
                 Ok(ExitCode::from(1))
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.report()),
         }
     }
 }

@@ -161,6 +161,7 @@ impl Manifests {
             file: file.to_path_buf(),
             line: span.map(|s| line_of(text, s.start)),
             message,
+            source: None,
         };
         let parsed: ManifestFile =
             toml::from_str(text).map_err(|e| error(e.span(), e.message().trim().to_string()))?;
@@ -248,6 +249,7 @@ impl Manifests {
                             entry.name,
                             e.err_type()
                         ),
+                        source: None,
                     }
                 })?;
             self.declared.push(Declared {
@@ -324,6 +326,7 @@ impl Manifests {
                     "MCP server `{}` is declared but not started: build the registry with `Manifests::build`",
                     spec.name
                 ),
+                source: None,
             });
         }
         let declared = self.declared;
@@ -336,6 +339,7 @@ impl Manifests {
                         file: origin.file.clone(),
                         line: Some(origin.line),
                         message: format!("tool `{tool}`: {rule}"),
+                        source: None,
                     },
                     None => Error::Registry { tool, rule },
                 },

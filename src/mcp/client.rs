@@ -28,7 +28,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 
 use super::McpServerSpec;
-use crate::error::{Error, ErrorKind, ToolError};
+use crate::error::{Cause, Error, ErrorKind, ToolError};
 use crate::sync::lock;
 use crate::tool::{check_name, Effect, Tool, ToolSpec, MAX_NAME_LEN};
 
@@ -133,11 +133,8 @@ async fn validate(
 /// something that is not MCP, start-up takes longer than its timeout, or `effects` names a tool
 /// the server does not have.
 pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
-    let fail = |message: String| Error::Mcp {
-        server: spec.name.clone(),
-        message,
-    };
-    let (service, child, faults, listed) = start(spec).await.map_err(fail)?;
+    let fail = |message: String| Error::mcp(&spec.name, message, None);
+    let (service, child, faults, listed) = start(spec).await?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     for (table, mut names) in [
         (
@@ -211,9 +208,12 @@ type Started = (
 );
 
 /// Spawns the server and runs the handshake and the listing under the start-up timeout.
-async fn start(spec: &McpServerSpec) -> Result<Started, String> {
+async fn start(spec: &McpServerSpec) -> Result<Started, Error> {
+    let fail = |message: String| Error::mcp(&spec.name, message, None);
     let Some((program, args)) = spec.command.split_first() else {
-        return Err("the command is empty: give the program and its arguments".to_string());
+        return Err(fail(
+            "the command is empty: give the program and its arguments".to_string(),
+        ));
     };
     let mut command = tokio::process::Command::new(program);
     command
@@ -232,10 +232,14 @@ async fn start(spec: &McpServerSpec) -> Result<Started, String> {
             .as_ref()
             .map(|dir| format!(" in `{}`", dir.display()))
             .unwrap_or_default();
-        format!("cannot start `{program}`{place}: {e}")
+        Error::mcp(
+            &spec.name,
+            format!("cannot start `{program}`{place}"),
+            Cause::from(e),
+        )
     })?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err("its stdin and stdout could not be opened".to_string());
+        return Err(fail("its stdin and stdout could not be opened".to_string()));
     };
     let stderr = child.stderr.take();
     // The client reads what the validator passes on: JSON-RPC messages only.
@@ -274,7 +278,7 @@ async fn start(spec: &McpServerSpec) -> Result<Started, String> {
     if let Some(reader) = reader {
         let _ = tokio::time::timeout(STDERR_GRACE, reader).await;
     }
-    Err(format!("{message}{}", tail.quote()))
+    Err(fail(format!("{message}{}", tail.quote())))
 }
 
 /// At most this many pages of `tools/list`, and this many tools in all: a server that pages

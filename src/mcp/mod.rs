@@ -88,8 +88,9 @@ impl McpServerSpec {
 pub(crate) async fn connect(
     spec: &McpServerSpec,
 ) -> Result<Vec<crate::tool::Tool>, crate::error::Error> {
-    Err(crate::error::Error::Mcp {
-        server: spec.name.clone(),
-        message: "this toolscript was built without the feature `mcp`".to_string(),
-    })
+    Err(crate::error::Error::mcp(
+        &spec.name,
+        "this toolscript was built without the feature `mcp`",
+        None,
+    ))
 }

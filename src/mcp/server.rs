@@ -83,11 +83,11 @@ pub async fn serve_stdio(runtime: Runtime) -> Result<(), Error> {
     let running = server
         .serve(transport)
         .await
-        .map_err(|e| mcp_error(format!("the session did not start: {e}")))?;
+        .map_err(|e| mcp_error("the session did not start", e))?;
     let reason = running
         .waiting()
         .await
-        .map_err(|e| mcp_error(format!("the session ended abnormally: {e}")))?;
+        .map_err(|e| mcp_error("the session ended abnormally", e))?;
     tracing::debug!(?reason, "the MCP session ended");
     let _ = filter.await;
     Ok(())
@@ -235,11 +235,8 @@ fn rpc_error(id: &Value, code: i64, message: &str) -> String {
         .to_string()
 }
 
-fn mcp_error(message: String) -> Error {
-    Error::Mcp {
-        server: "toolscript".to_string(),
-        message,
-    }
+fn mcp_error(message: &str, source: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::mcp("toolscript", message, crate::error::Cause::from(source))
 }
 
 /// How often a run with a progress token reports how far it got.
@@ -417,7 +414,7 @@ impl Server {
         let options = RunOptions::default().progress(progress);
         match self.runtime.resume(&args.run_id, decision, options).await {
             Ok(outcome) => outcome_result(&outcome, false),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
         }
     }
 
@@ -432,7 +429,7 @@ impl Server {
         };
         match RunListing::all(&**store).await {
             Ok(runs) => structured(&RunList { runs }),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
         }
     }
 

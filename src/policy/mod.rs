@@ -545,7 +545,7 @@ pub(crate) async fn read_artifact(
     let artifact = store
         .artifact(id)
         .await
-        .map_err(|e| ToolError::internal(e.to_string()))?
+        .map_err(|e| ToolError::internal(e.report()))?
         .ok_or_else(|| ToolError::not_found(format!("no artifact `{id}` in this store")))?;
     let text = String::from_utf8_lossy(&artifact.content);
     match page {

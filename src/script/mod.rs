@@ -21,6 +21,7 @@ use crate::engine::{self, block_on, Limits, RunControls, ToolCall};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Outcome, Read, ReadKey, RunLedger, WriteRecord};
 use crate::policy::ResultPolicy;
+use crate::store::PendingCall;
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -61,23 +62,6 @@ impl Logs {
     }
 }
 
-/// The call a paused run waits at: `pending` in a paused run's outcome, in the store's record
-/// of the run, and in the list of runs.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct Pending {
-    /// Its position among the script's non-read calls.
-    pub seq: u64,
-    /// The tool.
-    pub tool: String,
-    /// The tool's effect.
-    pub effect: Effect,
-    /// The call's arguments.
-    pub args: Value,
-    /// What it waits for.
-    pub awaiting: Awaiting,
-}
-
 /// The executor of one run.
 struct Executor {
     ctx: Arc<RunContext>,
@@ -91,7 +75,7 @@ struct Executor {
     /// script no longer matches): the script cannot catch it.
     stop: Mutex<Option<String>>,
     /// The call the run paused at.
-    pending: Mutex<Option<Pending>>,
+    pending: Mutex<Option<PendingCall>>,
     /// Results of tools with a result policy of their own, by the SHA-256 of their canonical
     /// JSON: the policy and the tool.
     results: Mutex<ToolResults>,
@@ -211,13 +195,13 @@ impl Executor {
     /// Pauses the run at `call`: it ends here, uncatchably, with `call` pending.
     fn pause(&self, call: &Call, effect: Effect, awaiting: Awaiting) -> ToolError {
         let seq = call.seq.unwrap_or_default();
-        *lock(&self.pending) = Some(Pending {
+        *lock(&self.pending) = Some(PendingCall::new(
             seq,
-            tool: call.tool.clone(),
+            call.tool.clone(),
             effect,
-            args: call.args.clone(),
+            call.args.clone(),
             awaiting,
-        });
+        ));
         let what = match awaiting {
             Awaiting::Approval => "waits for a person's approval",
             Awaiting::Resolve => {
@@ -337,7 +321,7 @@ pub(crate) struct Execution {
     pub(crate) logs: Vec<String>,
     pub(crate) counts: Counts,
     /// The call the run paused at.
-    pub(crate) pending: Option<Pending>,
+    pub(crate) pending: Option<PendingCall>,
     /// Results of tools with a result policy of their own.
     pub(crate) results: ToolResults,
 }

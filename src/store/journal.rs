@@ -315,8 +315,9 @@ impl Journal {
         }
         let rows = JournalRows::new(write.into_iter().collect(), reads);
         if let Err(e) = self.store.append(&self.run_id, rows).await {
+            let e = e.report();
             tracing::error!(run_id = %self.run_id, error = %e, "the journal could not be written");
-            lock(&self.state).failed = Some(e.to_string());
+            lock(&self.state).failed = Some(e);
         }
     }
 }

@@ -184,12 +184,3 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
-
-/// The error of a store at `location`.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-pub(crate) fn store_error(location: &str, message: impl std::fmt::Display) -> Error {
-    Error::Store {
-        path: location.into(),
-        message: message.to_string(),
-    }
-}

@@ -7,6 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::effect::Effect;
+
 /// How a run dispatches its reads.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
@@ -104,8 +106,8 @@ pub struct PendingCall {
     pub seq: u64,
     /// The tool.
     pub tool: String,
-    /// The tool's effect, as manifests spell it (`write`, `idempotent`, `external`).
-    pub effect: String,
+    /// The tool's effect (`write`, `idempotent` or `external`: a read never waits).
+    pub effect: Effect,
     /// The call's arguments.
     pub args: Value,
     /// What it waits for.
@@ -113,19 +115,18 @@ pub struct PendingCall {
 }
 
 impl PendingCall {
-    /// The call `seq` of `tool` (whose effect is named `effect`) with `args`, waiting for
-    /// `awaiting`.
+    /// The call `seq` of `tool` (whose effect is `effect`) with `args`, waiting for `awaiting`.
     pub fn new(
         seq: u64,
         tool: impl Into<String>,
-        effect: impl Into<String>,
+        effect: Effect,
         args: Value,
         awaiting: Awaiting,
     ) -> PendingCall {
         PendingCall {
             seq,
             tool: tool.into(),
-            effect: effect.into(),
+            effect,
             args,
             awaiting,
         }
@@ -270,8 +271,23 @@ mod tests {
         .unwrap();
         assert_eq!(
             pending,
-            PendingCall::new(3, "refund", "write", json!({"id": 7}), Awaiting::Approval)
+            PendingCall::new(
+                3,
+                "refund",
+                Effect::Write,
+                json!({"id": 7}),
+                Awaiting::Approval
+            )
         );
+        // An effect the store does not know is an error, never a default.
+        let e = RunRecord::parse_field::<PendingCall>(
+            "r9",
+            "pending",
+            r#"{"seq":3,"tool":"refund","effect":"delete","args":{},"awaiting":"approval"}"#,
+            true,
+        )
+        .unwrap_err();
+        assert!(e.contains("`pending`") && e.contains("delete"), "{e}");
         let e = RunRecord::parse_field::<Mode>("r9", "mode", "fast", false).unwrap_err();
         assert!(e.contains("run r9") && e.contains("`mode`"), "{e}");
         let e = RunRecord::parse_field::<PendingCall>(

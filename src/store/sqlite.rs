@@ -14,10 +14,10 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome};
 use super::{
-    now_ms, store_error, JournalRows, JournaledWrite, OwnerAlive, ReadRow, RunRecord, RunStatus,
-    Store, StoreFuture, StoredArtifact, StoredEnd, TakeRefused, WriteState,
+    now_ms, JournalRows, JournaledWrite, OwnerAlive, ReadRow, RunRecord, RunStatus, Store,
+    StoreFuture, StoredArtifact, StoredEnd, TakeRefused, WriteState,
 };
-use crate::error::Error;
+use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
@@ -97,17 +97,15 @@ impl SqliteStore {
     /// [`Error::Store`] when the file cannot be created or opened, is not a store of this
     /// version, or its schema cannot be set up.
     pub fn open(path: &Path) -> Result<SqliteStore, Error> {
-        let fail = |message: String| Error::Store {
-            path: path.to_path_buf(),
-            message,
-        };
+        let location = path.display().to_string();
+        let fail = |message: &str, e: Cause| Error::store(&location, message, e);
+        let say = |message: String| Error::store(&location, message, None);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| fail(format!("cannot create its folder: {e}")))?;
+            std::fs::create_dir_all(dir).map_err(|e| fail("cannot create its folder", e.into()))?;
         }
-        let mut conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+        let mut conn = Connection::open(path).map_err(|e| fail("cannot open it", e.into()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail("cannot open it", e.into()))?;
         // Several processes may open a new store at once: switching to WAL can be refused
         // while another does the same, without the busy handler, so it is tried again.
         let started = std::time::Instant::now();
@@ -117,20 +115,20 @@ impl SqliteStore {
             });
             match mode {
                 Ok(mode) if mode.eq_ignore_ascii_case("wal") => break,
-                Ok(mode) => return Err(fail(format!("cannot use WAL mode (journal mode {mode})"))),
+                Ok(mode) => return Err(say(format!("cannot use WAL mode (journal mode {mode})"))),
                 Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) => return Err(fail(format!("not a store: {e}"))),
+                Err(e) => return Err(fail("not a store", e.into())),
             }
         }
         conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail("cannot open it", e.into()))?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |row| row.get(0))
-            .map_err(|e| fail(format!("not a store: {e}")))?;
+            .map_err(|e| fail("not a store", e.into()))?;
         if version > SCHEMA_VERSION {
-            return Err(fail(format!(
+            return Err(say(format!(
                 "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
             )));
         }
@@ -150,7 +148,7 @@ impl SqliteStore {
                 }
                 tx.commit()
             };
-            upgrade().map_err(|e| fail(format!("not a store: {e}")))?;
+            upgrade().map_err(|e| fail("not a store", e.into()))?;
         }
         Ok(SqliteStore {
             path: path.to_path_buf(),
@@ -184,7 +182,7 @@ impl SqliteStore {
             let location = fail.0.clone();
             tokio::task::spawn_blocking(move || job(&mut lock(&conn), &fail))
                 .await
-                .unwrap_or_else(|e| Err(store_error(&location, e)))
+                .unwrap_or_else(|e| Err(Error::store(&location, "its task failed", Cause::from(e))))
         })
     }
 }
@@ -193,8 +191,14 @@ impl SqliteStore {
 struct Fail(String);
 
 impl Fail {
-    fn of(&self, e: impl std::fmt::Display) -> Error {
-        store_error(&self.0, e)
+    /// A failed database call.
+    fn of(&self, e: rusqlite::Error) -> Error {
+        Error::store(&self.0, "a database call failed", Cause::from(e))
+    }
+
+    /// Something found wrong in what the store holds.
+    fn say(&self, message: String) -> Error {
+        Error::store(&self.0, message, None)
     }
 }
 
@@ -308,7 +312,7 @@ impl Store for SqliteStore {
                 .as_ref()
                 .map(serde_json::to_string)
                 .transpose()
-                .map_err(|e| fail.of(e))?;
+                .map_err(|e| fail.say(format!("the run's pending call cannot be written: {e}")))?;
             conn.execute(
                 "UPDATE runs SET status = ?2, owner_pid = NULL, pending = ?3, outcome = ?4, \
                  updated_ms = ?5 WHERE run_id = ?1",
@@ -536,13 +540,14 @@ impl RawRun {
                 updated_ms: self.updated_ms,
             })
         })();
-        parsed.map_err(|why| fail.of(why))
+        parsed.map_err(|why| fail.say(why))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effect::Effect;
     use crate::store::{Awaiting, Mode, PendingCall};
     use serde_json::json;
 
@@ -585,7 +590,13 @@ mod tests {
         let mut run = record("p");
         run.mode = Mode::Sequential;
         store.create_run(run).await.unwrap();
-        let pending = PendingCall::new(2, "refund", "write", json!({"id": 1}), Awaiting::Approval);
+        let pending = PendingCall::new(
+            2,
+            "refund",
+            Effect::Write,
+            json!({"id": 1}),
+            Awaiting::Approval,
+        );
         let end = StoredEnd::new(RunStatus::Paused, Some(pending.clone()), json!({}));
         store.finish_run("p", end).await.unwrap();
         let read = store.run("p").await.unwrap().unwrap();
@@ -663,7 +674,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("not.sqlite3");
         std::fs::write(&path, "this is not a database, it is text").unwrap();
-        let e = SqliteStore::open(&path).unwrap_err().to_string();
-        assert!(e.contains("not.sqlite3"), "{e}");
+        let error = SqliteStore::open(&path).unwrap_err();
+        let e = error.to_string();
+        assert!(
+            e.contains("not.sqlite3") && e.ends_with("not a store"),
+            "{e}"
+        );
+        // SQLite's own words are the source, which the report adds.
+        let source = std::error::Error::source(&error).expect("a source");
+        assert!(
+            source.downcast_ref::<rusqlite::Error>().is_some(),
+            "{source:?}"
+        );
+        assert!(
+            error.report().starts_with(&format!("{e}: {source}")),
+            "{}",
+            error.report()
+        );
     }
 }

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::effect::Effect;
 use crate::error::{ErrorKind, ToolError};
 use crate::sync::lock;
 
@@ -34,55 +35,6 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 32;
 
 /// Slots shared by the tools of one resource: at most so many of their calls run at once.
 pub(crate) type Slots = Arc<tokio::sync::Semaphore>;
-
-/// What calling a tool does to the world. It has no default: every tool declares one, and it
-/// decides speculation, retries and what a repeated call means.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Effect {
-    /// No durable side effect: may be speculated, deduplicated within an epoch, retried.
-    Read,
-    /// Mutates something: runs exactly once, never retried or repeated.
-    Write,
-    /// Safe to retry with the same arguments, but still never speculated or repeated.
-    Idempotent,
-    /// Leaves the process (mail, payment, another agent): never retried or repeated.
-    External,
-}
-
-impl Effect {
-    /// The effect's name as written in manifests and JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effect::Read => "read",
-            Effect::Write => "write",
-            Effect::Idempotent => "idempotent",
-            Effect::External => "external",
-        }
-    }
-
-    /// Whether automatic retries are allowed for this effect.
-    pub fn may_retry(self) -> bool {
-        matches!(self, Effect::Read | Effect::Idempotent)
-    }
-}
-
-impl fmt::Display for Effect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Whether a call of a tool waits for a person's yes.
 #[derive(

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// The library's top-level modules, from the bottom up: a module may use only those before it
 /// (modules on one line do not use each other). ARCHITECTURE.md draws the same layers.
 const LAYERS: &[&[&str]] = &[
-    &["error", "json", "sync", "schema", "rhai_ast"],
+    &["error", "effect", "json", "sync", "schema", "rhai_ast"],
     &["store"],
     &["policy"],
     &["tool"],

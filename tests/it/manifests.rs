@@ -24,6 +24,7 @@ fn load_error(text: &str) -> (Option<usize>, String) {
             file,
             line,
             message,
+            ..
         }) => {
             assert_eq!(file, Path::new("bad.toml"));
             (line, message)

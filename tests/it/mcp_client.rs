@@ -67,7 +67,9 @@ fn spec<'r>(registry: &'r Registry, name: &str) -> &'r ToolSpec {
 
 fn mcp_error(result: Result<Registry, Error>) -> (String, String) {
     match result {
-        Err(Error::Mcp { server, message }) => (server, message),
+        Err(Error::Mcp {
+            server, message, ..
+        }) => (server, message),
         other => panic!("expected an MCP error, got {other:?}"),
     }
 }
@@ -533,12 +535,24 @@ async fn the_server_stops_when_its_last_tool_is_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_command_is_an_error_naming_the_server() {
-    let (server, message) = mcp_error(
-        build(
-            "[[mcp]]\nname = \"ghost\"\ncommand = [\"toolscript-no-such-program\", \"--stdio\"]\n",
-        )
-        .await,
+    let built = build(
+        "[[mcp]]\nname = \"ghost\"\ncommand = [\"toolscript-no-such-program\", \"--stdio\"]\n",
+    )
+    .await;
+    // The operating system's error is kept as the source, and the report writes both.
+    let Err(error) = &built else {
+        panic!("expected an MCP error, got {built:?}");
+    };
+    let cause = std::error::Error::source(error)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    assert_eq!(cause, Some(std::io::ErrorKind::NotFound), "{error:?}");
+    assert!(
+        error.report().starts_with(&format!("{error}: ")),
+        "{}",
+        error.report()
     );
+    let (server, message) = mcp_error(built);
     assert_eq!(server, "ghost");
     assert!(
         message.contains("cannot start `toolscript-no-such-program`"),
