@@ -10,6 +10,7 @@ mod catch;
 pub(crate) mod diagnose;
 mod errors;
 mod functions;
+pub(crate) mod helpers;
 mod limits;
 mod memory;
 mod threads;
@@ -147,6 +148,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
     let max_memory =
         usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     memory::register_checked_builtins(&mut engine, max_memory);
+    helpers::register(&mut engine);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
     let flag = cancel.clone();

@@ -20,6 +20,7 @@ mod equivalence;
 mod errors;
 mod fuzz;
 mod hardening;
+mod helpers;
 #[cfg(feature = "cli")]
 mod inputs;
 mod jcs;

@@ -367,7 +367,9 @@ fn register_fallback(engine: &mut Engine, reserved: Arc<[String]>, log: &Arc<Pas
         }
         // A function may change its first argument (`push`, `remove`): a deferred value the
         // scout is building (a map given an unknown key) must not silently miss that change.
-        let derived = args.first().is_some_and(|a| is_derived(a)) && !PURE.contains(&name);
+        let derived = args.first().is_some_and(|a| is_derived(a))
+            && !PURE.contains(&name)
+            && !crate::engine::helpers::PURE_HELPERS.contains(&name);
         let mut values = Vec::with_capacity(args.len());
         for arg in args.iter() {
             match log.known(arg) {
