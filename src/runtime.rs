@@ -399,7 +399,7 @@ impl Runtime {
         }
         let ast = self
             .compiler
-            .compile(source)
+            .compile(&*crate::rhai_ast::mark_escapes(source))
             .map_err(|e| engine::from_parse(source, &e, &self.limits))?;
         let ast = engine::rewrite_catches(ast);
         let scout = Arc::new(speculate::ScoutScript::new(&ast, &self.effectful));

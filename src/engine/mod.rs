@@ -149,6 +149,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     memory::register_checked_builtins(&mut engine, max_memory);
     helpers::register(&mut engine);
+    crate::rhai_ast::decode_marked_strings(&mut engine);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
     let flag = cancel.clone();

@@ -238,7 +238,7 @@ impl Manifests {
             let ast = self
                 .host
                 .engine
-                .compile(entry.script.get_ref())
+                .compile(&*crate::rhai_ast::mark_escapes(entry.script.get_ref()))
                 .map_err(|e| {
                     let first = body_first_line(text, script_span.start);
                     Error::Manifest {

@@ -19,10 +19,12 @@
 pub(crate) mod catches;
 mod functions;
 pub(crate) mod sites;
+mod strings;
 
 use rhai::{ASTNode, Dynamic, Engine, Expr, FnCallExpr, Position, Stmt, AST};
 
 pub(crate) use functions::{functions, operations_so_far, run_nested, Statements};
+pub(crate) use strings::{decode_marked_strings, mark_escapes};
 
 /// A node of a script, as the checks and the scout look at it: the kinds of node they need,
 /// each seen through a view that names no Rhai internals.

@@ -40,3 +40,4 @@ mod receipts;
 #[cfg(feature = "cli")]
 mod results;
 mod speculation;
+mod strings;
