@@ -628,6 +628,7 @@ impl Error {
     }
 
     /// An MCP error naming its server, with what went wrong underneath.
+    #[cfg_attr(not(any(feature = "mcp", feature = "manifest")), allow(dead_code))]
     pub(crate) fn mcp(
         server: &str,
         message: impl Into<String>,

@@ -336,6 +336,9 @@ pub(crate) enum Fault {
     Arithmetic(String),
     For,
     Constant(String),
+    /// A closure given to a function uses a variable the call already holds (Rhai's "data
+    /// race"): the function's name.
+    DataRace(String),
     /// Anything else: only Rhai's message.
     Other(String),
 }
@@ -368,6 +371,7 @@ impl Fault {
             E::ErrorAssignmentToConstant(v, _) | E::ErrorNonPureMethodCallOnConstant(v, _) => {
                 Fault::Constant(v.clone())
             }
+            E::ErrorDataRace(text, _) => Fault::DataRace(data_race_function(text)),
             E::ErrorRuntime(..)
             | E::ErrorTooManyOperations(_)
             | E::ErrorStackOverflow(_)
@@ -423,6 +427,7 @@ impl Fault {
                 Fault::Constant(text("variable").or(text("function"))?)
             }
             "ErrorInFunctionCall" => Fault::of_text(&message),
+            "ErrorDataRace" => Fault::DataRace(data_race_function(&message)),
             _ => Fault::Other(message),
         })
     }
@@ -503,9 +508,23 @@ impl Fault {
                 format!("`{name}` is a constant and cannot change"),
                 format!("declare it with `let {name} = ...;` instead of `const`"),
             ),
+            Fault::DataRace(function) => Hint::script(
+                format!("`{function}` cannot run here: a closure given to it uses a variable that the same call already holds (Rhai lends a variable to one user at a time)"),
+                "give the value the call works on a name of its own first (`let keys = m.keys(); keys.filter(|k| m[k] > 1)`), or read what the closure needs before the call (`let n = a.len(); a.map(|x| x + n)`)",
+            ),
             Fault::Other(message) => Hint::new(ErrorKind::ScriptError, message.clone(), None),
         }
     }
+}
+
+/// The function a data race is in, from Rhai's text ("argument #2 of function 'filter'"), or
+/// `a function` when the text does not name one.
+pub(crate) fn data_race_function(text: &str) -> String {
+    text.split('\'')
+        .nth(1)
+        .filter(|name| !name.is_empty())
+        .unwrap_or("a function")
+        .to_string()
 }
 
 /// `Variable not found`: for a name from another language, the Rhai way.

@@ -352,14 +352,26 @@ fn thrown(value: &Dynamic) -> RunError {
                     (int("line"), int("column"))
                 })
                 .unwrap_or_default();
-            RunError::from_tool(error, line, column)
+            let mut error = RunError::from_tool(error, line, column);
+            if error.suggested_next_action.is_none() {
+                error.suggested_next_action = Some(UNCAUGHT.to_string());
+            }
+            error
         }
-        Thrown::MalformedKind(_) | Thrown::Plain => RunError::new(
-            ErrorKind::ScriptError,
-            format!("uncaught exception: {value}"),
-        ),
+        Thrown::MalformedKind(_) | Thrown::Plain => {
+            let mut error = RunError::new(
+                ErrorKind::ScriptError,
+                format!("uncaught exception: {value}"),
+            );
+            error.suggested_next_action = Some(UNCAUGHT.to_string());
+            error
+        }
     }
 }
+
+/// The next action of an error a script throws (or a function stops it with) and nothing
+/// catches.
+pub(crate) const UNCAUGHT: &str = "nothing catches this error: put the statement that raises it in `try { ... } catch (e) { ... }` where the script can go on, or check the values it uses first";
 
 pub(crate) fn line_column(position: Position) -> (Option<usize>, Option<usize>) {
     (position.line(), position.position())

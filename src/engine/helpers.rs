@@ -81,14 +81,23 @@ pub(crate) fn register(engine: &mut Engine) {
     engine.register_fn("round", |x: rhai::INT, _digits: rhai::INT| x);
 }
 
+/// What to do when keys cannot be compared.
+const KEY_ACTION: &str =
+    "make the key a number or a string for every item, as in `|x| x.score ?? 0` or `|x| x.name.to_string()`";
+
 /// A count argument: a negative one is none.
 fn count_arg(n: rhai::INT) -> usize {
     usize::try_from(n).unwrap_or(0)
 }
 
-fn error<T>(ctx: &NativeCallContext, message: String) -> RhaiResult<T> {
+/// A helper's error at its call: a script error with what to write instead.
+fn error<T>(ctx: &NativeCallContext, message: String, action: &str) -> RhaiResult<T> {
+    let mut map = Map::new();
+    map.insert("kind".into(), "script_error".into());
+    map.insert("message".into(), message.into());
+    map.insert("suggested_next_action".into(), action.into());
     Err(Box::new(EvalAltResult::ErrorRuntime(
-        message.into(),
+        map.into(),
         ctx.call_position(),
     )))
 }
@@ -124,10 +133,11 @@ fn sum(ctx: NativeCallContext, list: Array) -> RhaiResult {
                 return error(
                     &ctx,
                     format!(
-                        "sum: item {i} is {} ({}), not a number: sum a list of numbers, e.g. list.map(|x| x.amount).sum()",
+                        "sum: item {i} is {} ({}), not a number",
                         item.type_name(),
                         short(item)
                     ),
+                    "sum a list of numbers: pick the number from each item first, as in `list.map(|x| x.amount).sum()`",
                 )
             }
         }
@@ -187,10 +197,11 @@ fn extreme(
                     return error(
                         ctx,
                         format!(
-                            "{name}: cannot compare {} with {}: give a list of numbers or of strings, or use {name}_by(|x| key)",
+                            "{name}: cannot compare {} with {}",
                             item.type_name(),
                             b.type_name()
                         ),
+                        "give a list of numbers or of strings, or compare items by a key: `list.max_by(|x| x.score)`",
                     )
                 }
             },
@@ -220,10 +231,11 @@ fn extreme_by(
                     return error(
                         ctx,
                         format!(
-                            "{name}: cannot compare the keys {} and {}: the key must be a number or a string",
+                            "{name}: cannot compare the keys {} and {}",
                             k.type_name(),
                             bk.type_name()
                         ),
+                        KEY_ACTION,
                     )
                 }
             },
@@ -292,7 +304,8 @@ fn sort_by(ctx: NativeCallContext, list: &mut Array, f: FnPtr) -> RhaiResult<Arr
     if let Some((a, b)) = bad {
         return error(
             &ctx,
-            format!("sort_by: cannot compare the keys {a} and {b}: the key must be a number or a string"),
+            format!("sort_by: cannot compare the keys {a} and {b}"),
+            KEY_ACTION,
         );
     }
     let mut items: Vec<Option<Dynamic>> = std::mem::take(list).into_iter().map(Some).collect();

@@ -306,6 +306,26 @@ fn run_error(
     registry: &crate::tool::Registry,
     limits: &Limits,
 ) -> RunError {
+    let mut error = error;
+    // Rhai gives a data race no position: it is placed at the call of the function it names
+    // (the first, when the script calls it more than once).
+    if error.position().is_none() {
+        if let rhai::EvalAltResult::ErrorDataRace(text, _) = &error {
+            let function = engine::diagnose::data_race_function(text);
+            let mut at = None;
+            crate::rhai_ast::visit(ast, |node| {
+                if let crate::rhai_ast::Node::Call(call) = node {
+                    if call.name() == function {
+                        at = Some(call.position());
+                    }
+                }
+                at.is_none()
+            });
+            if let Some(at) = at {
+                error.set_position(at);
+            }
+        }
+    }
     let functions = known_functions(engine, ast);
     let exists = |name: &str| functions.contains(name);
     let known = engine::diagnose::Known {

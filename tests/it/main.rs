@@ -37,6 +37,7 @@ mod mcp_http;
 mod mcp_server;
 mod meaning;
 mod mistakes;
+mod placed;
 mod receipts;
 #[cfg(feature = "cli")]
 mod results;
