@@ -459,6 +459,9 @@ mod tests {
             };
             assert!(all.len() <= most, "{name}: {} pages", all.len());
             let kind = match value {
+                // A record is about 180 bytes: counted a token a byte, one alone is over the
+                // page budget.
+                _ if name.contains("records") && !cfg!(feature = "tokens") => "json",
                 Value::Array(_) => "items",
                 Value::Object(_) => "entries",
                 _ => "text",
@@ -483,7 +486,11 @@ mod tests {
         let PageContent::Text(last) = all.last().unwrap() else {
             panic!()
         };
-        assert!(last.ends_with("\nthe last line, unfinished"), "{last:?}");
+        assert!(last.ends_with("the last line, unfinished"), "{last:?}");
+        for page in &all[..all.len() - 1] {
+            let PageContent::Text(t) = page else { panic!() };
+            assert!(t.ends_with('\n'), "{t:?}");
+        }
         let words = "naïve café ☕ 😀 ".repeat(400);
         for page in &check(&json!(words), 100)[..] {
             let PageContent::Text(t) = page else { panic!() };
@@ -540,7 +547,9 @@ mod tests {
         for budget in [MIN_PAGE_TOKENS, 137, 400, 1040] {
             for (name, value, kind) in &cases {
                 let all = check(value, budget);
-                if all.len() > 1 {
+                // Counted a token a byte, a record alone is over the smaller budgets.
+                let bytes_made_json = !cfg!(feature = "tokens") && all[0].field() == "json";
+                if all.len() > 1 && !bytes_made_json {
                     assert_eq!(all[0].field(), *kind, "{name} at {budget}");
                 }
             }
@@ -582,7 +591,8 @@ mod tests {
         let text = key_json(&json!("word ".repeat(3000)));
         let tiny = pages_of(&text, 1).unwrap();
         assert_eq!(tiny, pages_of(&text, MIN_PAGE_TOKENS).unwrap());
-        assert!(tiny.len() < 100, "{} pages", tiny.len());
+        // Pages of 150 tokens, not of one character.
+        assert!(tiny.len() * 100 < text.len(), "{} pages", tiny.len());
         assert_eq!(tiny[1].page, 1);
         assert_eq!(tiny[1].pages, tiny.len());
         let last = page_of(&text, 1, tiny.len() - 1).unwrap();
