@@ -10,7 +10,7 @@ use super::open_store;
 pub(crate) struct Artifact {
     /// The artifact's id (`artifacts[].id` of `run --json`).
     id: String,
-    /// Print this page (from 0) as `{"page", "pages", "items" | "text"}`.
+    /// Print this page (from 0) as `{"page", "pages", "items" | "entries" | "text" | "json"}`.
     #[arg(long, value_name = "N")]
     page: Option<usize>,
     /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else

@@ -72,6 +72,6 @@ pub(super) struct RunList {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(super) struct ArtifactRead {
     /// The whole artifact (the value it holds, any JSON), or with `page` one page of it:
-    /// `{page, pages, items | text}`.
+    /// `{page, pages, items | entries | text | json}`.
     pub(super) artifact: Value,
 }

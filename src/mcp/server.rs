@@ -666,7 +666,8 @@ fn read_artifact_tool() -> Tool {
         READ_ARTIFACT,
         "An artifact a run's output referred to (an `artifact` id where a value, a log or a \
          message was too large for the output): the whole value, or with `page` one page of it \
-         (`{page, pages, items | text}`).",
+         (`{page, pages, items | entries | text | json}`: an array's items, a map's entries, a \
+         string's text, or else its JSON's text).",
         schema::input::<ArtifactArgs>(),
     )
     .with_raw_output_schema(Arc::new(schema::output::<ArtifactRead>()))

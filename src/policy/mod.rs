@@ -6,19 +6,23 @@
 //! store, content-addressed by SHA-256, and replaced in the output by a small map that says what
 //! it is and how to get the rest:
 //!
-//! - `page`: the first page, the page count and the artifact id. Arrays are cut at item
-//!   boundaries, strings at character boundaries, anything else as the text of its canonical
-//!   JSON; every page is within the page budget, and the pages' items (or text) concatenated are
-//!   the whole value.
+//! - `page`: the first page, the page count and the artifact id. Arrays are paged by their
+//!   items, maps by their entries, strings by their lines, anything else as the text of its
+//!   canonical JSON (see [`pages`]); every page is within the page budget and, but the last, at
+//!   least a quarter of it, and the pages together are the whole value.
 //! - `compress`: a deterministic structural summary (see [`summary`]) and the artifact id.
 //! - `exact`: as `auto`, but nothing is replaced until the stored copy has been read back and
 //!   its hash checked; without a store the run fails rather than lose the value.
 //! - `inline`: the value may enter whole; over the budget the run fails with `limit_exceeded`.
 //! - `auto`: `page` for arrays and text, `compress` for everything else.
 
+mod pages;
 mod tokens;
 
+pub use pages::{page_of, pages_of, ArtifactPage, PageContent, MIN_PAGE_TOKENS};
 pub(crate) use tokens::{count, fits};
+
+use pages::{pages, read_budget};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -65,6 +69,17 @@ pub const MIN_INLINE_TOKENS: usize = 200;
 
 /// Tokens the map standing for an artifact takes besides its page or summary, at most.
 const ENVELOPE: usize = 160;
+
+/// The page budget of an artifact made by a run whose output has `budget` tokens, where the
+/// map standing for it may take `cap` of them: what `cap` leaves besides the map's own fields,
+/// so that the first page can be shown in it, but never less than half the budget nor than
+/// [`MIN_PAGE_TOKENS`]. The pages are read one at a time, each an answer of its own: a share of
+/// the output cut small (the logs' quarter, the error's third) would cut them into slivers.
+fn page_budget(budget: usize, cap: usize) -> usize {
+    cap.saturating_sub(ENVELOPE)
+        .max(budget / 2)
+        .max(MIN_PAGE_TOKENS)
+}
 
 /// An artifact a run made, as `run --json` lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -266,8 +281,8 @@ impl<'a> Bounder<'a> {
         // The first page, or the most detailed summary, that fits with the map around it.
         let filled = match form {
             ResultPolicy::Page => kept.first.clone().and_then(|first| {
-                let field = if first.is_array() { "items" } else { "text" };
-                let page = with(vec![("page", json!(0)), (field, first)]);
+                let field = first.field();
+                let page = with(vec![("page", json!(0)), (field, first.into_value())]);
                 fits(&key_json(&page), cap).then_some(page)
             }),
             _ => summaries(value)
@@ -278,7 +293,9 @@ impl<'a> Bounder<'a> {
     }
 
     /// Stores `value` (of `tokens`, when they are counted already) as an artifact (once per
-    /// run), paged for `cap`.
+    /// run), paged for `cap` (see [`page_budget`]). Its pages are those a reader gets: cut for
+    /// the page budget stored with it, which is an earlier run's when that run stored the same
+    /// bytes first.
     fn keep(
         &mut self,
         value: &Value,
@@ -290,15 +307,13 @@ impl<'a> Bounder<'a> {
         let sha256 = sha256_hex(&text);
         // The id is the hash's first half: content-addressed, and shorter in the output.
         let id = sha256[..32].to_string();
-        let page_tokens = cap.saturating_sub(ENVELOPE).max(1);
-        let all = pages(value, page_tokens);
-        let pages = all.len() as u64;
-        let first = all.into_iter().next();
+        let page_tokens = page_budget(self.budget, cap);
         let Some(store) = self.store else {
+            let all = pages(value, page_tokens);
             return Kept {
                 id: None,
-                pages,
-                first,
+                pages: all.len() as u64,
+                first: all.into_iter().next(),
                 bytes: text.len() as u64,
                 verified: false,
             };
@@ -314,6 +329,12 @@ impl<'a> Bounder<'a> {
             store.artifact(&id).await
         });
         let verified = matches!(&stored, Ok(Some(a)) if sha256_hex(&a.content) == sha256);
+        let page_tokens = match &stored {
+            Ok(Some(a)) if verified => read_budget(a.page_tokens),
+            _ => page_tokens,
+        };
+        let all = pages(value, page_tokens);
+        let (pages, first) = (all.len() as u64, all.into_iter().next());
         if let Err(e) = &stored {
             tracing::error!(error = %e, "an artifact could not be stored");
         }
@@ -350,7 +371,7 @@ struct Kept {
     id: Option<String>,
     pages: u64,
     /// The first page.
-    first: Option<Value>,
+    first: Option<PageContent>,
     bytes: u64,
     verified: bool,
 }
@@ -392,79 +413,6 @@ impl Kept {
         map.insert("rest".into(), json!(rest));
         map
     }
-}
-
-/// The pages of a value, each at most `page_tokens` tokens as canonical JSON: an array's items,
-/// a string's characters, or else the characters of its canonical JSON. Concatenated, the
-/// pages' items (or text) are the whole. The same value and budget always give the same pages.
-pub(crate) fn pages(value: &Value, page_tokens: usize) -> Vec<Value> {
-    if let Value::Array(items) = value {
-        if let Some(pages) = item_pages(items, page_tokens) {
-            return pages;
-        }
-    }
-    let text = match value {
-        Value::String(s) => s.clone(),
-        other => key_json(other),
-    };
-    text_pages(&text, page_tokens)
-}
-
-/// An array's pages at item boundaries; `None` when one item alone is over the page budget.
-fn item_pages(items: &[Value], page_tokens: usize) -> Option<Vec<Value>> {
-    let mut pages = Vec::new();
-    let (mut page, mut tokens): (Vec<Value>, usize) = (Vec::new(), 2);
-    for item in items {
-        let t = count(&key_json(item)) + 1;
-        if t + 2 > page_tokens {
-            return None;
-        }
-        if tokens + t > page_tokens && !page.is_empty() {
-            pages.push(std::mem::take(&mut page));
-            tokens = 2;
-        }
-        page.push(item.clone());
-        tokens += t;
-    }
-    if !page.is_empty() || pages.is_empty() {
-        pages.push(page);
-    }
-    // Tokens of a whole page may differ from the sum of its items' (merges across commas):
-    // a page over the budget is split until none is.
-    let mut checked = Vec::with_capacity(pages.len());
-    pages.reverse();
-    while let Some(page) = pages.pop() {
-        if page.len() > 1 && !fits(&key_json(&json!(page)), page_tokens) {
-            let (a, b) = page.split_at(page.len() / 2);
-            pages.push(b.to_vec());
-            pages.push(a.to_vec());
-            continue;
-        }
-        checked.push(Value::Array(page));
-    }
-    Some(checked)
-}
-
-/// A text's pages at character boundaries, each within `page_tokens` as a JSON string.
-fn text_pages(text: &str, page_tokens: usize) -> Vec<Value> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut pages = Vec::new();
-    let (mut start, mut guess) = (0, (page_tokens * 3).max(1));
-    while start < chars.len() || pages.is_empty() {
-        let mut len = guess.min(chars.len() - start);
-        loop {
-            let page: String = chars[start..start + len].iter().collect();
-            let as_json = Value::String(page);
-            if len <= 1 || fits(&key_json(&as_json), page_tokens) {
-                pages.push(as_json);
-                break;
-            }
-            len = (len * 9 / 10).max(1);
-        }
-        start += len;
-        guess = (len + len / 16).max(1);
-    }
-    pages
 }
 
 /// Summaries of a value, from the most detailed to the least: long strings become their head,
@@ -555,73 +503,6 @@ pub(crate) async fn read_artifact(
     }
 }
 
-/// Every page of the artifact `content` (canonical JSON) paged for `page_tokens`: what
-/// [`page_of`] gives one at a time.
-///
-/// # Errors
-///
-/// When `content` is not JSON.
-pub fn pages_of(content: &str, page_tokens: usize) -> Result<Vec<Value>, String> {
-    let value: Value =
-        serde_json::from_str(content).map_err(|e| format!("the artifact is not JSON: {e}"))?;
-    Ok(pages(&value, page_tokens))
-}
-
-/// Page `n` of the artifact `content` (canonical JSON) paged for `page_tokens`, as
-/// `{"page", "pages", "items" | "text"}`.
-///
-/// # Errors
-///
-/// When `content` is not JSON, or has no page `n`.
-pub fn page_of(content: &str, page_tokens: usize, n: usize) -> Result<Value, String> {
-    let value: Value =
-        serde_json::from_str(content).map_err(|e| format!("the artifact is not JSON: {e}"))?;
-    let pages = pages(&value, page_tokens);
-    let total = pages.len();
-    let page = pages.into_iter().nth(n).ok_or_else(|| {
-        format!(
-            "the artifact has {total} pages (0 to {}), not {n}",
-            total - 1
-        )
-    })?;
-    let content = match page {
-        Value::Array(items) => PageContent::Items(items),
-        Value::String(text) => PageContent::Text(text),
-        other => PageContent::Text(other.to_string()),
-    };
-    let page = ArtifactPage {
-        page: n,
-        pages: total,
-        content,
-    };
-    serde_json::to_value(page).map_err(|e| format!("the page does not serialise: {e}"))
-}
-
-/// One page of an artifact, as `read_artifact`, `ts_artifact` and `toolscript artifact --page`
-/// give it: `{page, pages, items | text}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct ArtifactPage {
-    /// Which page, from 0.
-    pub page: usize,
-    /// How many pages the artifact has.
-    pub pages: usize,
-    /// The page's items (an array's) or text (anything else's).
-    #[serde(flatten)]
-    pub content: PageContent,
-}
-
-/// What one page of an artifact holds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum PageContent {
-    /// Items of an array, in order.
-    Items(Vec<Value>),
-    /// Characters of a string, or of a value's canonical JSON.
-    Text(String),
-}
-
 /// The arguments of `ts_artifact` and of the MCP server's `read_artifact`: an id and a page.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -655,28 +536,6 @@ mod tests {
                 "additionalProperties": false
             })
         );
-    }
-
-    #[test]
-    fn pages_of_arrays_and_text_concatenate_to_the_whole() {
-        let array: Value = (0..500)
-            .map(|i| json!({"id": i, "name": format!("n{i}")}))
-            .collect();
-        let pages = pages(&array, 100);
-        assert!(pages.len() > 5);
-        let joined: Vec<Value> = pages
-            .iter()
-            .flat_map(|p| p.as_array().unwrap().clone())
-            .collect();
-        assert_eq!(Value::Array(joined), array);
-        for page in &pages {
-            assert!(count(&key_json(page)) <= 100);
-        }
-        let text = "é word ".repeat(3000);
-        let pages = super::pages(&json!(text), 150);
-        let joined: String = pages.iter().map(|p| p.as_str().unwrap()).collect();
-        assert_eq!(joined, text);
-        assert!(pages.iter().all(|p| count(&key_json(p)) <= 150));
     }
 
     #[test]

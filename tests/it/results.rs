@@ -54,34 +54,62 @@ fn stored(store: &SqliteStore, id: &str) -> StoredArtifact {
     })
 }
 
-/// Every page of an artifact, each checked against the budget; their items (or text) joined.
+/// The fields a page holds its body in, one per page.
+const BODIES: [&str; 4] = ["items", "entries", "text", "json"];
+
+/// Every page of an artifact as `artifact --page N` gives it, each checked against its budget
+/// (which is within the run's) and against a quarter of it; the value they stand for, put
+/// together as docs/results.md says: items concatenated, entries merged, text concatenated,
+/// JSON text concatenated and parsed.
 fn all_pages(store: &SqliteStore, id: &str, budget: usize) -> Value {
     let stored = stored(store, id);
     let text = String::from_utf8(stored.content).unwrap();
-    let all = artifact_pages(&text, stored.page_tokens).unwrap();
+    let page_tokens = stored.page_tokens.max(toolscript::MIN_PAGE_TOKENS);
+    assert!(
+        page_tokens < budget,
+        "{page_tokens} for a budget of {budget}"
+    );
+    let all: Vec<Value> = artifact_pages(&text, stored.page_tokens)
+        .unwrap()
+        .iter()
+        .map(|p| serde_json::to_value(p).unwrap())
+        .collect();
     let pages = all.len();
     // One page as `artifact --page N` and `ts_artifact` give it: the same as in the list.
     let last = artifact_page(&text, stored.page_tokens, pages - 1).unwrap();
     assert_eq!(last["pages"], json!(pages));
-    assert_eq!(last.get("items").or(last.get("text")), all.last());
-    let (mut items, mut joined) = (Vec::new(), String::new());
-    for (n, body) in all.into_iter().enumerate() {
+    assert_eq!(Some(&last), all.last());
+    let kind = BODIES.iter().find(|k| all[0].get(**k).is_some()).unwrap();
+    let (mut items, mut entries, mut joined) = (Vec::new(), serde_json::Map::new(), String::new());
+    for (n, page) in all.into_iter().enumerate() {
+        assert_eq!(page["page"], json!(n));
+        let body = &page[*kind];
+        let t = tokens(body);
         assert!(
-            tokens(&body) <= budget,
-            "page {n} of {pages} is {} tokens, over {budget}",
-            tokens(&body)
+            t <= page_tokens,
+            "page {n} of {pages} is {t} tokens, over {page_tokens}"
+        );
+        assert!(
+            n + 1 == pages || t >= page_tokens / 4,
+            "page {n} of {pages} is {t} tokens, under a quarter of {page_tokens}"
         );
         match body {
-            Value::Array(a) => items.extend(a),
-            Value::String(s) => joined.push_str(&s),
-            other => panic!("a page is items or text, not {other}"),
+            Value::Array(a) => items.extend(a.iter().cloned()),
+            Value::Object(m) => {
+                for (k, v) in m {
+                    assert!(entries.insert(k.clone(), v.clone()).is_none(), "{k} twice");
+                }
+            }
+            Value::String(s) => joined.push_str(s),
+            other => panic!("a page is items, entries or text, not {other}"),
         }
     }
     assert!(artifact_page(&text, stored.page_tokens, pages).is_err());
-    if items.is_empty() && !joined.is_empty() {
-        Value::String(joined)
-    } else {
-        Value::Array(items)
+    match *kind {
+        "items" => Value::Array(items),
+        "entries" => Value::Object(entries),
+        "text" => Value::String(joined),
+        _ => serde_json::from_str(&joined).unwrap(),
     }
 }
 
@@ -359,6 +387,102 @@ async fn a_later_script_reads_an_artifact_page_by_page() {
     assert_eq!(whole.result.unwrap(), json!(3000));
 }
 
+/// The script of about 11 KB the smallest budget is measured with: a map of 40 records, each
+/// printed as it is made.
+const RECORDS_AND_LOGS: &str = r#"
+    let m = #{};
+    for i in 0..40 {
+        m[`record${i}`] = #{id: i, name: `user number ${i}`, email: `user${i}@example.com`,
+            role: "reader", note: `record ${i} of the forty, with a sentence of text in it`,
+            tags: ["alpha", "beta", `t${i}`], active: i % 2 == 0};
+        print(`log line ${i}: record${i} was written, with some words after it`);
+    }
+    m
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_smallest_budget_an_11_kb_value_and_its_logs_have_few_pages() {
+    let dir = TempDir::new().unwrap();
+    let budget = toolscript::MIN_INLINE_TOKENS;
+    let (runtime, store) = bounded_runtime(&dir, vec![], budget);
+    for policy in [ResultPolicy::Page, ResultPolicy::Auto] {
+        let outcome = runtime
+            .run_with(
+                RECORDS_AND_LOGS,
+                RunOptions::default().result_policy(policy),
+            )
+            .await;
+        let out = outcome.to_json();
+        assert!(
+            output_tokens(&out) <= budget,
+            "{} tokens",
+            output_tokens(&out)
+        );
+        let value = outcome.result.clone().unwrap();
+        let logs = json!(outcome.logs);
+        assert_eq!(outcome.artifacts.len(), 2, "{:?}", outcome.artifacts);
+        assert!(canonical(&value).len() + canonical(&logs).len() > 10_000);
+        for artifact in &outcome.artifacts {
+            assert!(artifact.pages <= 60, "{} pages", artifact.pages);
+            let whole = all_pages(&store, &artifact.id, budget);
+            assert!(whole == value || whole == logs, "{whole}");
+        }
+        assert_eq!(
+            out["value"]["pages"].as_u64(),
+            Some(outcome.artifacts[0].pages)
+        );
+    }
+    // An 11 KB string without a newline.
+    let outcome = runtime
+        .run(r#"let s = ""; for i in 0..1400 { s += `word${i % 10}é `; } s"#)
+        .await;
+    let artifact = &outcome.artifacts[0];
+    assert!(artifact.bytes > 11_000, "{} bytes", artifact.bytes);
+    assert!(artifact.pages <= 60, "{} pages", artifact.pages);
+    assert_eq!(
+        &all_pages(&store, &artifact.id, budget),
+        outcome.result.as_ref().unwrap()
+    );
+}
+
+/// An artifact stored before pages had a floor (a page budget of one token) still reads, in
+/// pages of the floor; a run that stores the same bytes again says the pages readers get.
+#[test]
+fn an_artifact_stored_with_a_tiny_page_budget_reads_in_pages_of_the_floor() {
+    let dir = TempDir::new().unwrap();
+    let store_path = dir.path().join("store.sqlite3");
+    let store = SqliteStore::open(&store_path).unwrap();
+    let value: Value = (0..300)
+        .map(|i| json!({"n": i, "word": "é".repeat(i % 7)}))
+        .collect();
+    let content = canonical(&value);
+    let id = sha256(&content)[..32].to_string();
+    let old = StoredArtifact::new(content.clone().into_bytes(), 1, "page", "an-old-run");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(store.put_artifact(&id, old)).unwrap();
+        });
+    });
+    let pages = artifact_pages(&content, 1).unwrap();
+    assert!(pages.len() < 60, "{} pages", pages.len());
+    assert_eq!(all_pages(&store, &id, 1200), value);
+    let (code, page, stderr) = toolscript(&["artifact", &id, "--page", "1"], &store_path);
+    assert_eq!(code, 0, "{stderr}");
+    let page: Value = serde_json::from_slice(&page).unwrap();
+    assert_eq!(page["pages"], json!(pages.len()), "{page}");
+    assert!(page["items"].is_array(), "{page}");
+
+    let (runtime, _) = bounded_runtime(&dir, vec![giving(value.clone(), ResultPolicy::Page)], 1200);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let outcome = rt.block_on(runtime.run("give()"));
+    assert_eq!(artifact_of(&outcome), id);
+    assert_eq!(outcome.artifacts[0].pages, pages.len() as u64);
+    assert_eq!(outcome.to_json()["value"]["pages"], json!(pages.len()));
+}
+
 /// Random JSON: the shapes a tool returns.
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -401,15 +525,8 @@ fn random_values_and_budgets_are_bounded_and_restored_exactly() {
             Some(artifact) => {
                 let stored = stored(&store, &artifact.id);
                 prop_assert_eq!(stored.content, canonical(&value).into_bytes());
-                if out["value"]["policy"] == "page" {
-                    let joined = all_pages(&store, &artifact.id, budget);
-                    let restored = match (&value, joined) {
-                        (Value::Array(_), j @ Value::Array(_)) | (Value::String(_), j @ Value::String(_)) => j,
-                        (_, Value::String(text)) => serde_json::from_str(&text).unwrap(),
-                        (_, j) => j,
-                    };
-                    prop_assert_eq!(restored, value);
-                }
+                // Pages of any policy's artifact: `compress` keeps one too.
+                prop_assert_eq!(all_pages(&store, &artifact.id, budget), value);
             }
         }
     });
