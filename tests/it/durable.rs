@@ -436,9 +436,10 @@ async fn replayed_reads_are_not_made_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_replays_a_failed_read_and_its_retry_as_they_were() {
-    // Every other call with the same arguments fails: the first of each epoch does.
+    // Every other call with the same arguments fails: the first of each epoch does, the first
+    // with a tool's own kind that says it passes.
     let script = "let seen = [];\nlet r = ();\nwhile r == () { try { r = flaky(#{id: 7}); } catch (e) { seen.push(e.kind); } }\nseen.push(r.n);\nsend(#{n: r.n});\nlet again = ();\nwhile again == () { try { again = flaky(#{id: 7}); } catch (e) { seen.push(e.kind); } }\nseen.push(again.n);\nprint(seen);\nseen";
-    let expected = json!(["unavailable", 1, "unavailable", 3]);
+    let expected = json!(["rate_limited", 1, "unavailable", 3]);
     for (first, then) in [
         (Mode::Speculative, Mode::Sequential),
         (Mode::Sequential, Mode::Speculative),
@@ -447,7 +448,11 @@ async fn a_resume_replays_a_failed_read_and_its_retry_as_they_were() {
         let (flaky, calls) = by_occurrence(
             "flaky",
             |_| Duration::from_millis(3),
-            |_, n| (n % 2 == 0).then(|| toolscript::ToolError::unavailable("down")),
+            |_, n| match n {
+                0 => toolscript::ToolError::with_kind_name("rate_limited", "slow down")
+                    .map(|e| e.with_recoverable(true)),
+                n => (n % 2 == 0).then(|| toolscript::ToolError::unavailable("down")),
+            },
         );
         let send = Tool::builder("send", Effect::Write)
             .approval(Approval::Always)
@@ -480,7 +485,7 @@ async fn a_resume_replays_a_failed_read_and_its_retry_as_they_were() {
         assert_eq!(done.stats.replayed, 2, "{first:?} then {then:?}");
         assert_eq!(
             done.logs,
-            [r#"["unavailable", 1, "unavailable", 3]"#],
+            [r#"["rate_limited", 1, "unavailable", 3]"#],
             "{first:?} then {then:?}"
         );
         let made: Vec<_> = done
