@@ -1,10 +1,13 @@
 //! The run ledger: what the run's meaning keeps between calls, for the executor and the scout
 //! alike. The epoch (how many non-read calls the executor has completed, derived from its write
-//! log), the reads of each epoch keyed by (epoch, tool, canonical arguments) — whether the
-//! executor made them or the scout started them early — and the one claim operation by which
-//! the executor takes a speculative outcome as its own.
+//! log), the reads of each epoch keyed by (epoch, tool, canonical arguments, occurrence) —
+//! whether the executor made them or the scout started them early — and the one claim
+//! operation by which the executor takes a speculative outcome as its own.
 //!
-//! A sequential run uses it too: its reads are de-duplicated here within an epoch.
+//! A sequential run uses it too: its reads are de-duplicated here within an epoch. An identical
+//! read is answered by the epoch's earlier one unless that one failed in a way the same call
+//! may not fail again ([`made_again`]): then it is the read's next *occurrence*, a call of its
+//! own, so that a retry loop a model writes retries.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -17,7 +20,8 @@ use crate::dispatch::{Claim, RunContext, Speculation};
 use crate::error::ToolError;
 use crate::sync::lock;
 
-/// A read call as the run's meaning sees it: identical reads in one epoch are one call.
+/// A read call as the run's meaning sees it: identical reads in one epoch are one call, one
+/// occurrence of the read.
 ///
 /// Its strings are shared, not owned: the tool's name with the registry, the arguments with
 /// the call, so that a key is made, kept in the ledger and copied without copying its text.
@@ -28,6 +32,41 @@ pub(crate) struct ReadKey {
     pub(crate) tool: Arc<str>,
     /// Canonical JSON of the arguments.
     pub(crate) args: Arc<str>,
+    /// Which occurrence of the read in its epoch, from 0: the next one begins after each
+    /// failure [`made_again`] names (and at every call of a polling tool). The journal keeps
+    /// reads by it, so that a resume replays a failure and its retry each as it was.
+    pub(crate) n: u64,
+}
+
+impl ReadKey {
+    /// The first occurrence of `tool` with `args` in `epoch`.
+    pub(crate) fn first(epoch: u64, tool: Arc<str>, args: Arc<str>) -> ReadKey {
+        ReadKey {
+            epoch,
+            tool,
+            args,
+            n: 0,
+        }
+    }
+
+    /// The same read's occurrence `n`.
+    pub(crate) fn occurrence(&self, n: u64) -> ReadKey {
+        ReadKey { n, ..self.clone() }
+    }
+}
+
+/// Whether the next identical read in the same epoch is a new call rather than answered by
+/// this outcome: the one rule that makes a model's retry loop retry.
+///
+/// It is the error's own word: [`ToolError::recoverable`], "the same call may succeed later
+/// unchanged" — by default true for `timeout`, `unavailable` and `circuit_open`
+/// ([`ErrorKind::default_recoverable`](crate::ErrorKind::default_recoverable)) and false for
+/// every other kind, and a tool may say otherwise for its own errors (a `rate_limited` that
+/// passes, an `unavailable` that will not). A success, and a failure the same call would meet
+/// again (`invalid_input`, `not_found`, `budget_exceeded`...), answer every later identical
+/// read of the epoch. The journal keeps the flag, so a resume decides as the first process did.
+pub(crate) fn made_again(outcome: &Result<Value, ToolError>) -> bool {
+    matches!(outcome, Err(e) if e.recoverable)
 }
 
 pub(crate) use crate::error::Outcome;
@@ -153,10 +192,28 @@ impl OutcomeSlot {
 #[derive(Debug)]
 struct Entry {
     cell: Arc<OutcomeSlot>,
-    /// `None` for the executor's own read; the scout's speculation for one it started.
+    /// `None` for the executor's own read or a replayed one; the scout's speculation for one it
+    /// started.
     speculation: Option<Arc<Speculation>>,
     /// The journal answered it.
     replayed: bool,
+    /// The executor has taken its outcome as its own call's (made it, claimed it, or took it
+    /// from the journal): a later identical read is answered by it, or is the next occurrence.
+    used: bool,
+}
+
+impl Entry {
+    /// Whether the next occurrence of this read would be made by the executor: this one has
+    /// landed with a failure [`made_again`] names, and it is the executor's outcome or will be
+    /// when claimed (not the runtime's refusal of a speculative call, which the executor makes
+    /// again itself).
+    fn retried(&self) -> bool {
+        let Some(outcome) = self.cell.get() else {
+            return false;
+        };
+        let refused = matches!(&*outcome, Err(e) if e.kind.is_speculation_refusal());
+        made_again(&outcome) && (self.used || !refused)
+    }
 }
 
 /// A non-read call the executor made, with its outcome.
@@ -227,8 +284,8 @@ impl Book {
         self.writes.len() as u64
     }
 
-    /// An executor entry for `key` holding the journal's outcome of it.
-    fn replayed_entry(&mut self, key: &ReadKey, outcome: &Outcome) -> Arc<OutcomeSlot> {
+    /// An entry for `key` holding the journal's outcome of it; `used` when the executor asked.
+    fn replayed_entry(&mut self, key: &ReadKey, outcome: &Outcome, used: bool) -> Arc<OutcomeSlot> {
         let cell = OutcomeSlot::new();
         cell.set((**outcome).clone());
         self.entries.insert(
@@ -237,19 +294,20 @@ impl Book {
                 cell: Arc::clone(&cell),
                 speculation: None,
                 replayed: true,
+                used,
             },
         );
         cell
     }
 
     /// What the scout may take the read `key` to return while it is in flight: the outcome of
-    /// the identical read in the latest of the last [`LOOKBACK`] epochs that has one (or that
-    /// read's own guess), when it succeeded.
+    /// the identical read's first occurrence in the latest of the last [`LOOKBACK`] epochs that
+    /// has one (or that read's own guess), when it succeeded.
     fn prediction(&mut self, key: &ReadKey) -> Option<Prediction> {
         if !self.predict || key.epoch == 0 {
             return None;
         }
-        let mut probe = key.clone();
+        let mut probe = key.occurrence(0);
         let value = (key.epoch.saturating_sub(LOOKBACK)..key.epoch)
             .rev()
             .find_map(|epoch| {
@@ -274,16 +332,30 @@ impl Book {
             cell: Arc::clone(&cell),
             speculation: None,
             replayed: false,
+            used: true,
         };
         self.entries.insert(key.clone(), entry);
         self.misses += 1;
         cell
     }
+
+    /// Whether the scout may start the read `key`: its first occurrence always; a later one
+    /// only once the occurrence before has landed with a failure that makes the executor call
+    /// again. So a retry never reaches its tool before the failure it retries, and a tool sees
+    /// one read's occurrences in the order a sequential run makes them.
+    fn may_start(&self, key: &ReadKey) -> bool {
+        key.n == 0
+            || self
+                .entries
+                .get(&key.occurrence(key.n - 1))
+                .is_some_and(Entry::retried)
+    }
 }
 
 /// What the executor does for a read.
 pub(crate) enum Read {
-    /// An identical read earlier in this epoch answers it.
+    /// An identical read earlier in this epoch answers it (it succeeded, or failed in a way
+    /// the same call would fail again).
     Repeat(Outcome),
     /// The run's journal answers it: an earlier process of the run made it.
     Replayed(Outcome),
@@ -354,48 +426,59 @@ impl RunLedger {
         self.lock().epoch()
     }
 
-    /// The executor's read of `key`, on the script thread (it may wait for a speculative
-    /// outcome). A speculative outcome is claimed here, in one operation: the entry is marked,
-    /// and the budget and breakers are charged as the sequential call would have charged them
-    /// ([`RunContext::claim`]); if they cannot be, the executor dispatches the read itself.
-    pub(crate) fn read(&self, key: &ReadKey) -> Read {
+    /// The executor's read of `key` (its first occurrence), on the script thread (it may wait
+    /// for a speculative outcome); `key` is left at the occurrence that answers it. An
+    /// occurrence the executor already used answers it, unless that one failed in a way
+    /// [`made_again`] names: then the next occurrence does. A speculative outcome is claimed
+    /// here, in one operation: the entry is marked, and the budget and breakers are charged as
+    /// the sequential call would have charged them ([`RunContext::claim`]); if they cannot be,
+    /// the executor dispatches the read itself.
+    pub(crate) fn read(&self, key: &mut ReadKey) -> Read {
         let mut book = self.lock();
-        let speculated = match book.entries.get(key) {
-            None => {
-                if let Some(outcome) = self.journaled(key) {
-                    book.replayed_entry(key, &outcome);
-                    return Read::Replayed(outcome);
+        let (cell, speculation) = loop {
+            match book.entries.get_mut(key) {
+                None => {
+                    if let Some(outcome) = self.journaled(key) {
+                        book.replayed_entry(key, &outcome, true);
+                        return Read::Replayed(outcome);
+                    }
+                    let cell = book.executor_entry(key);
+                    drop(book);
+                    self.bump();
+                    return Read::Dispatch(cell);
                 }
-                let cell = book.executor_entry(key);
-                drop(book);
-                self.bump();
-                return Read::Dispatch(cell);
+                // The executor's own earlier occurrence: it waited for it, so it has landed.
+                Some(entry) if entry.used => {
+                    let outcome = entry.cell.wait_blocking();
+                    if made_again(&outcome) {
+                        key.n += 1;
+                        continue;
+                    }
+                    return if entry.replayed {
+                        Read::Replayed(outcome)
+                    } else {
+                        Read::Repeat(outcome)
+                    };
+                }
+                Some(entry) => match &entry.speculation {
+                    // The journal answered the scout's ask for it.
+                    None => {
+                        entry.used = true;
+                        return Read::Replayed(entry.cell.wait_blocking());
+                    }
+                    Some(speculation) => break (Arc::clone(&entry.cell), Arc::clone(speculation)),
+                },
             }
-            Some(Entry {
-                cell,
-                speculation: None,
-                replayed,
-            }) if *replayed => return Read::Replayed(cell.wait_blocking()),
-            Some(Entry {
-                cell,
-                speculation: None,
-                ..
-            }) => return Read::Repeat(cell.wait_blocking()),
-            Some(Entry {
-                cell,
-                speculation: Some(speculation),
-                ..
-            }) => (Arc::clone(cell), Arc::clone(speculation)),
         };
         drop(book);
-        let (cell, speculation) = speculated;
         let outcome = cell.wait_blocking();
-        if speculation.is_claimed() {
-            return Read::Repeat(outcome);
-        }
         match self.ctx.claim(&key.tool, &speculation, &outcome) {
             Claim::Taken => {
-                self.lock().claimed += 1;
+                let mut book = self.lock();
+                book.claimed += 1;
+                if let Some(entry) = book.entries.get_mut(key) {
+                    entry.used = true;
+                }
                 Read::Claimed(outcome)
             }
             Claim::Refused(e) => {
@@ -415,18 +498,18 @@ impl RunLedger {
     /// The journal's outcome of the read `key`, when the run is durable and has one.
     fn journaled(&self, key: &ReadKey) -> Option<Outcome> {
         let journal = self.ctx.journal.as_ref()?;
-        journal.read(key.epoch, &key.tool, &key.args, 0)
+        journal.read(key.epoch, &key.tool, &key.args, key.n)
     }
 
-    /// The executor used the outcome of a read (the `n`th of `key` in its epoch, 0 but for
-    /// polling tools): a durable run journals it.
-    pub(crate) fn used(&self, key: &ReadKey, n: u64, outcome: &Result<Value, ToolError>) {
+    /// The executor used the outcome of the read `key` (the occurrence it names): a durable
+    /// run journals it.
+    pub(crate) fn used(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) {
         if let Some(journal) = &self.ctx.journal {
             journal.record_read(crate::store::ReadRow::new(
                 key.epoch,
                 key.tool.to_string(),
                 key.args.to_string(),
-                n,
+                key.n,
                 Arc::new(outcome.clone()),
             ));
         }
@@ -443,16 +526,19 @@ impl RunLedger {
         self.lock().writes.get(k).cloned()
     }
 
-    /// The scout asks to start a read.
+    /// The scout asks to start a read (the occurrence `key` names; see [`Book::may_start`]).
     pub(crate) fn launch(&self, key: &ReadKey) -> Launch {
         let mut book = self.lock();
         if let Some(entry) = book.entries.get(key) {
             return Launch::Existing(Arc::clone(&entry.cell));
         }
+        if !book.may_start(key) {
+            return Launch::Refused;
+        }
         // A read the journal answers is answered for the scout too: speculation goes on
         // across a resume without calling the tool again.
         if let Some(outcome) = self.journaled(key) {
-            return Launch::Existing(book.replayed_entry(key, &outcome));
+            return Launch::Existing(book.replayed_entry(key, &outcome, false));
         }
         let per_tool = book
             .in_flight_per_tool
@@ -480,6 +566,7 @@ impl RunLedger {
                 cell: Arc::clone(&cell),
                 speculation: Some(Arc::clone(&speculation)),
                 replayed: false,
+                used: false,
             },
         );
         book.launched += 1;
@@ -574,11 +661,7 @@ mod tests {
     }
 
     fn key(epoch: u64, tool: &str) -> ReadKey {
-        ReadKey {
-            epoch,
-            tool: tool.into(),
-            args: "{}".into(),
-        }
+        ReadKey::first(epoch, tool.into(), "{}".into())
     }
 
     fn write() -> WriteRecord {
@@ -598,12 +681,12 @@ mod tests {
         assert!(matches!(ledger.launch(&key(0, "a")), Launch::Existing(_)));
         cell.set(Ok(json!(1)));
         ledger.landed("a");
-        match ledger.read(&key(0, "a")) {
+        match ledger.read(&mut key(0, "a")) {
             Read::Claimed(outcome) => assert_eq!(*outcome, Ok(json!(1))),
             _ => panic!("expected the claim"),
         }
         assert!(
-            matches!(ledger.read(&key(0, "a")), Read::Repeat(_)),
+            matches!(ledger.read(&mut key(0, "a")), Read::Repeat(_)),
             "a claimed outcome answers repeats"
         );
         assert_eq!(ledger.counts(), (1, 1));
@@ -617,11 +700,11 @@ mod tests {
             panic!("expected a start");
         };
         cell.set(Err(ToolError::new(ErrorKind::Cancelled, "not needed")));
-        let Read::Dispatch(mine) = ledger.read(&key(0, "a")) else {
+        let Read::Dispatch(mine) = ledger.read(&mut key(0, "a")) else {
             panic!("a refusal is never claimed");
         };
         mine.set(Ok(json!(2)));
-        assert!(matches!(ledger.read(&key(0, "a")), Read::Repeat(o) if *o == Ok(json!(2))));
+        assert!(matches!(ledger.read(&mut key(0, "a")), Read::Repeat(o) if *o == Ok(json!(2))));
         assert_eq!(ledger.counts(), (1, 0));
         assert_eq!(ledger.misses(), 1);
     }
@@ -629,15 +712,140 @@ mod tests {
     #[test]
     fn executor_entries_answer_repeats_and_the_scout() {
         let ledger = ledger(SpeculationLimits::default(), 10);
-        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+        let Read::Dispatch(cell) = ledger.read(&mut key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(2)));
-        assert!(matches!(ledger.read(&key(0, "a")), Read::Repeat(_)));
+        assert!(matches!(ledger.read(&mut key(0, "a")), Read::Repeat(_)));
         assert!(matches!(ledger.launch(&key(0, "a")), Launch::Existing(_)));
         cell.set(Ok(json!(3)));
         assert_eq!(*cell.get().unwrap(), Ok(json!(2)), "a cell is set once");
         assert_eq!(ledger.misses(), 1);
+    }
+
+    /// The executor's read of `key`'s first occurrence, dispatched and answered with `outcome`;
+    /// the occurrence it was.
+    fn dispatched(ledger: &RunLedger, outcome: Result<Value, ToolError>) -> u64 {
+        let mut key = key(0, "a");
+        let Read::Dispatch(cell) = ledger.read(&mut key) else {
+            panic!("expected a call of its own");
+        };
+        cell.set(outcome);
+        key.n
+    }
+
+    #[test]
+    fn a_recoverable_failure_makes_the_next_identical_read_a_new_call() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let down = || Err(ToolError::unavailable("down"));
+        assert_eq!(dispatched(&ledger, down()), 0);
+        assert_eq!(
+            dispatched(&ledger, Err(ToolError::new(ErrorKind::Timeout, "slow"))),
+            1
+        );
+        let limited = ToolError::with_kind_name("rate_limited", "wait")
+            .unwrap()
+            .with_recoverable(true);
+        assert_eq!(
+            dispatched(&ledger, Err(limited)),
+            2,
+            "a tool's own kind, recoverable by its word"
+        );
+        assert_eq!(dispatched(&ledger, Ok(json!(7))), 3);
+        let mut again = key(0, "a");
+        assert!(
+            matches!(ledger.read(&mut again), Read::Repeat(o) if *o == Ok(json!(7))),
+            "a success answers every later identical read"
+        );
+        assert_eq!(again.n, 3);
+        assert_eq!(ledger.misses(), 4);
+    }
+
+    #[test]
+    fn a_failure_the_same_call_would_meet_again_answers_its_repeats() {
+        for failure in [
+            ToolError::not_found("no a"),
+            ToolError::invalid_input("bad"),
+            ToolError::unavailable("gone for good").with_recoverable(false),
+            ToolError::new(ErrorKind::Cancelled, "dropped"),
+        ] {
+            let ledger = ledger(SpeculationLimits::default(), 10);
+            assert_eq!(dispatched(&ledger, Err(failure.clone())), 0);
+            let mut again = key(0, "a");
+            assert!(
+                matches!(ledger.read(&mut again), Read::Repeat(o) if *o == Err(failure.clone())),
+                "{failure}"
+            );
+            assert_eq!(again.n, 0);
+        }
+    }
+
+    #[test]
+    fn the_scout_starts_a_retry_only_after_the_failure_it_retries() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let second = key(0, "a").occurrence(1);
+        assert!(
+            matches!(ledger.launch(&second), Launch::Refused),
+            "no first"
+        );
+        let Launch::Start(first, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        assert!(
+            matches!(ledger.launch(&second), Launch::Refused),
+            "the first is in flight"
+        );
+        first.set(Err(ToolError::unavailable("down")));
+        ledger.landed("a");
+        let Launch::Start(retry, _) = ledger.launch(&second) else {
+            panic!("the first failed: its retry may start");
+        };
+        retry.set(Ok(json!(1)));
+        ledger.landed("a");
+        assert!(
+            matches!(ledger.launch(&second.occurrence(2)), Launch::Refused),
+            "the retry succeeded: there is no third"
+        );
+        // The executor claims both in its own order, and repeats the second.
+        let mut read = key(0, "a");
+        assert!(matches!(ledger.read(&mut read), Read::Claimed(o) if o.is_err()));
+        assert_eq!(read.n, 0);
+        let mut read = key(0, "a");
+        assert!(matches!(ledger.read(&mut read), Read::Claimed(o) if *o == Ok(json!(1))));
+        assert_eq!(read.n, 1);
+        let mut read = key(0, "a");
+        assert!(matches!(ledger.read(&mut read), Read::Repeat(_)));
+        assert_eq!(read.n, 1);
+        assert_eq!(ledger.counts(), (2, 2));
+        assert_eq!(ledger.misses(), 0);
+    }
+
+    #[test]
+    fn a_refusal_only_speculation_met_starts_no_retry() {
+        let ledger = ledger(SpeculationLimits::default(), 10);
+        let Launch::Start(first, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        // Recoverable, but the runtime's answer to the speculative call, not the tool's: the
+        // executor makes the call itself, and that call decides whether there is a retry.
+        first.set(Err(ToolError::new(ErrorKind::CircuitOpen, "open")));
+        ledger.landed("a");
+        let second = key(0, "a").occurrence(1);
+        assert!(matches!(ledger.launch(&second), Launch::Refused));
+        let mut read = key(0, "a");
+        let Read::Dispatch(mine) = ledger.read(&mut read) else {
+            panic!("a refusal is never claimed");
+        };
+        assert_eq!(read.n, 0);
+        assert!(
+            matches!(ledger.launch(&second), Launch::Refused),
+            "the executor's own is in flight"
+        );
+        mine.set(Err(ToolError::new(ErrorKind::CircuitOpen, "open")));
+        assert!(
+            matches!(ledger.launch(&second), Launch::Start(..)),
+            "the executor's own circuit_open is retried"
+        );
     }
 
     #[test]
@@ -708,7 +916,7 @@ mod tests {
         // The guess of a read in flight carries on to the next epoch, and the executor's own
         // reads are guessed too.
         ledger.record_write(write());
-        let Read::Dispatch(third) = ledger.read(&key(2, "a")) else {
+        let Read::Dispatch(third) = ledger.read(&mut key(2, "a")) else {
             panic!("expected a miss");
         };
         assert_eq!(third.predicted(), Some(&json!({"n": 1})));
@@ -763,12 +971,12 @@ mod tests {
             ..SpeculationLimits::default()
         };
         let sequential = ledger(off, 10);
-        let Read::Dispatch(cell) = sequential.read(&key(0, "a")) else {
+        let Read::Dispatch(cell) = sequential.read(&mut key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(1)));
         sequential.record_write(write());
-        let Read::Dispatch(cell) = sequential.read(&key(1, "a")) else {
+        let Read::Dispatch(cell) = sequential.read(&mut key(1, "a")) else {
             panic!("expected a miss");
         };
         assert!(cell.predicted().is_none());
@@ -777,7 +985,7 @@ mod tests {
     #[test]
     fn a_released_ledger_is_closed_and_empty() {
         let ledger = ledger(SpeculationLimits::default(), 10);
-        let Read::Dispatch(cell) = ledger.read(&key(0, "a")) else {
+        let Read::Dispatch(cell) = ledger.read(&mut key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(1)));

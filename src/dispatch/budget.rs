@@ -88,10 +88,15 @@ impl BudgetMeter {
     }
 
     /// Counts one read the scout wants to start against the speculative cap; `false` when the
-    /// cap is reached. This is the only place the cap is enforced.
+    /// cap is reached, or when the run's calls are spent. This is the only place the cap is
+    /// enforced.
     pub(crate) fn reserve_speculative(&self) -> bool {
         let mut spent = self.lock();
-        if spent.speculative >= self.budget.max_speculative_calls {
+        // Once the run's calls are spent no claim can be charged: a read started now could
+        // only be wasted (a retry loop that ran into the budget would have the scout retry on).
+        if spent.speculative >= self.budget.max_speculative_calls
+            || spent.calls >= self.budget.max_calls
+        {
             return false;
         }
         spent.speculative += 1;
@@ -241,6 +246,20 @@ mod tests {
             "only the start is capped"
         );
         assert!(m.charge(now).is_ok(), "the executor's calls are not");
+    }
+
+    #[test]
+    fn nothing_speculative_starts_once_the_calls_are_spent() {
+        let (m, now) = meter(Budget {
+            max_calls: 1,
+            ..Budget::default()
+        });
+        assert!(m.reserve_speculative());
+        let _charged = m.charge(now).unwrap();
+        assert!(
+            !m.reserve_speculative(),
+            "a read started now could never be claimed"
+        );
     }
 
     #[test]

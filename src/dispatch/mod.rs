@@ -113,12 +113,6 @@ pub(crate) struct Speculation {
     shaped: AtomicBool,
 }
 
-impl Speculation {
-    pub(crate) fn is_claimed(&self) -> bool {
-        self.claimed.load(Ordering::SeqCst)
-    }
-}
-
 /// One call to dispatch.
 #[derive(Clone, Debug)]
 pub(crate) struct Call {

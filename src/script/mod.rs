@@ -1,7 +1,8 @@
 //! The script executor: the authoritative, sequential run of a script. Rhai runs on a thread of
 //! its own; each tool call blocks that thread until the dispatch path, running on the async
-//! runtime, has its result. The run's meaning — epochs, identical reads answered once, claims
-//! of what the scout started — is kept in the run ledger.
+//! runtime, has its result. The run's meaning — epochs, identical reads answered once (but
+//! made again after a recoverable failure), claims of what the scout started — is kept in the
+//! run ledger.
 
 mod check;
 
@@ -68,8 +69,8 @@ struct Executor {
     ledger: Arc<RunLedger>,
     handle: tokio::runtime::Handle,
     counts: Mutex<Counts>,
-    /// Occurrences of each polling read so far, by (epoch, tool, arguments): the journal's
-    /// key of the next one.
+    /// Occurrences of each polling read so far, by its first occurrence's key: the next one's
+    /// number.
     polls: Mutex<std::collections::HashMap<ReadKey, u64>>,
     /// Why the run must stop at once (a pause, a journal that cannot be written or that the
     /// script no longer matches): the script cannot catch it.
@@ -226,42 +227,36 @@ impl Executor {
         lock(&self.stop).clone()
     }
 
-    /// A polling read of the tool `tool` (its shared name): dispatched afresh every time (or
-    /// answered by the journal, which keeps each occurrence).
+    /// A polling read of the tool `tool` (its shared name): dispatched afresh every time, each
+    /// call an occurrence of its own (or answered by the journal, which keeps each occurrence).
     fn poll(&self, call: Call, tool: Arc<str>) -> Outcome {
-        let key = ReadKey {
-            epoch: self.ledger.epoch(),
-            tool,
-            args: Arc::clone(&call.args_key),
-        };
+        let first = ReadKey::first(self.ledger.epoch(), tool, Arc::clone(&call.args_key));
         let n = {
             let mut polls = lock(&self.polls);
-            let n = polls.entry(key.clone()).or_default();
+            let n = polls.entry(first.clone()).or_default();
             *n += 1;
             *n - 1
         };
+        let key = first.occurrence(n);
         let journaled = self
             .ctx
             .journal
             .as_ref()
-            .and_then(|j| j.read(key.epoch, &key.tool, &key.args, n));
+            .and_then(|j| j.read(key.epoch, &key.tool, &key.args, key.n));
         if let Some(outcome) = journaled {
             lock(&self.counts).replayed += 1;
             return outcome;
         }
         let result = self.dispatch(call);
-        self.ledger.used(&key, n, &result);
+        self.ledger.used(&key, &result);
         Arc::new(result)
     }
 
-    /// A read of the tool `tool` (its shared name), through the ledger.
+    /// A read of the tool `tool` (its shared name), through the ledger, which says which
+    /// occurrence of the read it is.
     fn read(&self, call: Call, tool: Arc<str>) -> Outcome {
-        let key = ReadKey {
-            epoch: self.ledger.epoch(),
-            tool,
-            args: Arc::clone(&call.args_key),
-        };
-        match self.ledger.read(&key) {
+        let mut key = ReadKey::first(self.ledger.epoch(), tool, Arc::clone(&call.args_key));
+        match self.ledger.read(&mut key) {
             Read::Repeat(outcome) => {
                 lock(&self.counts).deduplicated += 1;
                 outcome
@@ -271,7 +266,7 @@ impl Executor {
                 outcome
             }
             Read::Claimed(outcome) => {
-                self.ledger.used(&key, 0, &outcome);
+                self.ledger.used(&key, &outcome);
                 outcome
             }
             Read::Dispatch(cell) => {
@@ -279,7 +274,7 @@ impl Executor {
                 // Only the executor sets the cell of its own read: the outcome is the one just
                 // set, shared with the ledger rather than copied.
                 let outcome = cell.wait_blocking();
-                self.ledger.used(&key, 0, &outcome);
+                self.ledger.used(&key, &outcome);
                 outcome
             }
         }

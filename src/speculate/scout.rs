@@ -5,8 +5,8 @@
 //! exact call. The scout never changes a run's result: the executor only claims outcomes of
 //! the calls it makes itself.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,7 @@ use crate::dispatch::{dispatch, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
 use crate::json::key_json;
-use crate::ledger::{Launch, OutcomeSlot, ReadKey, RunLedger};
+use crate::ledger::{made_again, Launch, OutcomeSlot, ReadKey, RunLedger};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -60,6 +60,23 @@ struct Pass {
     capped: bool,
     /// A read was turned away by the caps on reads in flight.
     busy: bool,
+    /// The occurrence the pass is at, by read (its first occurrence's key), for the reads whose
+    /// earlier occurrences it saw fail in a way that makes the next call a new one
+    /// ([`crate::ledger::made_again`]); 0 for every other. Shared with the deferred calls the
+    /// pass makes (it changes only at such a failure, rarely), which take it as it was.
+    occurrences: Arc<HashMap<ReadKey, u64>>,
+}
+
+impl Pass {
+    /// The occurrence of the read `first` (a first occurrence's key) the pass is at.
+    fn occurrence(&self, first: &ReadKey) -> ReadKey {
+        occurrence_in(&self.occurrences, first)
+    }
+}
+
+/// The occurrence of the read `first` that `occurrences` says a pass is at.
+fn occurrence_in(occurrences: &HashMap<ReadKey, u64>, first: &ReadKey) -> ReadKey {
+    first.occurrence(occurrences.get(first).copied().unwrap_or(0))
 }
 
 /// How deep a chain of deferred calls (each waiting for the one before) the first pass may
@@ -334,13 +351,21 @@ impl Scout {
         match resolve_deep(&args, log) {
             Resolution::Never => Ok(Placeholder::unknown()),
             Resolution::Ready(args) => {
-                let Some(cell) = self.launch(epoch, &spec.name, args, &mut state) else {
+                let first = ReadKey::first(epoch, Arc::clone(&tool.name), key_json(&args).into());
+                let key = state.occurrence(&first);
+                let n = key.n;
+                let Some(cell) = self.launch(key, args, &mut state) else {
                     return Ok(Placeholder::unknown());
                 };
-                match cell.get() {
-                    Some(outcome) => outcome_to_rhai(&outcome, Position::NONE),
-                    None => Ok(Dynamic::from(Placeholder::of(cell))),
+                let Some(outcome) = cell.get() else {
+                    // Until it lands, the pass takes a repeat of this read to be answered by it,
+                    // as it is unless it fails: a retry is started only after its failure.
+                    return Ok(Dynamic::from(Placeholder::of(cell)));
+                };
+                if made_again(&outcome) {
+                    Arc::make_mut(&mut state.occurrences).insert(first, n + 1);
                 }
+                outcome_to_rhai(&outcome, Position::NONE)
             }
             Resolution::Pending(inputs) => {
                 let depth = 1 + inputs.iter().map(|c| c.depth()).max().unwrap_or(0);
@@ -357,13 +382,15 @@ impl Scout {
                 // The guesses this pass made over the same reads: the call is on the path
                 // they chose, and is not started if one of them proves wrong.
                 let guesses = log.guesses_over(&inputs);
-                let (scout, out, tool) = (Arc::clone(self), Arc::clone(&cell), spec.name.clone());
+                let (scout, out, tool) =
+                    (Arc::clone(self), Arc::clone(&cell), Arc::clone(&tool.name));
                 let call = Deferred {
                     epoch,
                     tool,
                     args,
                     inputs,
                     guesses,
+                    occurrences: Arc::clone(&state.occurrences),
                 };
                 self.spawn(
                     &self.deferred,
@@ -397,19 +424,14 @@ impl Scout {
         outcome_to_rhai(&record.outcome, Position::NONE)
     }
 
-    /// Starts a read (or joins the entry already there); `None` when the ledger refuses.
+    /// Starts the read `key` with `args` (or joins the entry already there); `None` when the
+    /// ledger refuses.
     fn launch(
         self: &Arc<Self>,
-        epoch: u64,
-        tool: &str,
+        key: ReadKey,
         args: Value,
         state: &mut Pass,
     ) -> Option<Arc<OutcomeSlot>> {
-        let key = ReadKey {
-            epoch,
-            tool: Arc::from(tool),
-            args: key_json(&args).into(),
-        };
         match self.ledger.launch(&key) {
             Launch::Existing(cell) => Some(cell),
             Launch::Refused => None,
@@ -424,7 +446,7 @@ impl Scout {
                     Arc::clone(&self.ledger),
                     Arc::clone(&cell),
                 );
-                let tool = tool.to_string();
+                let tool = key.tool.to_string();
                 let read = async move {
                     let call = Call {
                         tool: tool.clone(),
@@ -455,6 +477,7 @@ impl Scout {
             args,
             inputs,
             guesses,
+            occurrences,
         } = call;
         let mut pending = inputs;
         let ready = loop {
@@ -469,7 +492,11 @@ impl Scout {
         // The reads it waited for are known now, and often so are the conditions guessed on
         // them: a call down a branch the run does not take would only be wasted.
         let ready = ready.filter(|_| !guesses.iter().any(|g| g.proved_wrong()));
-        let cell = ready.and_then(|args| self.launch(epoch, &tool, args, &mut Pass::default()));
+        let cell = ready.and_then(|args| {
+            let first = ReadKey::first(epoch, tool, key_json(&args).into());
+            let key = occurrence_in(&occurrences, &first);
+            self.launch(key, args, &mut Pass::default())
+        });
         match cell {
             Some(cell) => out.set(Arc::unwrap_or_clone(cell.wait().await)),
             None => out.set(Err(ToolError::new(
@@ -483,12 +510,14 @@ impl Scout {
 /// A read whose arguments wait for reads in flight, as a pass made it.
 struct Deferred {
     epoch: u64,
-    tool: String,
+    tool: Arc<str>,
     args: Dynamic,
     /// The reads its arguments wait for.
     inputs: Vec<Arc<OutcomeSlot>>,
     /// The guesses the pass made over those reads before the call.
     guesses: Vec<Arc<placeholder::Guess>>,
+    /// The occurrences the pass was at when it made the call (see [`Pass::occurrences`]).
+    occurrences: Arc<HashMap<ReadKey, u64>>,
 }
 
 fn take(tasks: &Mutex<Vec<JoinHandle<()>>>) -> Vec<JoinHandle<()>> {

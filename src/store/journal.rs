@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::{JournalRows, Store};
-use crate::error::{Error, ErrorKind, Outcome, ToolError};
+use crate::error::{Error, Outcome, ToolError};
 use crate::sync::lock;
 
 /// Reads journaled between commits, at most.
@@ -328,7 +328,7 @@ pub(crate) fn encode_outcome(outcome: &Result<Value, ToolError>) -> String {
     let value = match outcome {
         Ok(value) => serde_json::json!({ "ok": value }),
         Err(e) => serde_json::json!({ "error": {
-            "kind": e.kind.as_str(),
+            "kind": e.kind_name(),
             "message": e.message,
             "tool": e.tool,
             "recoverable": e.recoverable,
@@ -348,10 +348,10 @@ pub(crate) fn decode_outcome(text: &str) -> Result<Value, ToolError> {
     }
     let e = value.get("error").ok_or_else(corrupt)?;
     let text = |key: &str| e.get(key).and_then(Value::as_str).map(str::to_string);
-    let kind = text("kind")
-        .and_then(|k| ErrorKind::parse(&k))
+    // A tool's own kind keeps its name (`rate_limited`), so a replayed failure reads as it was.
+    let mut error = text("kind")
+        .and_then(|k| ToolError::with_kind_name(&k, text("message").unwrap_or_default()))
         .ok_or_else(corrupt)?;
-    let mut error = ToolError::new(kind, text("message").unwrap_or_default());
     error.tool = text("tool");
     error.recoverable = e
         .get("recoverable")
@@ -364,6 +364,7 @@ pub(crate) fn decode_outcome(text: &str) -> Result<Value, ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
     use serde_json::json;
 
     #[test]
@@ -371,9 +372,22 @@ mod tests {
         let error = ToolError::not_found("no user 7")
             .for_tool("get_user")
             .with_next_action("look again");
-        for outcome in [Ok(json!({"a": [1, 2.5, null]})), Err(error)] {
+        let own = ToolError::with_kind_name("rate_limited", "slow down")
+            .unwrap()
+            .with_recoverable(true);
+        for outcome in [Ok(json!({"a": [1, 2.5, null]})), Err(error), Err(own)] {
             assert_eq!(decode_outcome(&encode_outcome(&outcome)), outcome);
         }
+        let decoded = decode_outcome(&encode_outcome(&Err(ToolError::with_kind_name(
+            "rate_limited",
+            "x",
+        )
+        .unwrap())));
+        assert_eq!(
+            decoded.unwrap_err().kind_name(),
+            "rate_limited",
+            "a tool's own kind is replayed by its name"
+        );
         assert_eq!(
             decode_outcome("garbage").unwrap_err().kind,
             ErrorKind::Internal

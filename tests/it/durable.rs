@@ -17,7 +17,7 @@ use toolscript::{
     Runtime, SqliteStore, Tool,
 };
 
-use crate::support::node_available;
+use crate::support::{by_occurrence, calls_of, node_available};
 
 /// A catalog with a read, a write that needs approval, and a second one; `made` counts the
 /// bodies of the writes that ran.
@@ -432,6 +432,74 @@ async fn replayed_reads_are_not_made_again() {
         "the journal answered all 50"
     );
     assert_eq!(done.stats.replayed, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_replays_a_failed_read_and_its_retry_as_they_were() {
+    // Every other call with the same arguments fails: the first of each epoch does, the first
+    // with a tool's own kind that says it passes.
+    let script = "let seen = [];\nlet r = ();\nwhile r == () { try { r = flaky(#{id: 7}); } catch (e) { seen.push(e.kind); } }\nseen.push(r.n);\nsend(#{n: r.n});\nlet again = ();\nwhile again == () { try { again = flaky(#{id: 7}); } catch (e) { seen.push(e.kind); } }\nseen.push(again.n);\nprint(seen);\nseen";
+    let expected = json!(["rate_limited", 1, "unavailable", 3]);
+    for (first, then) in [
+        (Mode::Speculative, Mode::Sequential),
+        (Mode::Sequential, Mode::Speculative),
+    ] {
+        let dir = TempDir::new().unwrap();
+        let (flaky, calls) = by_occurrence(
+            "flaky",
+            |_| Duration::from_millis(3),
+            |_, n| match n {
+                0 => toolscript::ToolError::with_kind_name("rate_limited", "slow down")
+                    .map(|e| e.with_recoverable(true)),
+                n => (n % 2 == 0).then(|| toolscript::ToolError::unavailable("down")),
+            },
+        );
+        let send = Tool::builder("send", Effect::Write)
+            .approval(Approval::Always)
+            .handler(|args| async move { Ok(args) });
+        let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
+        let runtime = Runtime::builder(Registry::builder().tools([flaky, send]).build().unwrap())
+            .store(store)
+            .build();
+        let paused = runtime.run_with(script, RunOptions::with_mode(first)).await;
+        assert_eq!(paused.status(), RunStatus::Paused, "{first:?}");
+        assert_eq!(calls_of(&calls), 2, "{first:?}: the failure and its retry");
+        let done = runtime
+            .resume(
+                &paused.run_id,
+                Some(Decision::Approve),
+                RunOptions::with_mode(then),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            done.result.as_ref().unwrap(),
+            &expected,
+            "{first:?} then {then:?}"
+        );
+        assert_eq!(
+            calls_of(&calls),
+            4,
+            "{first:?} then {then:?}: the journal answered the first epoch's failure and its retry"
+        );
+        assert_eq!(done.stats.replayed, 2, "{first:?} then {then:?}");
+        assert_eq!(
+            done.logs,
+            [r#"["rate_limited", 1, "unavailable", 3]"#],
+            "{first:?} then {then:?}"
+        );
+        let made: Vec<_> = done
+            .receipts
+            .iter()
+            .filter(|r| r.tool == "flaky" && (!r.speculative || r.claimed))
+            .map(|r| r.error_kind.clone())
+            .collect();
+        assert_eq!(
+            made,
+            [Some("unavailable".to_string()), None],
+            "{first:?} then {then:?}: the resumed process's own calls"
+        );
+    }
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Speculation never changes a run's result: for every script of the corpus — `scripts/`, the
 //! benchmark scenarios, the tests' own scripts — and for random scripts, the speculative and the
-//! sequential run give the same value or error (kind, line, column), logs and effects.
+//! sequential run give the same value or error (kind, line, column), logs and effects; random
+//! scripts that retry reads failing by their arguments and occurrence also make the same calls,
+//! with the same receipts.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -10,21 +12,30 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use toolscript::bench::observable;
-use toolscript::{demo_catalog, Effect, Manifests, Mode, Registry, Runtime, Tool, ToolError};
+use toolscript::{
+    demo_catalog, Effect, ErrorKind, Manifests, Mode, Registry, RunOutcome, Runtime, Tool,
+    ToolError,
+};
 
-use crate::support::{fixture_registry, run_in, Probe};
+use crate::support::{by_occurrence, fixture_registry, run_in, Probe};
 
 /// Runs `script` once in each mode, each on a fresh runtime, and returns both observable
 /// results and the number of speculative reads the executor claimed.
 async fn both(make: &dyn Fn() -> Runtime, script: &str) -> (Value, Value, u64) {
-    let sequential = run_in(&make(), script, Mode::Sequential).await;
-    let speculative = run_in(&make(), script, Mode::Speculative).await;
-    assert_eq!(sequential.stats.speculative_launched, 0);
+    let (sequential, speculative) = both_outcomes(make, script).await;
     (
         observable(&sequential),
         observable(&speculative),
         speculative.stats.speculative_claimed,
     )
+}
+
+/// Runs `script` once in each mode, each on a fresh runtime: (sequential, speculative).
+async fn both_outcomes(make: &dyn Fn() -> Runtime, script: &str) -> (RunOutcome, RunOutcome) {
+    let sequential = run_in(&make(), script, Mode::Sequential).await;
+    let speculative = run_in(&make(), script, Mode::Speculative).await;
+    assert_eq!(sequential.stats.speculative_launched, 0);
+    (sequential, speculative)
 }
 
 fn bench_catalog(latency_ms: u64) -> Runtime {
@@ -455,6 +466,18 @@ fn same_in_both_modes(
     strategy: impl Strategy<Value = String>,
     catalog: &dyn Fn() -> Runtime,
 ) -> (u32, u64) {
+    let (cases, speculated, _) = same_in_both_modes_by(strategy, catalog, &observable, &|_| false);
+    (cases, speculated)
+}
+
+/// [`same_in_both_modes`], comparing what `view` shows of each run's outcome; the third number
+/// is of the cases whose sequential run `counts`.
+fn same_in_both_modes_by(
+    strategy: impl Strategy<Value = String>,
+    catalog: &dyn Fn() -> Runtime,
+    view: &dyn Fn(&RunOutcome) -> Value,
+    counts: &dyn Fn(&RunOutcome) -> bool,
+) -> (u32, u64, u64) {
     let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -470,18 +493,22 @@ fn same_in_both_modes(
         ..Config::default()
     });
     let speculated = std::sync::atomic::AtomicU64::new(0);
+    let counted = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&strategy, |script| {
-        let (a, b, claimed) = rt.block_on(both(catalog, &script));
-        prop_assert_eq!(a, b, "{}", script);
-        if claimed > 0 {
+        let (sequential, speculative) = rt.block_on(both_outcomes(catalog, &script));
+        prop_assert_eq!(view(&sequential), view(&speculative), "{}", script);
+        if speculative.stats.speculative_claimed > 0 {
             speculated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if counts(&sequential) {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");
     }
-    (cases, speculated.into_inner())
+    (cases, speculated.into_inner(), counted.into_inner())
 }
 
 /// At the edges of breakers, budgets and timeouts, with composites whose children fail or are
@@ -508,6 +535,231 @@ fn random_scripts_give_the_same_result() {
 #[test]
 fn random_scripts_with_functions_and_closures_give_the_same_result() {
     let (cases, speculated) = same_in_both_modes(scripts_with(false, true), &random_catalog);
+    assert!(
+        speculated >= u64::from(cases) / 4,
+        "only {speculated} of {cases} random scripts were speculated"
+    );
+}
+
+/// How a retried read of the retry catalog fails: by its arguments' `id` and by how many times it
+/// was called with those arguments (`n`, from 0), never by a count shared between arguments.
+/// Ids `6 (mod 7)` fail for good, though `unavailable` (the tool says so); ids `5 (mod 7)` are
+/// not found; any other id fails its first `id % 4` calls, in turn `unavailable`, `timeout` and
+/// a tool's own `rate_limited` that says it passes, and then succeeds.
+fn fails_by_occurrence(args: &Value, n: u64) -> Option<ToolError> {
+    let id = args["id"].as_i64().unwrap_or_default();
+    match id.rem_euclid(7) {
+        6 => {
+            return Some(ToolError::unavailable(format!("{id} is retired")).with_recoverable(false))
+        }
+        5 => return Some(ToolError::not_found(format!("no record {id}"))),
+        _ => {}
+    }
+    if n >= id.rem_euclid(4) as u64 {
+        return None;
+    }
+    Some(match (id + n as i64).rem_euclid(3) {
+        0 => ToolError::unavailable(format!("{id} is down")),
+        1 => ToolError::new(ErrorKind::Timeout, format!("{id} did not answer")),
+        _ => ToolError::with_kind_name("rate_limited", format!("{id}: slow down"))
+            .unwrap()
+            .with_recoverable(true),
+    })
+}
+
+/// The retry scripts' catalog: `flaky`, a read that fails by its arguments and occurrence
+/// ([`fails_by_occurrence`]); `wrap`, a read composite over another such read; `tick`, a write
+/// that may repeat and returns a new number each time; and the random catalog's reads `get`,
+/// `list` and `find` for the rest. Breakers open after 4 failures and the budget is 40 calls, so
+/// that retry loops meet both.
+///
+/// The scripts pass the latest `tick` as `s` in every retried read's arguments: a read the scout
+/// started in an epoch the executor then left (a retry it did not make, a branch it did not take)
+/// counts against those arguments only, never against an identical call of a later epoch, so
+/// each arguments' calls are the same in both modes and so is what each call returns.
+fn retry_catalog() -> Runtime {
+    let latency = |args: &Value| {
+        Duration::from_micros((args["id"].as_i64().unwrap_or_default().unsigned_abs() % 3) * 700)
+    };
+    let (flaky, _) = by_occurrence("flaky", latency, fails_by_occurrence);
+    let (inner, _) = by_occurrence("inner", latency, fails_by_occurrence);
+    let wrap = Tool::builder("wrap", Effect::Read)
+        .nested(["inner"])
+        .composite(|args, ctx| async move {
+            let got = ctx.call("inner", args).await?;
+            Ok(json!({"n": got["n"]}))
+        });
+    let ticks = Arc::new(Mutex::new(0_i64));
+    let tick = Tool::builder("tick", Effect::Write)
+        .allow_repeat(true)
+        .handler(move |_| {
+            let mut n = ticks.lock().unwrap();
+            *n += 1;
+            let n = *n;
+            async move { Ok(json!(n)) }
+        });
+    let reads = random_tools()
+        .into_iter()
+        .filter(|t| ["get", "list", "find"].contains(&t.spec().name.as_str()));
+    let tools: Vec<Tool> = reads.chain([flaky, inner, wrap, tick]).collect();
+    let mut breaker = toolscript::BreakerConfig::default();
+    breaker.failure_threshold = 4;
+    let mut limits = toolscript::Limits::default();
+    limits.max_calls = 40;
+    Runtime::builder(Registry::builder().tools(tools).build().unwrap())
+        .breaker(breaker)
+        .limits(limits)
+        .build()
+}
+
+/// Random scripts of retry loops a model writes — bounded, rethrowing, swallowing a few — over
+/// `flaky` and `wrap`, single and uncaught calls of them, fan-outs of retries over a listed page,
+/// ids taken from other reads (the scout's deferred calls), writes between them (`s = tick()`),
+/// branches, loops and `try` blocks.
+fn retry_scripts() -> impl Strategy<Value = String> {
+    let id = prop_oneof![
+        (0_i64..20).prop_map(|k| k.to_string()),
+        (0_usize..4, 0_i64..5).prop_map(|(v, k)| format!("(x{v}.next + {k}) % 20")),
+        (0_usize..4).prop_map(|v| format!("x{v}.v")),
+    ];
+    let retried = prop_oneof![Just("flaky"), Just("wrap")];
+    let attempt = |tool: &str, id: &str| format!("{tool}(#{{id: {id}, s: s}})");
+    let leaf = prop_oneof![
+        3 => (retried.clone(), id.clone(), 2_i64..5).prop_map(move |(tool, e, tries)| format!(
+            "let r = (); let t = 0;\nwhile r == () && t < {tries} {{\n  t += 1;\n  try {{ r = {}; }} catch (e) {{ acc.push(e.kind); if !e.recoverable {{ break; }} }}\n}}\nacc.push(if r == () {{ -1 }} else {{ r.n }});",
+            attempt(tool, &e)
+        )),
+        1 => (retried.clone(), id.clone()).prop_map(move |(tool, e)| format!(
+            "let r = ();\nloop {{\n  try {{ r = {}; break; }}\n  catch (e) {{ acc.push(e.kind); if !e.recoverable {{ throw e; }} }}\n}}\nacc.push(r.n);",
+            attempt(tool, &e)
+        )),
+        2 => (retried.clone(), id.clone()).prop_map(move |(tool, e)| format!(
+            "try {{ acc.push({}.n); }} catch (e) {{ acc.push(e.kind); }}",
+            attempt(tool, &e)
+        )),
+        1 => (retried.clone(), id.clone())
+            .prop_map(move |(tool, e)| format!("acc.push({}.n);", attempt(tool, &e))),
+        2 => (id.clone(), 2_i64..4).prop_map(move |(e, tries)| format!(
+            "for i in list(#{{n: {e}}}) {{\n  let r = (); let t = 0;\n  while r == () && t < {tries} {{ t += 1; try {{ r = {}; }} catch (e) {{ }} }}\n  acc.push(if r == () {{ -1 }} else {{ r.n }});\n}}",
+            attempt("flaky", "i")
+        )),
+        2 => Just("s = tick();".to_string()),
+        1 => Just("try { s = tick(); } catch (e) { acc.push(e.kind); }".to_string()),
+        2 => id.clone().prop_map(|e| format!("acc.push(get(#{{id: {e}}}).v);")),
+    ];
+    let block = leaf.prop_recursive(2, 16, 3, |inner| {
+        let body = prop::collection::vec(inner, 1..4).prop_map(|s| s.join("\n"));
+        prop_oneof![
+            (0_usize..4, body.clone(), body.clone())
+                .prop_map(|(v, a, b)| format!("if x{v}.ok {{\n{a}\n}} else {{\n{b}\n}}")),
+            (0_i64..20, body.clone()).prop_map(|(n, b)| format!(
+                "for i in list(#{{n: {n}}}) {{\nlet x0 = get(#{{id: i}});\n{b}\n}}"
+            )),
+            body.clone()
+                .prop_map(|b| format!("try {{\n{b}\n}} catch (e) {{ acc.push(e.kind); }}")),
+        ]
+    });
+    let lets = prop::collection::vec(0_i64..20, 4).prop_map(|ids| {
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| format!("let x{i} = get(#{{id: {id}}});"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    (lets, prop::collection::vec(block, 1..6)).prop_map(|(lets, body)| {
+        format!(
+            "let acc = [];\nlet s = 0;\n{lets}\n{}\nacc",
+            body.join("\n")
+        )
+    })
+}
+
+/// What a retry script's run must keep in both modes: its observable result, the calls the
+/// script made and answered from earlier ones, and the receipts of the calls the run made its
+/// own (a speculative one only if claimed) — tool, arguments, error kind and result — but those
+/// the budget or a breaker refused: a claim the sequential call's refusal stands for writes no
+/// receipt of its own.
+fn made_the_same(outcome: &RunOutcome) -> Value {
+    let mut receipts: Vec<String> = outcome
+        .receipts
+        .iter()
+        .filter(|r| !r.speculative || r.claimed)
+        .filter(|r| {
+            !matches!(
+                r.error_kind.as_deref(),
+                Some("budget_exceeded" | "circuit_open")
+            )
+        })
+        .map(|r| json!([r.tool, r.args_sha256, r.error_kind, r.result_sha256]).to_string())
+        .collect();
+    receipts.sort();
+    json!({
+        "observable": observable(outcome),
+        "tool_calls": outcome.stats.tool_calls,
+        "deduplicated": outcome.stats.deduplicated,
+        "receipts": receipts,
+    })
+}
+
+/// Whether the run made a read again after it failed: two receipts of identical calls of a
+/// retried tool.
+fn retried_a_read(outcome: &RunOutcome) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    outcome
+        .receipts
+        .iter()
+        .filter(|r| r.tool == "flaky" || r.tool == "wrap")
+        .any(|r| !seen.insert(r.args_sha256.clone()))
+}
+
+/// Retry scripts a model writes, on the retry catalog.
+const RETRY_CORPUS: &[&str] = &[
+    // Fails twice, then succeeds; a repeat after the success is answered by it.
+    "let r = (); let tries = 0;\nwhile r == () && tries < 3 {\n    tries += 1;\n    try { r = flaky(#{id: 2, s: 0}); } catch (e) { }\n}\n[tries, r.n, flaky(#{id: 2, s: 0}).n]",
+    // Not found is not retried; a failure for good, though `unavailable`, neither.
+    "let kinds = [];\nfor id in [5, 6, 5, 6] { try { flaky(#{id: id, s: 0}); } catch (e) { kinds.push([e.kind, e.recoverable]); } }\nkinds",
+    // A fan-out of retry loops: the scout retries each once its failure lands.
+    "let out = [];\nfor id in list(#{n: 3}) + [1, 2, 3, 9, 10] {\n  let r = (); let t = 0;\n  while r == () && t < 4 { t += 1; try { r = flaky(#{id: id, s: 0}); } catch (e) { } }\n  out.push([id, t, if r == () { -1 } else { r.n }]);\n}\nout",
+    // Four failures in a row open the breaker; its refusals are retried until the budget ends
+    // the loop, which rethrows what cannot pass.
+    "let kinds = [];\nfor id in [3, 7, 9, 10] { try { flaky(#{id: id, s: 0}); } catch (e) { kinds.push(e.kind); } }\nlet r = ();\nloop {\n  try { r = flaky(#{id: 3, s: 0}); break; }\n  catch (e) { kinds.push(e.kind); if !e.recoverable { throw e; } }\n}\nkinds",
+    // A composite retried, a write between, the same arguments in a new epoch.
+    "let seen = [];\nlet s = 0;\nfor round in 0..3 {\n  let r = ();\n  while r == () { try { r = wrap(#{id: 3, s: s}); } catch (e) { seen.push(e.kind); } }\n  seen.push(r.n);\n  s = tick();\n}\nseen",
+    // The same read, first with known arguments, then with arguments from another read.
+    "let kinds = [];\ntry { flaky(#{id: 9, s: 0}); } catch (e) { kinds.push(e.kind); }\nlet id = get(#{id: 1}).next + 3;\nlet r = ();\nwhile r == () { try { r = flaky(#{id: id, s: 0}); } catch (e) { kinds.push(e.kind); } }\n[id, kinds, r.n]",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_corpus_makes_the_same_calls_with_the_same_receipts() {
+    for script in RETRY_CORPUS {
+        let (sequential, speculative) = both_outcomes(&retry_catalog, script).await;
+        assert_eq!(
+            made_the_same(&sequential),
+            made_the_same(&speculative),
+            "{script}"
+        );
+        assert!(
+            retried_a_read(&sequential) || script.contains("[5, 6"),
+            "{script}"
+        );
+    }
+}
+
+#[test]
+fn random_retry_loops_make_the_same_calls_with_the_same_receipts() {
+    let (cases, speculated, retried) = same_in_both_modes_by(
+        retry_scripts(),
+        &retry_catalog,
+        &made_the_same,
+        &retried_a_read,
+    );
+    // Most scripts retry some read (and speculate some): a quarter is a floor that load cannot
+    // push them under, but a runtime that never retries (or a scout that does nothing) cannot
+    // reach.
+    assert!(
+        retried >= u64::from(cases) / 4,
+        "only {retried} of {cases} random scripts retried a read"
+    );
     assert!(
         speculated >= u64::from(cases) / 4,
         "only {speculated} of {cases} random scripts were speculated"

@@ -527,3 +527,32 @@ async fn a_deferred_read_down_a_branch_guessed_wrong_is_not_started() {
     let sequential = run_in(&runtime, script, Mode::Sequential).await;
     assert_eq!(observable(&outcome), observable(&sequential));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retries_of_a_fan_out_are_started_early_each_after_its_failure() {
+    // The first call with each id fails; each retry succeeds.
+    let (flaky, calls) = crate::support::by_occurrence(
+        "flaky",
+        |_| Duration::from_millis(30),
+        |_, n| (n == 0).then(|| toolscript::ToolError::unavailable("warming up")),
+    );
+    let script = "let out = [];\nfor id in 0..8 {\n  let r = (); let tries = 0;\n  while r == () && tries < 3 { tries += 1; try { r = flaky(#{id: id}); } catch (e) { } }\n  out.push(r.n);\n}\nout";
+    let runtime = Runtime::new(Registry::builder().tools([flaky]).build().unwrap());
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!(vec![1; 8]));
+    // Never a retry before its failure, and never a third call: the tool saw two calls an id.
+    let counts = calls.lock().unwrap().clone();
+    assert_eq!(counts.len(), 8);
+    assert!(counts.values().all(|&n| n == 2), "{counts:?}");
+    let claimed_retries = outcome
+        .receipts
+        .iter()
+        .filter(|r| r.speculative && r.claimed && r.error_kind.is_none())
+        .count();
+    assert!(
+        claimed_retries > 0,
+        "no retry was started by the scout: {:?}",
+        outcome.stats
+    );
+    assert_eq!(outcome.stats.speculative_wasted, 0, "{:?}", outcome.stats);
+}

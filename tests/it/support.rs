@@ -1,8 +1,9 @@
 //! Shared fixtures: a small catalog of Rust tools whose bodies count their invocations, and
 //! helpers to run scripts against it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -190,6 +191,46 @@ pub fn value_of(outcome: &RunOutcome) -> &Value {
         Ok(v) => v,
         Err(e) => panic!("expected a value, the run failed: {e}"),
     }
+}
+
+/// How many times a tool made by [`by_occurrence`] was called, by its arguments (as JSON text).
+pub type Occurrences = Arc<Mutex<HashMap<String, u64>>>;
+
+/// A read that fails by its arguments and by how many times it has been called with them,
+/// never by a count shared between arguments: its `n`th call (from 0) with `args` takes
+/// `latency(args)`, then fails with `fail(args, n)` when that is an error, and otherwise returns
+/// `{"args": args, "n": n}`. A model's retry loop over it ends the same way however its calls
+/// are scheduled, as long as each arguments' calls are made in the same order.
+pub fn by_occurrence(
+    name: &str,
+    latency: impl Fn(&Value) -> Duration + Send + Sync + 'static,
+    fail: impl Fn(&Value, u64) -> Option<ToolError> + Send + Sync + 'static,
+) -> (Tool, Occurrences) {
+    let counts = Occurrences::default();
+    let seen = Arc::clone(&counts);
+    let rule = Arc::new((latency, fail));
+    let tool = Tool::builder(name, Effect::Read).handler(move |args| {
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            let n = seen.entry(args.to_string()).or_default();
+            *n += 1;
+            *n - 1
+        };
+        let rule = Arc::clone(&rule);
+        async move {
+            tokio::time::sleep((rule.0)(&args)).await;
+            match (rule.1)(&args, n) {
+                Some(e) => Err(e),
+                None => Ok(json!({"args": args, "n": n})),
+            }
+        }
+    });
+    (tool, counts)
+}
+
+/// Calls of a [`by_occurrence`] tool in all, over every argument.
+pub fn calls_of(occurrences: &Occurrences) -> u64 {
+    occurrences.lock().unwrap().values().sum()
 }
 
 /// Runs `script` in one mode.

@@ -35,7 +35,7 @@ pub(crate) const CRIB: &str = "\
 // in parallel; other calls run once, in order (the same call again fails with repeated_call).
 // Every caught error (a failed call too) is #{ kind, message, tool, line, column, recoverable,
 // suggested_next_action }; recoverable (may succeed later) is true for timeout, unavailable,
-// circuit_open. The run's input is `input`.
+// circuit_open; calling such a read again retries it. The run's input is `input`.
 // In types, \"x\" | \"y\" is one of these values, `a?:` may be left out, `?` is undeclared.
 ";
 
