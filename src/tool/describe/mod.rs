@@ -24,10 +24,13 @@ pub enum Format {
 /// tool is called and how it fails, and how to read the catalog's types. It heads the `rhai`
 /// format, and stays short because every prompt pays for it.
 pub(crate) const CRIB: &str = "\
-// Rhai, not JavaScript: maps are #{ a: 1 } ({ } is a block); () is null (no `null`), and a
-// missing field reads as (); `let x = 1;`; the script's value is its last expression.
-// Interpolate in backticks: `id ${n}` (\"${n}\" is plain text). for x in arr { }, arr.len(),
-// arr.push(x), arr.filter(|x| x.ok), arr.map(|x| x.id), m.keys(), \"k\" in m, x ?? fallback.
+// Rhai, not JavaScript: maps are #{ a: 1 } ({ } is a block); () is null (no `null`); `let x =
+// 1;`; the script's value is its last expression. A missing field reads as () and compares
+// false, silently: check `x.f != ()` or write `x.f ?? 0` when unsure of a field's name.
+// Interpolate in backticks: `id ${n}\\n` (\\n, \\t, \\` escapes work there; \"${n}\" is plain text).
+// for x in arr { }, arr.len(), arr.push(x), arr.filter(|x| x.ok), arr.map(|x| x.id), m.keys(),
+// \"k\" in m, x ?? fallback; arr.sum(), min(), max(), max_by(|x| x.n), sort_by(|x| x.n),
+// group_by(|x| x.k), unique(), count(|x| x.ok), first(), last(), join(\", \"), m.entries().
 // fn f(a) { } sees only its parameters. try/catch is a statement with no value: assign inside
 // it, `let r = (); try { r = f(); } catch (e) { r = e.kind; }`. print(x) goes to the logs.
 // Each tool is a function taking one map (none when it takes no arguments); tool(\"name\", #{..})
@@ -307,7 +310,8 @@ mod tests {
     #[test]
     fn the_crib_sheet_is_short() {
         let tokens = crate::policy::count(CRIB);
-        assert!(tokens <= 340, "the crib sheet is {tokens} tokens");
+        eprintln!("the crib sheet is {tokens} tokens");
+        assert!(tokens <= 450, "the crib sheet is {tokens} tokens");
         let legend = crate::policy::count(TEXT_LEGEND);
         assert!(legend <= 60, "the legend of `text` is {legend} tokens");
     }
