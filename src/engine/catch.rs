@@ -69,6 +69,7 @@ fn plain(value: Dynamic, line: Option<usize>, column: Option<usize>) -> Map {
     let mut error = RunError::new(ErrorKind::ScriptError, message);
     error.line = line;
     error.column = column;
+    error.suggested_next_action = Some(super::errors::UNCAUGHT.to_string());
     let mut map = error_map(&error);
     map.insert("value".into(), value);
     map

@@ -369,9 +369,9 @@ fn thrown(value: &Dynamic) -> RunError {
     }
 }
 
-/// The next action of an error a script throws (or a function stops it with) and nothing
-/// catches.
-pub(crate) const UNCAUGHT: &str = "nothing catches this error: put the statement that raises it in `try { ... } catch (e) { ... }` where the script can go on, or check the values it uses first";
+/// The next action of an error a script throws itself, or a function stops it with: the
+/// same caught and uncaught.
+pub(crate) const UNCAUGHT: &str = "catch it where the script can go on (`try { ... } catch (e) { ... }`), or check first the values that make it fail";
 
 pub(crate) fn line_column(position: Position) -> (Option<usize>, Option<usize>) {
     (position.line(), position.position())
