@@ -137,14 +137,16 @@ fn unhashable(outcome: Result<(), serde_json::Error>) -> String {
 const UNSORTED: std::io::ErrorKind = std::io::ErrorKind::Other;
 
 /// A JCS formatter for objects whose keys come in JCS order (UTF-16 code units, ascending):
-/// `canon-json`'s formatter writes every scalar (its numbers and strings are JCS's), and the
-/// objects are written as they come instead of buffered and sorted. It checks the order of every
+/// `canon-json`'s formatter writes the floats (in ECMAScript's shortest form), `serde_json`'s
+/// compact one every other scalar (its strings and integers are JCS's), and the objects are
+/// written as they come instead of buffered and sorted. It checks the order of every
 /// key and stops with [`UNSORTED`] at the first one out of it, so that the caller starts over
 /// with the crate's formatter: it never writes text that is not JCS. A key that is not a string
 /// stops it with another error (neither formatter can write one).
 #[derive(Default)]
 struct InOrder {
-    scalars: canon_json::CanonicalFormatter,
+    /// Writes floats (its object stack stays empty, so it writes straight to the writer).
+    numbers: canon_json::CanonicalFormatter,
     /// For each open object: the key written last (none yet for an empty one).
     last: Vec<Option<String>>,
     /// The key being written, unescaped; `None` outside keys.
@@ -165,44 +167,52 @@ impl InOrder {
     }
 }
 
-/// Delegates a scalar to `canon-json`'s formatter (its object stack stays empty, so it writes
-/// straight to the writer); refused inside a key.
+/// Delegates a scalar to `canon-json`'s formatter (`numbers`: floats, whose form JCS fixes) or
+/// to `serde_json`'s compact one (`compact`: everything else, which it writes as JCS does, and
+/// faster: `canon-json`'s goes through a writer of its own at every call); refused inside a
+/// key.
 macro_rules! scalar {
-    ($f:ident $(, $t:ty)?) => {
+    ($via:ident $f:ident $(, $t:ty)?) => {
         fn $f<W: ?Sized + std::io::Write>(&mut self, writer: &mut W $(, value: $t)?) -> std::io::Result<()> {
             self.not_in_key()?;
-            self.scalars.$f(writer $(, value as $t)?)
+            scalar!(@call $via self writer $f $(, value as $t)?)
         }
+    };
+    (@call numbers $self:ident $writer:ident $f:ident $(, $v:expr)?) => {
+        $self.numbers.$f($writer $(, $v)?)
+    };
+    (@call compact $self:ident $writer:ident $f:ident $(, $v:expr)?) => {
+        serde_json::ser::CompactFormatter.$f($writer $(, $v)?)
     };
 }
 
 impl serde_json::ser::Formatter for InOrder {
-    scalar!(write_null);
-    scalar!(write_bool, bool);
-    scalar!(write_i8, i8);
-    scalar!(write_i16, i16);
-    scalar!(write_i32, i32);
-    scalar!(write_i64, i64);
-    scalar!(write_i128, i128);
-    scalar!(write_u8, u8);
-    scalar!(write_u16, u16);
-    scalar!(write_u32, u32);
-    scalar!(write_u64, u64);
-    scalar!(write_u128, u128);
-    scalar!(write_f32, f32);
-    scalar!(write_f64, f64);
-    scalar!(write_number_str, &str);
-    scalar!(begin_array);
-    scalar!(end_array);
-    scalar!(begin_array_value, bool);
-    scalar!(end_array_value);
+    scalar!(compact write_null);
+    scalar!(compact write_bool, bool);
+    scalar!(compact write_i8, i8);
+    scalar!(compact write_i16, i16);
+    scalar!(compact write_i32, i32);
+    scalar!(compact write_i64, i64);
+    scalar!(compact write_i128, i128);
+    scalar!(compact write_u8, u8);
+    scalar!(compact write_u16, u16);
+    scalar!(compact write_u32, u32);
+    scalar!(compact write_u64, u64);
+    scalar!(compact write_u128, u128);
+    scalar!(numbers write_f32, f32);
+    scalar!(numbers write_f64, f64);
+    scalar!(numbers write_number_str, &str);
+    scalar!(compact begin_array);
+    scalar!(compact end_array);
+    scalar!(compact begin_array_value, bool);
+    scalar!(compact end_array_value);
 
     fn begin_string<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
-        self.scalars.begin_string(writer)
+        serde_json::ser::CompactFormatter.begin_string(writer)
     }
 
     fn end_string<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
-        self.scalars.end_string(writer)
+        serde_json::ser::CompactFormatter.end_string(writer)
     }
 
     fn write_string_fragment<W: ?Sized + std::io::Write>(
@@ -213,7 +223,7 @@ impl serde_json::ser::Formatter for InOrder {
         if let Some(key) = &mut self.key {
             key.push_str(fragment);
         }
-        self.scalars.write_string_fragment(writer, fragment)
+        serde_json::ser::CompactFormatter.write_string_fragment(writer, fragment)
     }
 
     fn write_char_escape<W: ?Sized + std::io::Write>(
@@ -235,7 +245,7 @@ impl serde_json::ser::Formatter for InOrder {
                 CharEscape::AsciiControl(byte) => char::from(byte),
             });
         }
-        self.scalars.write_char_escape(writer, escape)
+        serde_json::ser::CompactFormatter.write_char_escape(writer, escape)
     }
 
     fn write_raw_fragment<W: ?Sized + std::io::Write>(
