@@ -53,7 +53,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
-use crate::json::{jcs_sha256, key_json};
+use crate::json::{jcs_value_sha256, key_json};
 use crate::sync::lock;
 use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
 use breaker::{Admission, Health};
@@ -212,7 +212,7 @@ impl InProgress {
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
-            args_sha256: jcs_sha256(&call.args),
+            args_sha256: jcs_value_sha256(&call.args),
             started: ctx.elapsed(),
             attempts: 0,
             stage: Stage::Refused,
@@ -268,7 +268,7 @@ impl InProgress {
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
             args_sha256: std::mem::take(&mut self.args_sha256),
-            result_sha256: result.as_ref().ok().map(jcs_sha256),
+            result_sha256: result.as_ref().ok().map(jcs_value_sha256),
             error_kind: result.as_ref().err().map(|e| e.kind_name().to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::json::{jcs_sha256, key_json, sha256_hex};
+use crate::json::{jcs_sha256, jcs_value_sha256, key_json, sha256_hex};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -140,7 +140,7 @@ fn hash_of_line(version: u32, value: &mut Value) -> String {
     if version == RECEIPT_VERSION_1 {
         sha256_hex(key_json(value))
     } else {
-        jcs_sha256(value)
+        jcs_value_sha256(value)
     }
 }
 
