@@ -247,7 +247,13 @@ impl serde_json::ser::Formatter for InOrder {
             return Err(std::io::Error::new(UNSORTED, "a key outside an object"));
         };
         if let Some(previous) = last {
-            if previous.encode_utf16().cmp(key.encode_utf16()) != std::cmp::Ordering::Less {
+            // Below U+E000 (every key of a receipt) UTF-16 sorts as UTF-8 does, bytewise.
+            let order = if key_sorts_as_utf8(previous) && key_sorts_as_utf8(&key) {
+                previous.as_bytes().cmp(key.as_bytes())
+            } else {
+                previous.encode_utf16().cmp(key.encode_utf16())
+            };
+            if order != std::cmp::Ordering::Less {
                 return Err(std::io::Error::new(UNSORTED, "keys out of JCS order"));
             }
         }
@@ -285,6 +291,11 @@ pub fn jcs_value_sha256(value: &Value) -> String {
     }
 }
 
+/// Whether a key's characters are all below U+E000, where UTF-16 and UTF-8 sort alike.
+fn key_sorts_as_utf8(key: &str) -> bool {
+    key.bytes().all(|b| b < 0xEE)
+}
+
 /// Whether `value`'s key form and receipt form are the same text (see [`jcs_value_sha256`]).
 fn key_form_is_jcs(value: &Value) -> bool {
     match value {
@@ -292,7 +303,7 @@ fn key_form_is_jcs(value: &Value) -> bool {
         Value::Array(items) => items.iter().all(key_form_is_jcs),
         Value::Object(map) => map
             .iter()
-            .all(|(key, item)| key.bytes().all(|b| b < 0xEE) && key_form_is_jcs(item)),
+            .all(|(key, item)| key_sorts_as_utf8(key) && key_form_is_jcs(item)),
         Value::Null | Value::Bool(_) | Value::String(_) => true,
     }
 }
