@@ -155,7 +155,17 @@ impl serde_json::ser::Formatter for InOrder {
     scalar!(compact write_u64, u64);
     scalar!(compact write_u128, u128);
     scalar!(numbers write_f32, f32);
-    scalar!(numbers write_f64, f64);
+    fn write_f64<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: f64,
+    ) -> std::io::Result<()> {
+        self.not_in_key()?;
+        match thousandths(value) {
+            Some((text, len)) => writer.write_all(&text[..len]),
+            None => self.numbers.write_f64(writer, value),
+        }
+    }
     scalar!(numbers write_number_str, &str);
     scalar!(compact begin_array);
     scalar!(compact end_array);
@@ -289,6 +299,53 @@ pub fn jcs_value_sha256(value: &Value) -> String {
     } else {
         jcs_sha256(value)
     }
+}
+
+/// JCS's text of `value` when it is a whole number of thousandths below 2^42 in size (a
+/// receipt's milliseconds, most prices): its digits, a point and at most three decimals, without
+/// trailing zeros, which is ECMAScript's shortest form, since doubles there are closer together
+/// than half a thousandth; `None` for any other float, which `canon-json` writes. As bytes in a
+/// buffer, and their length.
+fn thousandths(value: f64) -> Option<([u8; 24], usize)> {
+    let scaled = (value * 1000.0).round();
+    if !(value.abs() < 4.0e12) || scaled / 1000.0 != value {
+        return None;
+    }
+    let mut out = [0u8; 24];
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| {
+        out[len..len + bytes.len()].copy_from_slice(bytes);
+        len += bytes.len();
+    };
+    // Below 2^42 · 1000 < 2^52: exact as an integer.
+    let k = scaled as i64;
+    if k < 0 {
+        push(b"-");
+    }
+    let (whole, mut fraction) = (k.unsigned_abs() / 1000, k.unsigned_abs() % 1000);
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = whole;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    push(&digits[at..]);
+    if fraction != 0 {
+        let mut digits = [b'0'; 3];
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (fraction % 10) as u8;
+            fraction /= 10;
+        }
+        let used = 3 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        push(b".");
+        push(&digits[..used]);
+    }
+    Some((out, len))
 }
 
 /// Whether a key's characters are all below U+E000, where UTF-16 and UTF-8 sort alike.
@@ -564,6 +621,51 @@ mod tests {
         }
         assert!(key_form_is_jcs(&values[0]) && !key_form_is_jcs(&values[1]));
         assert!(!key_form_is_jcs(&values[2]) && key_form_is_jcs(&values[4]));
+    }
+
+    /// A float written as thousandths is what `canon-json` writes (ECMAScript's shortest form),
+    /// for every thousandth near the edges and a spread of others.
+    #[test]
+    fn thousandths_are_written_as_jcs_writes_them() {
+        fn crate_text(x: f64) -> String {
+            let mut out = Vec::new();
+            let mut serializer = serde_json::Serializer::with_formatter(
+                &mut out,
+                canon_json::CanonicalFormatter::new(),
+            );
+            x.serialize(&mut serializer).unwrap();
+            String::from_utf8(out).unwrap()
+        }
+        let mut checked = 0;
+        let mut k: i64 = 1;
+        let mut values = vec![
+            0.0,
+            -0.0,
+            0.001,
+            -0.001,
+            0.1,
+            1.0,
+            3.0,
+            12.5,
+            1e6,
+            4.0e12 - 0.001,
+        ];
+        while k < 4_000_000_000_000_000 {
+            values.push(k as f64 / 1000.0);
+            values.push(-((k + 7) as f64) / 1000.0);
+            k = k * 3 + 1;
+        }
+        values.extend((0..2000).map(|i| f64::from(i) * 0.001 + 1_700_000_000.0));
+        values.extend([0.0005, 1e-7, 1.0000001, 4.1e12, f64::MAX, 123.4567]);
+        for x in values {
+            let mut out = Vec::new();
+            let mut serializer =
+                serde_json::Serializer::with_formatter(&mut out, InOrder::default());
+            x.serialize(&mut serializer).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), crate_text(x), "{x}");
+            checked += usize::from(thousandths(x).is_some());
+        }
+        assert!(checked > 2000, "{checked}");
     }
 
     #[test]
