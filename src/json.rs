@@ -308,7 +308,8 @@ pub fn jcs_value_sha256(value: &Value) -> String {
 /// buffer, and their length.
 fn thousandths(value: f64) -> Option<([u8; 24], usize)> {
     let scaled = (value * 1000.0).round();
-    if !(value.abs() < 4.0e12) || scaled / 1000.0 != value {
+    // A NaN is not below the bound either: `is_finite` first, then the size.
+    if !value.is_finite() || value.abs() >= 4.0e12 || scaled / 1000.0 != value {
         return None;
     }
     let mut out = [0u8; 24];
