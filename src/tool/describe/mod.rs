@@ -30,7 +30,8 @@ pub(crate) const CRIB: &str = "\
 // Interpolate in backticks: `id ${n}\\n` (\\n, \\t, \\` escapes work there; \"${n}\" is plain text).
 // for x in arr { }, arr.len(), arr.push(x), arr.filter(|x| x.ok), arr.map(|x| x.id), m.keys(),
 // \"k\" in m, x ?? fallback; arr.sum(), min(), max(), max_by(|x| x.n), sort_by(|x| x.n),
-// group_by(|x| x.k), unique(), count(|x| x.ok), first(), last(), join(\", \"), m.entries().
+// group_by(|x| x.k), unique(), count(|x| x.ok), first(), last(), skip(n), take(n),
+// join(\", \"), m.entries().
 // fn f(a) { } sees only its parameters. try/catch is a statement with no value: assign inside
 // it, `let r = (); try { r = f(); } catch (e) { r = e.kind; }`. print(x) goes to the logs.
 // Each tool is a function taking one map (none when it takes no arguments); tool(\"name\", #{..})
