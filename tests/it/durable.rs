@@ -907,17 +907,24 @@ fn killed_at_random_instants_every_write_is_made_exactly_once() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
-    // The value of an uninterrupted run, and how long one takes: kills fall within that.
-    let started = std::time::Instant::now();
-    let (expected, recorder, trial) = crash_trial(0, None);
-    let window = started.elapsed();
-    assert_eq!(trial.kills, 0);
-    assert_eq!(
-        expected,
-        json!((0..30).collect::<Vec<u64>>()),
-        "read i sees i records"
-    );
-    assert_eq!(recorder.records().len(), 30);
+    // The value of an uninterrupted run, and how long one takes: kills fall within that. The
+    // shortest of three runs: the first pays for cold caches (a node server's first start), and
+    // a window longer than a run lets most kills land after the run has ended.
+    let mut window = std::time::Duration::MAX;
+    let mut expected = Value::Null;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let (value, recorder, trial) = crash_trial(0, None);
+        window = window.min(started.elapsed());
+        assert_eq!(trial.kills, 0);
+        assert_eq!(
+            value,
+            json!((0..30).collect::<Vec<u64>>()),
+            "read i sees i records"
+        );
+        assert_eq!(recorder.records().len(), 30);
+        expected = value;
+    }
     let mut total = Trial::default();
     for seed in 1..=trials {
         let (value, recorder, trial) = crash_trial(seed, Some(window));
