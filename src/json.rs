@@ -496,6 +496,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// `value` as `canon-json`'s own formatter writes it (sorting every object).
+    fn crate_jcs(value: &impl Serialize) -> String {
+        let mut out = Vec::new();
+        let mut serializer =
+            serde_json::Serializer::with_formatter(&mut out, canon_json::CanonicalFormatter::new());
+        value.serialize(&mut serializer).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     /// The word-at-a-time test agrees with the byte-by-byte one for every byte at every place
     /// of a word and of the tail, next to plain and to high bytes.
     #[test]
@@ -546,15 +555,6 @@ mod tests {
     /// keys in JCS order and out of it, at every depth, in structs and maps, with escapes.
     #[test]
     fn streamed_jcs_is_the_crate_s_jcs() {
-        fn crate_jcs(value: &impl Serialize) -> String {
-            let mut out = Vec::new();
-            let mut serializer = serde_json::Serializer::with_formatter(
-                &mut out,
-                canon_json::CanonicalFormatter::new(),
-            );
-            value.serialize(&mut serializer).unwrap();
-            String::from_utf8(out).unwrap()
-        }
         fn streamed(value: &impl Serialize) -> Option<String> {
             let mut out = Vec::new();
             let mut serializer =
@@ -628,15 +628,6 @@ mod tests {
     /// for every thousandth near the edges and a spread of others.
     #[test]
     fn thousandths_are_written_as_jcs_writes_them() {
-        fn crate_text(x: f64) -> String {
-            let mut out = Vec::new();
-            let mut serializer = serde_json::Serializer::with_formatter(
-                &mut out,
-                canon_json::CanonicalFormatter::new(),
-            );
-            x.serialize(&mut serializer).unwrap();
-            String::from_utf8(out).unwrap()
-        }
         let mut checked = 0;
         let mut k: i64 = 1;
         let mut values = vec![
@@ -663,7 +654,7 @@ mod tests {
             let mut serializer =
                 serde_json::Serializer::with_formatter(&mut out, InOrder::default());
             x.serialize(&mut serializer).unwrap();
-            assert_eq!(String::from_utf8(out).unwrap(), crate_text(x), "{x}");
+            assert_eq!(String::from_utf8(out).unwrap(), crate_jcs(&x), "{x}");
             checked += usize::from(thousandths(x).is_some());
         }
         assert!(checked > 2000, "{checked}");

@@ -802,9 +802,25 @@ pub(crate) fn engine_functions() -> &'static HashSet<String> {
             .filter_map(|sig| signature_name(sig))
             .collect();
         names.insert("tool".to_string());
+        names.extend(KEYWORD_FUNCTIONS.iter().map(|f| f.to_string()));
         names
     })
 }
+
+/// Rhai's keyword functions, which no module registers: a closure that captures a variable is
+/// a `curry` of an `Fn`, and `f.call(x)`, `type_of(x)`, `is_def_var("x")` are built in (`eval`
+/// is switched off: calling it is an error).
+pub(crate) const KEYWORD_FUNCTIONS: &[&str] = &[
+    "call",
+    "curry",
+    "Fn",
+    "type_of",
+    "is_def_var",
+    "is_def_fn",
+    "is_shared",
+    "print",
+    "debug",
+];
 
 /// The function name in a signature such as `len(array: Array) -> int`.
 pub(crate) fn signature_name(signature: &str) -> Option<String> {

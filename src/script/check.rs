@@ -75,25 +75,10 @@ pub(crate) fn known_functions(engine: &Engine, ast: &AST) -> HashSet<String> {
         .filter_map(|sig| diagnose::signature_name(sig))
         .collect();
     known.insert("tool".to_string());
-    // Rhai's keyword functions, which no module registers: a closure that captures a variable
-    // is a `curry` of an `Fn`, and `f.call(x)`, `type_of(x)`, `is_def_var("x")` are built in.
-    known.extend(KEYWORD_FUNCTIONS.iter().map(|f| f.to_string()));
+    known.extend(diagnose::KEYWORD_FUNCTIONS.iter().map(|f| f.to_string()));
     known.extend(ast.iter_functions().map(|f| f.name.to_string()));
     known
 }
-
-/// The functions Rhai evaluates itself (`eval` is switched off: calling it is an error).
-const KEYWORD_FUNCTIONS: &[&str] = &[
-    "call",
-    "curry",
-    "Fn",
-    "type_of",
-    "is_def_var",
-    "is_def_fn",
-    "is_shared",
-    "print",
-    "debug",
-];
 
 pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Problem> {
     let tools: HashSet<&str> = registry.iter().map(|t| t.function_name()).collect();

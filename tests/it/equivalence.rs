@@ -449,13 +449,19 @@ fn edge_catalog() -> Runtime {
         .into_iter()
         .chain([shaky, slowish, careful])
         .collect();
+    edge_runtime(tools, 3, 30)
+}
+
+/// A runtime of `tools` whose breaker opens after `failures` failures and whose budget is
+/// `max_calls`: edges the random scripts reach.
+fn edge_runtime(tools: Vec<Tool>, failures: u32, max_calls: u64) -> Runtime {
     let mut breaker = toolscript::BreakerConfig::default();
-    breaker.failure_threshold = 3;
-    let mut budget = toolscript::Limits::default();
-    budget.max_calls = 30;
+    breaker.failure_threshold = failures;
+    let mut limits = toolscript::Limits::default();
+    limits.max_calls = max_calls;
     Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .breaker(breaker)
-        .limits(budget)
+        .limits(limits)
         .build()
 }
 
@@ -602,14 +608,7 @@ fn retry_catalog() -> Runtime {
         .into_iter()
         .filter(|t| ["get", "list", "find"].contains(&t.spec().name.as_str()));
     let tools: Vec<Tool> = reads.chain([flaky, inner, wrap, tick]).collect();
-    let mut breaker = toolscript::BreakerConfig::default();
-    breaker.failure_threshold = 4;
-    let mut limits = toolscript::Limits::default();
-    limits.max_calls = 40;
-    Runtime::builder(Registry::builder().tools(tools).build().unwrap())
-        .breaker(breaker)
-        .limits(limits)
-        .build()
+    edge_runtime(tools, 4, 40)
 }
 
 /// Random scripts of retry loops a model writes — bounded, rethrowing, swallowing a few — over

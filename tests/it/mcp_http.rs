@@ -31,16 +31,6 @@ const SCRIPT: &str = "let c = get_customer(#{id: 3});\nprint(\"hi\");\nc.name";
 /// A script that takes about 1.5 s and makes 6 calls one after another.
 const SLOW: &str = "for i in 1..7 { get_customer(#{id: i}); sleep(0.25); } 6";
 
-/// A manifest whose write needs a person's approval.
-const APPROVAL: &str = r#"
-[[tool]]
-name = "charge"
-effect = "write"
-approval = "always"
-input = { type = "object", properties = { amount = { type = "integer" } }, required = ["amount"] }
-script = '#{ charged: args.amount }'
-"#;
-
 // ---------------------------------------------------------------------------------------------
 // The server.
 // ---------------------------------------------------------------------------------------------
@@ -517,7 +507,7 @@ async fn fifty_concurrent_runs_over_one_server_all_answer_right() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_is_resumed_by_a_restarted_server_on_the_same_store() {
     let dir = TempDir::new().unwrap();
-    let manifest = write(&dir, "m.toml", APPROVAL);
+    let manifest = write(&dir, "m.toml", crate::support::APPROVAL_MANIFEST);
     let store = dir.path().join("store.sqlite3");
     let tools = ["--tools", manifest.to_str().unwrap()];
     let mut first = Served::start("127.0.0.1:0", &store, &tools);

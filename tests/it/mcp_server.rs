@@ -600,16 +600,6 @@ async fn exchange(
 // The published schemas against the server's real answers.
 // ---------------------------------------------------------------------------------------------
 
-/// A tool that waits for a person's approval, so that a run can pause.
-const APPROVAL: &str = r#"
-[[tool]]
-name = "charge"
-effect = "write"
-approval = "always"
-input = { type = "object", properties = { amount = { type = "integer" } }, required = ["amount"] }
-script = '#{ charged: args.amount }'
-"#;
-
 /// The compiled schema `tool` publishes, its input schema or its output schema.
 fn published(tool: &Tool, output: bool) -> jsonschema::Validator {
     let schema = if output {
@@ -656,7 +646,7 @@ async fn real_answers_hold_to_the_published_output_schemas() {
 async fn output_schemas_session() {
     let dir = tempfile::TempDir::new().unwrap();
     let manifest = dir.path().join("m.toml");
-    std::fs::write(&manifest, APPROVAL).unwrap();
+    std::fs::write(&manifest, crate::support::APPROVAL_MANIFEST).unwrap();
     let client = serve_session(
         &["--tools".as_ref(), manifest.as_os_str()],
         &dir.path().join("store.sqlite3"),

@@ -269,7 +269,14 @@ async fn a_retry_loop_that_runs_into_the_budget_ends_with_the_budget_s_error() {
             made == 4 || (mode == Mode::Speculative && made == 5),
             "{mode:?}: {made}"
         );
-        assert_eq!(kinds_of(&outcome, "flaky").len(), 5, "{mode:?}");
+        // The budget's refusal has a receipt when the script meets it; a refusal the scout
+        // meets first writes none of its own (see `equivalence`), so speculatively it may be
+        // missing.
+        let kinds = kinds_of(&outcome, "flaky").len();
+        assert!(
+            kinds == 5 || (mode == Mode::Speculative && kinds == 4),
+            "{mode:?}: {kinds}"
+        );
     }
 }
 

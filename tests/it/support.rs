@@ -270,3 +270,13 @@ pub fn node_available() -> bool {
 pub fn test_store() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("toolscript-it-{}.sqlite3", std::process::id()))
 }
+
+/// A manifest whose one tool, a write, waits for a person's approval, so that a run can pause.
+pub const APPROVAL_MANIFEST: &str = r#"
+[[tool]]
+name = "charge"
+effect = "write"
+approval = "always"
+input = { type = "object", properties = { amount = { type = "integer" } }, required = ["amount"] }
+script = '#{ charged: args.amount }'
+"#;
