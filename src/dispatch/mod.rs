@@ -116,7 +116,9 @@ pub(crate) struct Speculation {
 /// One call to dispatch.
 #[derive(Clone, Debug)]
 pub(crate) struct Call {
-    pub(crate) tool: String,
+    /// The tool's name as the caller wrote it; shared with the registry's copy when it named
+    /// a registered tool.
+    pub(crate) tool: Arc<str>,
     pub(crate) args: Value,
     /// `args` in the key form of canonical JSON ([`key_json`]): the call's identity for the
     /// read ledger, the repeat guard and the journal, computed once. (The receipt hashes the
@@ -131,7 +133,7 @@ pub(crate) struct Call {
 
 impl Call {
     /// A call made by `caller`.
-    pub(crate) fn new(tool: impl Into<String>, args: Value, caller: Caller) -> Call {
+    pub(crate) fn new(tool: impl Into<Arc<str>>, args: Value, caller: Caller) -> Call {
         Call {
             tool: tool.into(),
             args_key: key_json(&args).into(),
@@ -150,7 +152,7 @@ impl Call {
     }
 
     /// A call made by the script itself.
-    pub(crate) fn top_level(tool: impl Into<String>, args: Value) -> Call {
+    pub(crate) fn top_level(tool: impl Into<Arc<str>>, args: Value) -> Call {
         Call::new(tool, args, Caller::Script)
     }
 }
@@ -164,7 +166,7 @@ impl Call {
 struct InProgress {
     ctx: Arc<RunContext>,
     call_id: u64,
-    tool: String,
+    tool: Arc<str>,
     effect: Effect,
     parent: Option<u64>,
     speculation: Option<Arc<Speculation>>,
@@ -196,19 +198,13 @@ enum Stage {
 }
 
 impl InProgress {
-    /// Opens the call. The receipt names the tool by its own name: the call's copy of it is
-    /// taken when the caller used that name (no step after this one reads it), not copied.
-    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &mut Call) -> InProgress {
+    /// Opens the call. The receipt names the tool by its own name (the registry's, shared).
+    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &Call) -> InProgress {
         ctx.call_opened();
-        let name = if call.tool == tool.spec.name {
-            std::mem::take(&mut call.tool)
-        } else {
-            tool.spec.name.clone()
-        };
         InProgress {
             ctx: Arc::clone(ctx),
             call_id: ctx.next_call_id(),
-            tool: name,
+            tool: Arc::clone(&tool.name),
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
@@ -263,7 +259,7 @@ impl InProgress {
         self.ctx.receipts.append(receipt::Draft {
             call_id: self.call_id,
             parent: self.parent,
-            tool: std::mem::take(&mut self.tool),
+            tool: Arc::clone(&self.tool),
             effect: self.effect,
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
@@ -329,7 +325,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         return Err(ctx.registry.unknown_tool(&call.tool));
     };
     let mut call = call;
-    let mut flight = InProgress::start(ctx, &tool, &mut call);
+    let mut flight = InProgress::start(ctx, &tool, &call);
     let span = tracing::debug_span!(
         "tool_call",
         tool = %tool.spec.name,

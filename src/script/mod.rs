@@ -110,12 +110,12 @@ impl Executor {
             tool.spec.allow_repeat,
             tool.spec.result,
         );
-        let tool = tool.spec.name.clone();
-        let name = (policy != ResultPolicy::Auto).then(|| tool.clone());
+        let name = (policy != ResultPolicy::Auto).then(|| tool.spec.name.clone());
+        let call = Call::top_level(Arc::clone(&shared), args);
         let result = match effect {
-            Effect::Read if polling => self.poll(Call::top_level(tool, args), shared),
-            Effect::Read => self.read(Call::top_level(tool, args), shared),
-            _ => self.non_read(Call::top_level(tool, args), effect),
+            Effect::Read if polling => self.poll(call, shared),
+            Effect::Read => self.read(call, shared),
+            _ => self.non_read(call, effect),
         };
         // A tool with a result policy of its own: the run's output knows its results by hash.
         if let (Some(name), Ok(value)) = (name, &*result) {
@@ -134,7 +134,7 @@ impl Executor {
         let journal = self.ctx.journal.clone();
         let journaled = journal.as_ref().and_then(|j| j.write(seq));
         if let Some(entry) = &journaled {
-            if entry.tool != call.tool || *entry.args != *call.args_key {
+            if *entry.tool != *call.tool || *entry.args != *call.args_key {
                 return Arc::new(Err(self.stop_with(format!(
                     "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {}",
                     entry.tool, entry.args, call.tool, call.args_key
@@ -186,7 +186,7 @@ impl Executor {
     fn written(&self, call: &Call, result: Result<Value, ToolError>) -> Outcome {
         let outcome = Arc::new(result);
         self.ledger.record_write(WriteRecord {
-            tool: call.tool.clone(),
+            tool: call.tool.to_string(),
             args: call.args_key.to_string(),
             outcome: Arc::clone(&outcome),
         });
@@ -198,7 +198,7 @@ impl Executor {
         let seq = call.seq.unwrap_or_default();
         *lock(&self.pending) = Some(PendingCall::new(
             seq,
-            call.tool.clone(),
+            call.tool.to_string(),
             effect,
             call.args.clone(),
             awaiting,

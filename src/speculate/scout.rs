@@ -446,10 +446,10 @@ impl Scout {
                     Arc::clone(&self.ledger),
                     Arc::clone(&cell),
                 );
-                let tool = key.tool.to_string();
+                let tool = Arc::clone(&key.tool);
                 let read = async move {
                     let call = Call {
-                        tool: tool.clone(),
+                        tool: Arc::clone(&tool),
                         args,
                         args_key: key.args,
                         caller: Caller::Scout(speculation),
