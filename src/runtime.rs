@@ -652,8 +652,9 @@ impl Run {
         let entered = span.enter();
         let started = std::time::Instant::now();
         let deadline = started + runtime.limits.timeout;
-        let cancel = CancellationToken::new();
         let ctx = Run::context(runtime, &options, &run_id, journal.clone());
+        // The root of the run's cancellation tree: the script, the scout and every call.
+        let cancel = ctx.cancel.clone();
         let speculation = SpeculationLimits {
             predict: runtime.speculation.predict && options.mode == Mode::Speculative,
             ..runtime.speculation.clone()
@@ -667,7 +668,6 @@ impl Run {
                 runtime.limits.clone(),
                 deadline,
                 tokio::runtime::Handle::current(),
-                cancel.child_token(),
             );
             (Arc::clone(&scout), tokio::spawn(scout.drive()))
         });

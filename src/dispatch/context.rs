@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::breaker::{Breakers, Replay};
 use super::budget::BudgetMeter;
@@ -92,8 +93,13 @@ pub(crate) struct RunContext {
     next_call_id: AtomicU64,
     dispatched: AtomicU64,
     pub(crate) progress: Arc<Progress>,
-    /// Set when the run ends: speculative calls still running are cancelled.
-    pub(super) cancel: tokio::sync::watch::Sender<bool>,
+    /// The root of the run's cancellation tree: cancelled when the run's future is dropped.
+    /// Under it, the scout's and its speculative calls' (`speculation`), and each call's, which
+    /// its body sees in its [`ToolContext`](crate::tool::ToolContext).
+    pub(crate) cancel: CancellationToken,
+    /// Cancelled when the run no longer needs speculation: the scout stops, and speculative
+    /// calls still running end `cancelled`.
+    pub(crate) speculation: CancellationToken,
     /// Calls of this run that have resolved to a tool and not yet written their receipt.
     open: AtomicU64,
     /// Notified when `open` falls to zero.
@@ -118,6 +124,7 @@ impl RunContext {
         receipts: Option<Sink>,
     ) -> RunContext {
         let started = Instant::now();
+        let cancel = CancellationToken::new();
         RunContext {
             registry,
             breakers,
@@ -129,7 +136,8 @@ impl RunContext {
             next_call_id: AtomicU64::new(1),
             dispatched: AtomicU64::new(0),
             progress,
-            cancel: tokio::sync::watch::channel(false).0,
+            speculation: cancel.child_token(),
+            cancel,
             open: AtomicU64::new(0),
             all_closed: tokio::sync::Notify::new(),
             journal: None,
@@ -188,11 +196,6 @@ impl RunContext {
             }
             let _ = tokio::time::timeout_at(deadline, closed).await;
         }
-    }
-
-    /// Cancels the speculative calls still running (the run no longer needs them).
-    pub(crate) fn cancel_speculation(&self) {
-        self.cancel.send_replace(true);
     }
 
     /// Counts a read the scout wants to start against the run's speculative cap.

@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
@@ -75,6 +76,8 @@ pub(crate) enum Caller {
         /// The composite's speculation, when the scout started it: its nested calls are
         /// speculative too, and claimed with it.
         speculation: Option<Arc<Speculation>>,
+        /// The composite call's cancellation, the parent of its nested calls'.
+        cancel: CancellationToken,
     },
 }
 
@@ -92,6 +95,16 @@ impl Caller {
         match self {
             Caller::Composite { parent, .. } => Some(*parent),
             _ => None,
+        }
+    }
+
+    /// The node of the run's cancellation tree the call hangs from: the run's for the
+    /// script's calls, speculation's for the scout's, the composite call's for nested ones.
+    fn cancellation<'a>(&'a self, ctx: &'a RunContext) -> &'a CancellationToken {
+        match self {
+            Caller::Script => &ctx.cancel,
+            Caller::Scout(_) => &ctx.speculation,
+            Caller::Composite { cancel, .. } => cancel,
         }
     }
 }
@@ -438,10 +451,9 @@ async fn steps(
     let result = match speculation {
         // A speculative call ends early when the run no longer needs it.
         Some(_) => {
-            let mut cancel = ctx.cancel.subscribe();
             tokio::select! {
                 result = work => result,
-                _ = cancel.wait_for(|cancelled| *cancelled) => Err(ToolError::new(
+                () = ctx.speculation.cancelled() => Err(ToolError::new(
                     ErrorKind::Cancelled,
                     "the run ended before this speculative read was needed",
                 )),
@@ -463,13 +475,24 @@ async fn run_body(
     slot: &Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
-    let nested = spec.is_composite().then(|| {
+    // A composite's call is a node of the cancellation tree of its own, cancelled when the
+    // call ends or is dropped: the parent of its nested calls'. Other calls share their
+    // caller's node.
+    let own = spec
+        .is_composite()
+        .then(|| call.caller.cancellation(ctx).child_token());
+    let _cancel_on_drop = own.clone().map(CancellationToken::drop_guard);
+    let cancel = own
+        .clone()
+        .unwrap_or_else(|| call.caller.cancellation(ctx).clone());
+    let nested = own.map(|own| {
         nested::NestedCalls::handle(
             ctx,
             spec,
             flight.call_id,
             call.caller.speculation(),
             call.idempotency_key.as_deref(),
+            own,
         )
     });
     let policy = RetryPolicy::of(spec);
@@ -485,6 +508,7 @@ async fn run_body(
             ctx.context.clone(),
             nested.clone(),
             Arc::clone(slot),
+            cancel.clone(),
         );
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {

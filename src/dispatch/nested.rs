@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::{dispatch, Call, Caller, RunContext, Speculation};
 use crate::error::ToolError;
@@ -17,6 +18,8 @@ pub(super) struct NestedCalls {
     parent: u64,
     allowed: Arc<[String]>,
     speculation: Option<Arc<Speculation>>,
+    /// The composite call's node of the cancellation tree.
+    cancel: CancellationToken,
     /// The composite's idempotency key, from which its nested non-read calls get theirs.
     key: Option<String>,
     /// Nested non-read calls made so far.
@@ -31,12 +34,14 @@ impl NestedCalls {
         parent: u64,
         speculation: Option<&Arc<Speculation>>,
         key: Option<&str>,
+        cancel: CancellationToken,
     ) -> Arc<dyn NestedCaller> {
         Arc::new(NestedCalls {
             ctx: Arc::clone(ctx),
             parent,
             allowed: Arc::from(spec.nested.clone()),
             speculation: speculation.cloned(),
+            cancel,
             key: key.map(str::to_string),
             effectful: Default::default(),
         })
@@ -56,6 +61,7 @@ impl NestedCaller for NestedCalls {
                 parent: self.parent,
                 allowed: Arc::clone(&self.allowed),
                 speculation: self.speculation.clone(),
+                cancel: self.cancel.clone(),
             },
         );
         // A composite's body is deterministic, so its `n`th non-read call is the same call

@@ -70,7 +70,7 @@ impl ScriptHost {
                 let started = std::time::Instant::now();
                 // A call whose future was dropped (its timeout) stops its body: before it starts,
                 // or at its next operation or `sleep` slice.
-                let token = CancellationToken::new();
+                let token = ctx.cancellation().child_token();
                 let cancel = token.clone().drop_guard();
                 let runner = Arc::clone(&host);
                 let call = call_map(&ctx);
@@ -136,7 +136,7 @@ impl ScriptHost {
         args: Value,
         ctx: ToolContext,
     ) -> Result<Value, ToolError> {
-        let token = CancellationToken::new();
+        let token = ctx.cancellation().child_token();
         let cancel = token.clone().drop_guard();
         let handle = tokio::runtime::Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();

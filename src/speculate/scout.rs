@@ -101,7 +101,8 @@ pub(crate) struct Scout {
     dispatches: Mutex<Vec<JoinHandle<()>>>,
     /// Deferred calls, aborted when the run ends.
     deferred: Mutex<Vec<JoinHandle<()>>>,
-    /// Ends a running pass.
+    /// Ends a running pass: the run's speculation node of its cancellation tree, so that
+    /// stopping the scout also cancels the speculative calls still running.
     stop: CancellationToken,
     /// Interpreter operations of all passes.
     operations: AtomicU64,
@@ -117,9 +118,9 @@ impl Scout {
         limits: Limits,
         deadline: Instant,
         handle: Handle,
-        cancel: CancellationToken,
     ) -> Arc<Scout> {
         Arc::new(Scout {
+            stop: ctx.speculation.clone(),
             ctx,
             ledger,
             script,
@@ -128,7 +129,6 @@ impl Scout {
             handle,
             dispatches: Mutex::default(),
             deferred: Mutex::default(),
-            stop: cancel,
             operations: AtomicU64::new(0),
             depth_cap: AtomicU64::new(FIRST_DEPTH_CAP),
         })
@@ -229,7 +229,6 @@ impl Scout {
     /// running; [`Scout::finish`] also waits for them.
     pub(crate) fn stop(&self) {
         self.stop.cancel();
-        self.ctx.cancel_speculation();
     }
 
     /// Ends the scout: the running pass stops, wasted reads are cancelled, and every task is

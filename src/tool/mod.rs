@@ -140,6 +140,8 @@ pub struct ToolContext {
     /// with the shared resource before its call ends.
     #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
+    /// The call's node of the run's cancellation tree.
+    cancel: tokio_util::sync::CancellationToken,
 }
 
 /// How a composite's body reaches its nested tools: the dispatch path provides it, so that a
@@ -172,6 +174,7 @@ impl ToolContext {
         context: Option<Arc<Value>>,
         nested: Option<Arc<dyn NestedCaller>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> ToolContext {
         ToolContext {
             tool: tool.to_string(),
@@ -181,7 +184,27 @@ impl ToolContext {
             context,
             nested,
             slot,
+            cancel,
         }
+    }
+
+    /// Whether the run no longer needs this call: the run was dropped or cancelled, the
+    /// speculation it belongs to was given up, or the composite it is nested in ended. (A
+    /// body whose own future is dropped — its timeout — simply stops being polled.) A body
+    /// that works outside its future, on a thread of its own say, looks here to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes when [`ToolContext::is_cancelled`] becomes true.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await;
+    }
+
+    /// The call's node of the run's cancellation tree, for a body's own children.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
+    pub(crate) fn cancellation(&self) -> &tokio_util::sync::CancellationToken {
+        &self.cancel
     }
 
     /// Gives back this call's slot before the call ends: the rest of the call (a script tool's

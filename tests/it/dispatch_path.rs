@@ -207,3 +207,64 @@ async fn typed_tools_take_their_schemas_from_their_types() {
         "refused before the body ran"
     );
 }
+
+/// A read whose body watches its call's node of the run's cancellation tree from a task of its
+/// own (as a body that works outside its future does), then waits for ever; `tx` hears when the
+/// node is cancelled.
+fn watching(name: &str, tx: tokio::sync::mpsc::UnboundedSender<&'static str>) -> Tool {
+    let spec = toolscript::ToolSpec::new(name, Effect::Read);
+    let label: &'static str = Box::leak(name.to_string().into_boxed_str());
+    Tool::from_spec(spec, move |_, ctx| {
+        let tx = tx.clone();
+        async move {
+            assert!(!ctx.is_cancelled(), "a fresh call is not cancelled");
+            tokio::spawn(async move {
+                ctx.cancelled().await;
+                let _ = tx.send(label);
+            });
+            std::future::pending::<()>().await;
+            Ok(json!(null))
+        }
+    })
+}
+
+/// The next body to hear of its cancellation; the bound is against hanging, not a timing claim.
+async fn heard(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<&'static str>,
+) -> Option<&'static str> {
+    tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// One cancellation tree: dropping a run's future cancels what its calls' bodies watch, and a
+/// composite's call that ends (its timeout) cancels its nested calls' — while the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_hang_from_the_run_s_cancellation_tree() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let wrap = Tool::builder("wrap", Effect::Read)
+        .nested(["inner"])
+        .timeout(Duration::from_millis(30))
+        .composite(|_, ctx| async move { ctx.call("inner", json!({})).await });
+    let registry = Registry::builder()
+        .tool(watching("inner", tx.clone()))
+        .tool(watching("outer", tx))
+        .tool(wrap)
+        .build()
+        .unwrap();
+    let runtime = Runtime::builder(registry).build();
+
+    // The composite times out; its nested call's node is cancelled; the script goes on to
+    // `outer`, whose call never ends: the run is still running when the nested call hears it.
+    let run = runtime.run("let k = (); try { wrap() } catch (e) { k = e.kind } outer()");
+    let mut run = Box::pin(run);
+    let first = tokio::select! {
+        first = heard(&mut rx) => first.expect("the nested call hears of it"),
+        _ = &mut run => panic!("the run cannot end: `outer` never answers"),
+    };
+    assert_eq!(first, "inner");
+    // Dropping the run's future cancels the root: `outer`'s body hears it.
+    drop(run);
+    assert_eq!(heard(&mut rx).await, Some("outer"));
+}
