@@ -508,8 +508,8 @@ async fn run_body(
             ctx.context.clone(),
             nested.clone(),
             Arc::clone(slot),
-            cancel.clone(),
-        );
+        )
+        .under(cancel.clone());
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {
             std::mem::take(&mut call.args)

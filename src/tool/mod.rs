@@ -174,7 +174,6 @@ impl ToolContext {
         context: Option<Arc<Value>>,
         nested: Option<Arc<dyn NestedCaller>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
-        cancel: tokio_util::sync::CancellationToken,
     ) -> ToolContext {
         ToolContext {
             tool: tool.to_string(),
@@ -184,8 +183,14 @@ impl ToolContext {
             context,
             nested,
             slot,
-            cancel,
+            cancel: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// Hangs the call from `cancel`, its node of the run's cancellation tree.
+    pub(crate) fn under(mut self, cancel: tokio_util::sync::CancellationToken) -> ToolContext {
+        self.cancel = cancel;
+        self
     }
 
     /// Whether the run no longer needs this call: the run was dropped or cancelled, the
