@@ -568,7 +568,7 @@ pub enum Error {
     },
     /// A run cannot be resumed: unknown, still running, ended, or asked for a decision it
     /// does not wait for.
-    #[error("run {run_id}: {message}")]
+    #[error("run {}: {message}", crate::store::shown_run_id(run_id))]
     Resume {
         /// The run.
         run_id: String,
