@@ -246,19 +246,7 @@ impl Verdict {
     }
 }
 
-/// The longest run id a message shows whole; a longer one is cut (a run id is a person's or a
-/// model's input, and may be anything).
-const SHOWN_ID: usize = 64;
-
-/// A run id as messages show it: whole up to 64 characters, else its start and its length.
-pub(crate) fn shown_run_id(run_id: &str) -> std::borrow::Cow<'_, str> {
-    match run_id.char_indices().nth(SHOWN_ID) {
-        None => std::borrow::Cow::Borrowed(run_id),
-        Some((end, _)) => {
-            std::borrow::Cow::Owned(format!("{}… ({} bytes)", &run_id[..end], run_id.len()))
-        }
-    }
-}
+pub(crate) use crate::error::shown_run_id;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
