@@ -568,7 +568,7 @@ pub enum Error {
     },
     /// A run cannot be resumed: unknown, still running, ended, or asked for a decision it
     /// does not wait for.
-    #[error("run {run_id}: {message}")]
+    #[error("run {}: {message}", shown_run_id(run_id))]
     Resume {
         /// The run.
         run_id: String,
@@ -615,6 +615,7 @@ impl Error {
     }
 
     /// A store error naming its store, with what went wrong underneath.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn store(
         location: &str,
         message: impl Into<String>,
@@ -652,4 +653,18 @@ pub(crate) fn report(error: &dyn std::error::Error) -> String {
         cause = e.source();
     }
     text
+}
+
+/// The longest run id a message shows whole; a longer one is cut (a run id is a person's or a
+/// model's input, and may be anything).
+const SHOWN_ID: usize = 64;
+
+/// A run id as messages show it: whole up to 64 characters, else its start and its length.
+pub(crate) fn shown_run_id(run_id: &str) -> std::borrow::Cow<'_, str> {
+    match run_id.char_indices().nth(SHOWN_ID) {
+        None => std::borrow::Cow::Borrowed(run_id),
+        Some((end, _)) => {
+            std::borrow::Cow::Owned(format!("{}… ({} bytes)", &run_id[..end], run_id.len()))
+        }
+    }
 }

@@ -125,8 +125,8 @@ pub mod receipts {
 /// run's journal, the end of a run, and why a run cannot be taken.
 pub mod stores {
     pub use crate::store::{
-        JournalRows, JournaledWrite, OwnerAlive, ReadRow, StoreFuture, StoredEnd, TakeRefused,
-        WriteState,
+        JournalRows, JournaledWrite, OwnerAlive, ReadRow, StoreFuture, StoredEnd, TakeDecision,
+        TakeRefused, Verdict, WriteState,
     };
 }
 

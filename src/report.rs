@@ -104,6 +104,13 @@ pub enum RunEnd {
         /// The call it waits at.
         pending: PendingCall,
     },
+    /// The run stopped before its end for a reason that is not the script's (its store could
+    /// not be written): `resume_run` goes on with it, and the error says whether its last
+    /// call was made.
+    Interrupted {
+        /// What stopped it.
+        error: ErrorReport,
+    },
 }
 
 /// A run's receipt chain in brief: its last hash and its length.

@@ -18,7 +18,10 @@ use crate::report::{Mode, ReceiptChain, RunEnd, RunReport, Stats};
 use crate::script::{self, Awaiting, Problem};
 use crate::speculate::{self, Scout};
 
-use crate::store::{Journal, PendingCall, RunRecord, RunStatus, Store, StoredEnd, TakeRefused};
+use crate::store::{
+    Journal, PendingCall, RunRecord, RunStatus, Store, StoredEnd, TakeDecision, TakeRefused,
+    Verdict,
+};
 use crate::sync::lock;
 use crate::tool::{self, Format, Registry};
 use tokio_util::sync::CancellationToken;
@@ -253,6 +256,8 @@ pub struct RunOutcome {
     bounded: Option<crate::policy::Bounded>,
     /// The artifacts holding what the bounded output left out.
     pub artifacts: Vec<crate::policy::Artifact>,
+    /// The run's journal could not be written: it stopped, resumable, rather than failed.
+    interrupted: bool,
 }
 
 /// A person's decision on the call a paused run waits at.
@@ -273,20 +278,73 @@ pub enum Decision {
     Retry,
 }
 
-impl Decision {
-    fn answers(&self) -> Awaiting {
-        match self {
-            Decision::Approve | Decision::Reject { .. } => Awaiting::Approval,
-            Decision::Done | Decision::Retry => Awaiting::Resolve,
+/// What a decision on a call of `tool` journals.
+fn verdict(decision: &Decision, tool: &str) -> Verdict {
+    match decision {
+        Decision::Approve => Verdict::Approve,
+        Decision::Reject { reason } => {
+            let reason = reason.as_deref().unwrap_or("no reason given");
+            Verdict::Reject(
+                crate::error::ToolError::new(
+                    ErrorKind::Rejected,
+                    format!("a person rejected this call: {reason}"),
+                )
+                .for_tool(tool),
+            )
+        }
+        Decision::Done => Verdict::Done,
+        Decision::Retry => Verdict::Retry,
+    }
+}
+
+/// What a paused run waits for, as a resume's refusal says it.
+fn waits_for(awaiting: Awaiting) -> &'static str {
+    match awaiting {
+        Awaiting::Approval => "a decision on its approval: --approve or --reject",
+        Awaiting::Resolve => {
+            "word on whether its last call took effect: --resolve done or --resolve retry"
         }
     }
 }
 
+/// Why a decision is refused for a run that is not paused.
+fn not_paused(status: RunStatus) -> String {
+    match status {
+        RunStatus::Interrupted => "the run is not paused (it was interrupted before its end): resume it without a decision".into(),
+        _ => "the run is not paused (its process stopped while it ran): resume it without a decision".into(),
+    }
+}
+
+/// Why the store refused to take the run as it is `now`, for a decision on call `asked` (or
+/// none).
+fn stale(now: &RunRecord, asked: Option<u64>) -> String {
+    let pending = now
+        .pending
+        .as_ref()
+        .filter(|_| now.status == RunStatus::Paused);
+    match (pending, asked) {
+        (Some(p), Some(seq)) if p.seq != seq => format!(
+            "the run moved on; it now waits at #{} `{}` for {}",
+            p.seq,
+            p.tool,
+            waits_for(p.awaiting)
+        ),
+        (Some(p), _) => format!("the run waits for {}", waits_for(p.awaiting)),
+        (None, Some(seq)) => format!(
+            "the run moved on: it no longer waits at #{seq}, and {}",
+            not_paused(now.status).trim_start_matches("the run ")
+        ),
+        (None, None) => not_paused(now.status),
+    }
+}
+
 impl RunOutcome {
-    /// Where the run is: `completed`, `failed`, or `paused` at [`RunOutcome::pending`].
+    /// Where the run is: `completed`, `failed`, `paused` at [`RunOutcome::pending`], or
+    /// `interrupted` (its journal could not be written; `resume` goes on with it).
     pub fn status(&self) -> RunStatus {
         match (&self.pending, &self.result) {
             (Some(_), _) => RunStatus::Paused,
+            (None, Err(_)) if self.interrupted => RunStatus::Interrupted,
             (None, Ok(_)) => RunStatus::Completed,
             (None, Err(_)) => RunStatus::Failed,
         }
@@ -311,12 +369,16 @@ impl RunOutcome {
                     .and_then(|b| b.value.clone())
                     .unwrap_or_else(|| value.clone()),
             },
-            (None, Err(e)) => RunEnd::Failed {
-                error: bounded
+            (None, Err(e)) => {
+                let error = bounded
                     .and_then(|b| b.error.as_ref())
                     .unwrap_or(e)
-                    .report(name),
-            },
+                    .report(name);
+                match self.interrupted {
+                    true => RunEnd::Interrupted { error },
+                    false => RunEnd::Failed { error },
+                }
+            }
         };
         RunReport {
             run_id: self.run_id.clone(),
@@ -349,6 +411,7 @@ impl RunOutcome {
             pending: None,
             bounded: None,
             artifacts: Vec::new(),
+            interrupted: false,
         }
     }
 }
@@ -515,66 +578,38 @@ impl Runtime {
                     .into(),
             ));
         }
-        let pending = record
+        let owner_run = run_id.to_string();
+        let alive: crate::store::OwnerAlive = Arc::new(move |pid| process_alive(pid, &owner_run));
+        // The decision is for the call the run waited at when it was read; the store checks,
+        // in the transaction that takes the run, that it still waits there for that decision.
+        let seen = record
             .pending
             .as_ref()
             .filter(|_| record.status == RunStatus::Paused);
-        let awaiting = pending.map(|p| p.awaiting);
-        let describe = |awaiting: Awaiting| match awaiting {
-            Awaiting::Approval => "a decision on its approval: --approve or --reject",
-            Awaiting::Resolve => {
-                "word on whether its last call took effect: --resolve done or --resolve retry"
-            }
-        };
-        match (&decision, awaiting) {
-            (Some(d), Some(a)) if d.answers() != a => {
-                return Err(refuse(format!("the run waits for {}", describe(a))));
-            }
-            (None, Some(a)) => return Err(refuse(format!("the run waits for {}", describe(a)))),
+        let take = match (&decision, seen) {
+            (Some(d), Some(p)) => Some(TakeDecision::new(p.seq, verdict(d, &p.tool))),
             (Some(_), None) => {
-                return Err(refuse(
-                    "the run is not paused (its process stopped while it ran): resume it without a decision"
-                        .into(),
-                ))
+                let busy = record
+                    .owner_pid
+                    .filter(|pid| record.status == RunStatus::Running && alive(*pid));
+                return Err(refuse(match busy {
+                    Some(pid) => format!("the run is still running, in process {pid}: a decision is for a paused run"),
+                    None => not_paused(record.status),
+                }));
             }
-            _ => {}
-        }
-        let owner_run = run_id.to_string();
-        let alive = Arc::new(move |pid| process_alive(pid, &owner_run));
-        let record = store.take_run(run_id, alive).await?.map_err(|e| match e {
+            (None, _) => None,
+        };
+        let asked = take.as_ref().map(|t| t.seq);
+        let record = store.take_run(run_id, alive, take).await?.map_err(|e| match e {
             TakeRefused::Unknown => refuse("the store has no such run".into()),
             TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
             TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
+            TakeRefused::Settled(seq) => refuse(format!(
+                "the journal already holds the outcome of call #{seq} (another decision or process settled it): a decision never replaces it"
+            )),
+            TakeRefused::Stale(now) => refuse(stale(&now, asked)),
         })?;
         let journal = Arc::new(Journal::open(Arc::clone(store), run_id).await?);
-        let pending = record
-            .pending
-            .as_ref()
-            .filter(|_| record.status == RunStatus::Paused);
-        if let (Some(decision), Some(pending)) = (decision, pending) {
-            let tool = pending.tool.as_str();
-            let args = crate::json::key_json(&pending.args);
-            let decided = journal
-                .decide(pending.seq, tool, &args, |entry| match decision {
-                    Decision::Approve => entry.state.approved = true,
-                    Decision::Reject { reason } => {
-                        let reason = reason.unwrap_or_else(|| "no reason given".into());
-                        let error = crate::error::ToolError::new(
-                            ErrorKind::Rejected,
-                            format!("a person rejected this call: {reason}"),
-                        )
-                        .for_tool(tool);
-                        entry.outcome = Some(Err(error));
-                    }
-                    Decision::Done => entry.outcome = Some(Ok(Value::Null)),
-                    Decision::Retry => {
-                        entry.state.intent = false;
-                        entry.state.retry = true;
-                    }
-                })
-                .await;
-            decided.map_err(|why| crate::Error::store(&store.location(), why, None))?;
-        }
         let mut options = options;
         options.mode = record.mode;
         options.input = record.input.map(Arc::new);
@@ -626,8 +661,9 @@ struct Run {
     script: Option<tokio::sync::oneshot::Receiver<script::Execution>>,
     /// Cancels the run when it is dropped before it finished.
     _stop: StopOnDrop,
-    /// Marks a durable run as running in this process, while it runs.
-    _active: Option<Active>,
+    /// Records a durable run as interrupted when it is dropped before its end was recorded;
+    /// marks it as running in this process until then.
+    interrupt: InterruptOnDrop,
 }
 
 /// What joining a run gives: the script's execution and the scout's counts.
@@ -647,7 +683,13 @@ impl Run {
         run_id: String,
         journal: Option<Arc<Journal>>,
     ) -> Run {
-        let active = journal.as_ref().map(|_| Active::enter(&run_id));
+        let interrupt = InterruptOnDrop {
+            store: runtime.store.clone().filter(|_| journal.is_some()),
+            journal: journal.clone(),
+            run_id: run_id.clone(),
+            script_done: CancellationToken::new(),
+            active: journal.as_ref().map(|_| Active::enter(&run_id)),
+        };
         let span = tracing::info_span!("run", run_id = %run_id);
         let entered = span.enter();
         let started = std::time::Instant::now();
@@ -681,7 +723,8 @@ impl Run {
             cancel: Some(cancel),
             ..engine::RunControls::default()
         };
-        let script = Run::start_script(script, &ctx, &ledger, &runtime.limits, watch);
+        let done = interrupt.script_done.clone().drop_guard();
+        let script = Run::start_script(script, &ctx, &ledger, &runtime.limits, watch, done);
         drop(entered);
         Run {
             run_id,
@@ -695,7 +738,7 @@ impl Run {
             scout,
             script,
             _stop: stop,
-            _active: active,
+            interrupt,
         }
     }
 
@@ -734,11 +777,15 @@ impl Run {
         ledger: &Arc<RunLedger>,
         limits: &Limits,
         watch: engine::RunControls,
+        done: tokio_util::sync::DropGuard,
     ) -> Option<tokio::sync::oneshot::Receiver<script::Execution>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (ast, ctx, ledger) = (Arc::clone(&script.ast), Arc::clone(ctx), Arc::clone(ledger));
         let (handle, limits) = (tokio::runtime::Handle::current(), limits.clone());
         let spawned = engine::spawn_script_thread("toolscript-script", move || {
+            // Dropped when the script has ended (or the thread never started): the run's end
+            // can then be recorded.
+            let _done = done;
             let _ = tx.send(script::execute(&ast, ctx, ledger, handle, &limits, watch));
         });
         match spawned {
@@ -787,7 +834,7 @@ impl Run {
 
     /// The run's outcome: stats, the note of a paused run, the output bounded within the
     /// inline budget, and (a durable run) its end recorded in the store.
-    async fn finish(self, runtime: &Runtime, joined: Joined) -> RunOutcome {
+    async fn finish(mut self, runtime: &Runtime, joined: Joined) -> RunOutcome {
         let Joined {
             execution,
             scout_passes,
@@ -797,6 +844,14 @@ impl Run {
         let mut result = execution.result;
         if let (Some(pending), Err(e)) = (&execution.pending, &mut result) {
             self.note_pause(e, pending);
+        }
+        let interrupted = self.journal.as_ref().is_some_and(|j| j.failure().is_some());
+        if let (true, None, Err(e)) = (interrupted, &execution.pending, &mut result) {
+            e.recoverable = true;
+            e.suggested_next_action = Some(format!(
+                "once the store can be written again: toolscript resume {}",
+                self.run_id
+            ));
         }
         let output = Output {
             result,
@@ -819,8 +874,11 @@ impl Run {
             pending: execution.pending,
             bounded: Some(bounded),
             artifacts,
+            // A journal that could not be written stopped the run: nothing in it is final.
+            interrupted,
         };
         self.record_end(runtime, &outcome).await;
+        self.interrupt.store = None;
         outcome
     }
 
@@ -1061,6 +1119,59 @@ impl Drop for StopOnDrop {
         if let Some(scout) = &self.scout {
             scout.stop();
         }
+    }
+}
+
+/// Records a durable run as `interrupted` when its future is dropped before its end was
+/// recorded (its caller went away: a client that disconnected, a server stopping), so that a
+/// resume, here or in another process, takes it. It waits for the script thread to stop first
+/// (the run's token stops it at its next operation; a call it was making ends, and its outcome
+/// is journaled), and keeps the run marked as running in this process until then.
+struct InterruptOnDrop {
+    /// The run's store; `None` once the run's end is recorded (or for a run without one).
+    store: Option<Arc<dyn Store>>,
+    journal: Option<Arc<Journal>>,
+    run_id: String,
+    /// Cancelled when the script thread has ended.
+    script_done: CancellationToken,
+    active: Option<Active>,
+}
+
+impl Drop for InterruptOnDrop {
+    fn drop(&mut self) {
+        let (Some(store), Some(journal)) = (self.store.take(), self.journal.take()) else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (done, active) = (self.script_done.clone(), self.active.take());
+        let run_id = std::mem::take(&mut self.run_id);
+        handle.spawn(async move {
+            done.cancelled().await;
+            journal.flush().await;
+            // Only a run this process still owns: one whose end was recorded as the future
+            // was dropped keeps it.
+            let owned = match store.run(&run_id).await {
+                Ok(Some(r)) => {
+                    r.status == RunStatus::Running && r.owner_pid == Some(std::process::id())
+                }
+                _ => false,
+            };
+            if owned {
+                let outcome = serde_json::json!({
+                    "run_id": run_id,
+                    "status": RunStatus::Interrupted,
+                    "ok": false,
+                    "error": {"kind": "cancelled", "message": "the run's caller went away before it ended; resume it to go on"},
+                });
+                let end = StoredEnd::new(RunStatus::Interrupted, None, outcome);
+                if let Err(e) = store.finish_run(&run_id, end).await {
+                    tracing::error!(run_id = %run_id, error = %e.report(), "a dropped run could not be recorded as interrupted; resume it once this process has ended");
+                }
+            }
+            drop(active);
+        });
     }
 }
 

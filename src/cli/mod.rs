@@ -175,6 +175,15 @@ fn open_store(path: Option<PathBuf>) -> Result<Arc<dyn Store>, String> {
     }
 }
 
+/// A run id as messages show it: whole up to 64 characters, else its start and its length (a
+/// run id is typed or pasted, and may be anything).
+fn shown_id(run_id: &str) -> String {
+    match run_id.char_indices().nth(64) {
+        None => run_id.to_string(),
+        Some((end, _)) => format!("{}… ({} bytes)", &run_id[..end], run_id.len()),
+    }
+}
+
 /// A script file, or stdin for `-`.
 fn read_script(path: &Path) -> Result<String, String> {
     if path == Path::new("-") {
@@ -192,6 +201,7 @@ fn exit_for(status: RunStatus) -> ExitCode {
     match status {
         RunStatus::Completed => ExitCode::SUCCESS,
         RunStatus::Paused => ExitCode::from(PAUSED),
+        // Failed, or interrupted (resumable): the run did not finish.
         _ => ExitCode::from(1),
     }
 }

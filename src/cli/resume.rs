@@ -8,7 +8,7 @@ use serde_json::Value;
 use toolscript::{Decision, RunOptions};
 
 use super::report::{live_ticker, report, with_progress};
-use super::{exit_for, open_store, runtime, LimitsArg, ToolsArg};
+use super::{exit_for, open_store, runtime, shown_id, LimitsArg, ToolsArg};
 
 #[derive(clap::Args)]
 pub(crate) struct Resume {
@@ -61,6 +61,7 @@ impl Resume {
             _ => None,
         };
         let run_id = self.run_id;
+        let shown = shown_id(&run_id);
         let store = open_store(self.store)?;
         let record = store
             .run(&run_id)
@@ -68,14 +69,14 @@ impl Resume {
             .map_err(|e| e.report())?
             .ok_or_else(|| {
                 format!(
-                    "run {run_id}: the store {} has no such run",
+                    "run {shown}: the store {} has no such run",
                     store.location()
                 )
             })?;
         // An ended run is a no-op: its outcome again, and nothing is run.
         if record.status.is_final() {
             eprintln!(
-                "toolscript: run {run_id} has already {}; nothing was run",
+                "toolscript: run {shown} has already {}; nothing was run",
                 record.status.as_str()
             );
             if self.json {

@@ -275,7 +275,10 @@ fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
         report.stats = None;
     }
     let json = report.to_json();
-    if outcome.status() == crate::RunStatus::Failed {
+    if matches!(
+        outcome.status(),
+        crate::RunStatus::Failed | crate::RunStatus::Interrupted
+    ) {
         CallToolResult::structured_error(json)
     } else {
         CallToolResult::structured(json)

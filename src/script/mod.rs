@@ -163,6 +163,13 @@ impl Executor {
         }
         lock(&self.counts).effectful_calls += 1;
         if let Some(journal) = journal {
+            // The store failed before the call's intent was durable: its body was not reached.
+            if let Some(why) = journal.failure().filter(|_| !journal.intent_durable(seq)) {
+                return Arc::new(Err(self.stop_with(format!(
+                    "the run's journal could not be written ({why}): `{}` (call #{seq}) was not made; the run is interrupted, and a resume goes on from this call",
+                    call.tool
+                ))));
+            }
             let (tool, args, outcome) = (
                 call.tool.to_string(),
                 Arc::clone(&call.args_key),
@@ -173,8 +180,16 @@ impl Executor {
             })
             .unwrap_or_else(|| Err("the async runtime shut down".to_string()));
             if let Err(why) = committed {
+                let answered = match &result {
+                    Ok(_) => "it answered with a result".to_string(),
+                    Err(e) => format!("it answered with an error of kind `{}`", e.kind_name()),
+                };
+                let again = match effect {
+                    Effect::Idempotent => "a resume makes it again under the same idempotency key",
+                    _ => "a resume will ask whether it took effect (--resolve done or --resolve retry)",
+                };
                 return Arc::new(Err(self.stop_with(format!(
-                    "the outcome of `{}` could not be journaled ({why}): the run stops, and a resume will ask whether it took effect",
+                    "`{}` (call #{seq}) was made ({answered}), but its outcome could not be journaled ({why}): the run is interrupted, and {again}",
                     call.tool
                 ))));
             }
@@ -356,6 +371,7 @@ pub(crate) fn execute(
         operations: Some(Arc::clone(&operations)),
         ..watch
     };
+    let cancelled = watch.cancel.clone();
     let mut engine = engine::new_engine(limits, watch);
     let logs = Arc::new(Mutex::new(Logs::default()));
     let max_log = limits.max_log_bytes;
@@ -385,6 +401,13 @@ pub(crate) fn execute(
                 return Some(format!(
                     "the run's journal could not be written ({why}); it makes no further call"
                 ));
+            }
+            // A run whose caller went away (its future dropped) makes no further call, even
+            // before the engine's next check of its token.
+            if cancelled.as_ref().is_some_and(|c| c.is_cancelled()) {
+                return Some(
+                    "the run was cancelled: its caller went away; it makes no further call".into(),
+                );
             }
             exec.stopped()
         };

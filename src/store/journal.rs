@@ -243,21 +243,6 @@ impl Journal {
             .await
     }
 
-    /// Commits a person's decision on the call `seq`: `change` sets it on the call's entry.
-    ///
-    /// # Errors
-    ///
-    /// Why the store could not commit it.
-    pub(crate) async fn decide(
-        &self,
-        seq: u64,
-        tool: &str,
-        args: &str,
-        change: impl FnOnce(&mut JournaledWrite) + Send,
-    ) -> Result<(), String> {
-        self.update(seq, tool, args, change).await
-    }
-
     async fn update(
         &self,
         seq: u64,
@@ -265,12 +250,13 @@ impl Journal {
         args: &str,
         change: impl FnOnce(&mut JournaledWrite) + Send,
     ) -> Result<(), String> {
-        let entry = {
+        let (entry, before) = {
             let mut state = lock(&self.state);
             if let Some(why) = &state.failed {
                 return Err(why.clone());
             }
-            let mut entry = state.writes.get(&seq).cloned().unwrap_or(JournaledWrite {
+            let before = state.writes.get(&seq).cloned();
+            let mut entry = before.clone().unwrap_or(JournaledWrite {
                 seq,
                 tool: tool.to_string(),
                 args: args.to_string(),
@@ -279,13 +265,30 @@ impl Journal {
             });
             change(&mut entry);
             state.writes.insert(seq, entry.clone());
-            entry
+            (entry, before)
         };
         self.commit(Some(entry)).await;
         match self.failure() {
-            Some(why) => Err(why),
+            Some(why) => {
+                // The entry is as the store holds it: a failed intent is known not to be durable.
+                let mut state = lock(&self.state);
+                match before {
+                    Some(before) => state.writes.insert(seq, before),
+                    None => state.writes.remove(&seq),
+                };
+                Err(why)
+            }
             None => Ok(()),
         }
+    }
+
+    /// Whether the intent of the non-read call `seq` is durable in the store: its body may
+    /// have been reached. (A commit that failed left the entry as the store holds it.)
+    pub(crate) fn intent_durable(&self, seq: u64) -> bool {
+        lock(&self.state)
+            .writes
+            .get(&seq)
+            .is_some_and(|w| w.state.intent)
     }
 
     /// Commits the reads not committed yet.

@@ -66,13 +66,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Every run, newest first.
     fn runs(&self) -> StoreFuture<'_, Vec<RunRecord>>;
 
-    /// Takes a run for this process to resume, atomically: a paused run, or a running one
-    /// whose owner is gone (`alive` says whether an owner still runs it). The run is `running`
+    /// Takes a run for this process to resume, atomically: a paused run with a decision on
+    /// the call it waits at, or an interrupted run, or a running one whose owner is gone
+    /// (`alive` says whether an owner still runs it), without one. The run is `running`
     /// again, owned by this process; the record is as it was before it was taken.
+    ///
+    /// The decision is checked and journaled in the same transaction that takes the run: the
+    /// run must still be paused at `decision.seq`, waiting for what the decision answers, and
+    /// the journal must hold no outcome of that call (an outcome is never replaced). Anything
+    /// else is refused ([`TakeRefused::Stale`], [`TakeRefused::Settled`]) and nothing changes.
     fn take_run<'a>(
         &'a self,
         run_id: &'a str,
         alive: OwnerAlive,
+        decision: Option<TakeDecision>,
     ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>>;
 
     /// Records where a run ended (or paused): its status, its pending call and the outcome its
@@ -84,7 +91,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Appends journal rows in one transaction, durable when the future completes: the reads
     /// (a read already stored is kept as it is), then the non-read calls (a row per seq,
-    /// replaced whole).
+    /// replaced whole, unless the stored row has an outcome: then the whole append fails, for
+    /// a journaled outcome is never replaced).
     fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()>;
 
     /// Keeps an artifact under `id` (content-addressed: one kept before with the same id stays).
@@ -176,7 +184,69 @@ pub enum TakeRefused {
     Ended(Box<RunRecord>),
     /// The run is running, in the process with this id.
     Busy(u32),
+    /// The decision does not fit the run as it is now (it is not paused, or paused at another
+    /// call, or waiting for another kind of decision), or a paused run was given none: the
+    /// record says where it is.
+    Stale(Box<RunRecord>),
+    /// The journal already holds the outcome of the call the decision was for.
+    Settled(u64),
 }
+
+/// A person's decision on the call a paused run waits at, as [`Store::take_run`] journals it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct TakeDecision {
+    /// The call the decision is for: the run must still wait at it.
+    pub seq: u64,
+    /// The decision.
+    pub verdict: Verdict,
+}
+
+impl TakeDecision {
+    /// A decision on the call `seq`.
+    pub fn new(seq: u64, verdict: Verdict) -> TakeDecision {
+        TakeDecision { seq, verdict }
+    }
+}
+
+/// What a decision does to the journal's entry of the call it is for.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Approved: the call is made when the run reaches it.
+    Approve,
+    /// Rejected: the call's outcome is this error, and it is never made.
+    Reject(crate::error::ToolError),
+    /// Its lost outcome took effect: the outcome is a null result.
+    Done,
+    /// Its lost outcome did not take effect: it is made again.
+    Retry,
+}
+
+impl Verdict {
+    /// What a run must wait for to take this verdict.
+    pub fn answers(&self) -> Awaiting {
+        match self {
+            Verdict::Approve | Verdict::Reject(_) => Awaiting::Approval,
+            Verdict::Done | Verdict::Retry => Awaiting::Resolve,
+        }
+    }
+
+    /// Sets the verdict on the journal's entry of its call.
+    pub fn apply(&self, entry: &mut JournaledWrite) {
+        match self {
+            Verdict::Approve => entry.state.approved = true,
+            Verdict::Reject(error) => entry.outcome = Some(Err(error.clone())),
+            Verdict::Done => entry.outcome = Some(Ok(Value::Null)),
+            Verdict::Retry => {
+                entry.state.intent = false;
+                entry.state.retry = true;
+            }
+        }
+    }
+}
+
+pub(crate) use crate::error::shown_run_id;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {

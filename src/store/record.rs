@@ -78,6 +78,10 @@ pub enum RunStatus {
     Completed,
     /// The script finished with an error.
     Failed,
+    /// Its process stopped it before its end, for a reason that is not the script's: the
+    /// store could not be written, or its caller went away (a dropped run future, a client
+    /// that disconnected). Nothing is lost: `resume` goes on with it.
+    Interrupted,
 }
 
 impl RunStatus {
@@ -88,6 +92,7 @@ impl RunStatus {
             RunStatus::Paused => "paused",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
         }
     }
 
@@ -226,6 +231,7 @@ impl RunRecord {
         };
         parsed.map_err(|e| {
             let shown: String = text.chars().take(80).collect();
+            let run_id = super::shown_run_id(run_id);
             format!("run {run_id}: its stored `{field}` does not parse ({e}): {shown:?}")
         })
     }
@@ -312,6 +318,7 @@ mod tests {
             RunStatus::Paused,
             RunStatus::Completed,
             RunStatus::Failed,
+            RunStatus::Interrupted,
         ] {
             assert_eq!(json!(status), json!(status.as_str()));
         }

@@ -15,13 +15,22 @@ use serde_json::Value;
 use super::journal::{decode_outcome, encode_outcome};
 use super::{
     now_ms, JournalRows, JournaledWrite, OwnerAlive, ReadRow, RunRecord, RunStatus, Store,
-    StoreFuture, StoredArtifact, StoredEnd, TakeRefused, WriteState,
+    StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 3;
+
+/// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
+/// store.
+const APPLICATION_ID: i32 = 0x5453_6372;
+
+/// The tables a store of any version may hold: a file whose tables are these (with `runs`
+/// among them) and whose `user_version` is a store's, but that has no application id, is a
+/// store written before stores were stamped.
+const STORE_TABLES: [&str; 4] = ["runs", "writes", "artifacts", "reads"];
 
 /// How long a writer waits for another process's transaction before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +88,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// The one connection, taken by one blocking job at a time.
     conn: Arc<Mutex<Connection>>,
+    /// The file could not be opened for writing: reads work, writes fail saying so.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -92,20 +103,55 @@ impl std::fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// Opens the store at `path`, creating the file (and its folder) on first use.
     ///
+    /// A store is known by its `PRAGMA application_id`; a store written before stores were
+    /// stamped is known by its tables and schema version, and is stamped (and upgraded) when
+    /// opened. Any other non-empty database is refused, left untouched. A file this process
+    /// cannot write is opened read-only: its runs can be read, and every write fails with an
+    /// error that says the store is read-only.
+    ///
     /// # Errors
     ///
-    /// [`Error::Store`] when the file cannot be created or opened, is not a store of this
-    /// version, or its schema cannot be set up.
+    /// [`Error::Store`] when the file cannot be created or opened, is not a toolscript store
+    /// (another program's database, or not a database), is a store of a later version, or its
+    /// schema cannot be set up.
     pub fn open(path: &Path) -> Result<SqliteStore, Error> {
         let location = path.display().to_string();
         let fail = |message: &str, e: Cause| Error::store(&location, message, e);
         let say = |message: String| Error::store(&location, message, None);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| fail("cannot create its folder", e.into()))?;
+            if !dir.exists() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| fail("cannot create its folder", e.into()))?;
+            }
         }
-        let mut conn = Connection::open(path).map_err(|e| fail("cannot open it", e.into()))?;
+        let mut conn = match Connection::open(path) {
+            Ok(conn) => conn,
+            // A file that exists but cannot be opened for writing (nor created beside, where
+            // SQLite keeps its journal) is read, at least.
+            Err(e) if path.exists() => {
+                return SqliteStore::open_read_only(path)
+                    .map_err(|_| fail("cannot open it", e.into()))
+            }
+            Err(e) => return Err(fail("cannot open it", e.into())),
+        };
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| fail("cannot open it", e.into()))?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            drop(conn);
+            return SqliteStore::open_read_only(path);
+        }
+        // Nothing is written before the file is known to be a store, or empty.
+        let (kind, stamped) = classify(&conn).map_err(|e| not_a_store(&location, e))?;
+        let version = match kind {
+            Kind::Foreign(why) => return Err(say(foreign(&why))),
+            Kind::Empty => 0,
+            Kind::Store(version) => version,
+        };
+        if version > SCHEMA_VERSION {
+            return Err(say(format!(
+                "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
+            )));
+        }
         // Several processes may open a new store at once: switching to WAL can be refused
         // while another does the same, without the busy handler, so it is tried again.
         let started = std::time::Instant::now();
@@ -119,41 +165,121 @@ impl SqliteStore {
                 Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) => return Err(fail("not a store", e.into())),
+                Err(e) if is_read_only(&e) => {
+                    drop(conn);
+                    return SqliteStore::open_read_only(path);
+                }
+                Err(e) => return Err(not_a_store(&location, e)),
             }
         }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(|e| fail("cannot open it", e.into()))?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))
-            .map_err(|e| fail("not a store", e.into()))?;
-        if version > SCHEMA_VERSION {
-            return Err(say(format!(
-                "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
-            )));
-        }
-        if version < SCHEMA_VERSION {
+        if version < SCHEMA_VERSION || !stamped {
             // One writer sets the schema up; the others wait for it (`IMMEDIATE` takes the
-            // write lock at once, through the busy handler), then find it done.
-            let mut upgrade = || -> rusqlite::Result<()> {
-                let tx =
-                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                let now: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
-                if now < SCHEMA_VERSION {
+            // write lock at once, through the busy handler), then find it done. What the file
+            // is, is asked again under the lock.
+            let mut upgrade = || -> Result<(), Error> {
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(|e| not_a_store(&location, e))?;
+                let now = match classify(&tx).map_err(|e| not_a_store(&location, e))? {
+                    (Kind::Foreign(why), _) => return Err(say(foreign(&why))),
+                    (Kind::Store(now), true) if now >= SCHEMA_VERSION => return Ok(()),
+                    (Kind::Store(now), _) => now,
+                    (Kind::Empty, _) => 0,
+                };
+                let setup = || -> rusqlite::Result<()> {
                     // Version 3 keeps each run's input.
                     if (1..3).contains(&now) {
                         tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
                     }
-                    tx.execute_batch(&format!("{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"))?;
-                }
-                tx.commit()
+                    tx.execute_batch(&format!(
+                        "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
+                         PRAGMA application_id = {APPLICATION_ID};"
+                    ))
+                };
+                setup().map_err(|e| not_a_store(&location, e))?;
+                tx.commit().map_err(|e| not_a_store(&location, e))
             };
-            upgrade().map_err(|e| fail("not a store", e.into()))?;
+            upgrade()?;
         }
         Ok(SqliteStore {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
+            read_only: false,
         })
+    }
+
+    /// Opens the store at `path` for reading only: nothing is created, upgraded or written,
+    /// and every write fails with an error that says the store is read-only. A store in a
+    /// folder this process cannot write, whose WAL index SQLite cannot create, is read as an
+    /// immutable file.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when the file cannot be opened, is not a toolscript store, or is a
+    /// store of another schema version (an older one is upgraded only when it can be written).
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, Error> {
+        use rusqlite::OpenFlags;
+        let location = path.display().to_string();
+        let say = |message: String| Error::store(&location, message, None);
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let opened = Connection::open_with_flags(path, flags).and_then(|conn| {
+            let kind = classify(&conn)?;
+            Ok((conn, kind))
+        });
+        let (conn, (kind, _)) = match opened {
+            Ok(opened) => opened,
+            Err(e) if is_cant_open(&e) && path.exists() => {
+                let uri = format!("file:{}?immutable=1", uri_path(path));
+                let flags = flags | OpenFlags::SQLITE_OPEN_URI;
+                let conn = Connection::open_with_flags(uri, flags)
+                    .map_err(|e| Error::store(&location, "cannot open it", Cause::from(e)))?;
+                let kind = classify(&conn).map_err(|e| not_a_store(&location, e))?;
+                (conn, kind)
+            }
+            Err(e) => return Err(not_a_store(&location, e)),
+        };
+        match kind {
+            Kind::Foreign(why) => Err(say(foreign(&why))),
+            Kind::Empty => Err(say(
+                "the file is read-only and empty: it is not a store, and cannot be made one".into(),
+            )),
+            Kind::Store(version) if version != SCHEMA_VERSION => Err(say(format!(
+                "the store is read-only and has schema version {version}; this toolscript reads {SCHEMA_VERSION} (and upgrades an older one only where it can write it)"
+            ))),
+            Kind::Store(_) => {
+                conn.busy_timeout(BUSY_TIMEOUT)
+                    .map_err(|e| Error::store(&location, "cannot open it", Cause::from(e)))?;
+                Ok(SqliteStore {
+                    path: path.to_path_buf(),
+                    conn: Arc::new(Mutex::new(conn)),
+                    read_only: true,
+                })
+            }
+        }
+    }
+
+    /// Sets how long a write waits for another connection's transaction before it fails (10 s
+    /// unless set).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] when SQLite refuses it.
+    pub fn busy_timeout(self, timeout: Duration) -> Result<SqliteStore, Error> {
+        lock(&self.conn).busy_timeout(timeout).map_err(|e| {
+            Error::store(
+                &self.location(),
+                "cannot set its busy timeout",
+                Cause::from(e),
+            )
+        })?;
+        Ok(self)
+    }
+
+    /// Whether the store was opened read-only (its file cannot be written by this process).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The store's file.
@@ -168,6 +294,18 @@ impl SqliteStore {
             return Some(PathBuf::from(path));
         }
         dirs::data_dir().map(|dir| dir.join("toolscript").join("store.sqlite3"))
+    }
+
+    /// As [`SqliteStore::blocking`], for a job that writes: a read-only store refuses it.
+    fn writing<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Connection, &Fail) -> Result<T, Error> + Send + 'static,
+    ) -> StoreFuture<'static, T> {
+        if self.read_only {
+            let refused = Error::store(&self.location(), READ_ONLY, None);
+            return Box::pin(async move { Err(refused) });
+        }
+        self.blocking(job)
     }
 
     /// Runs `job` with the connection on tokio's blocking pool: SQLite's calls block, and a
@@ -186,6 +324,9 @@ impl SqliteStore {
         })
     }
 }
+
+/// Why a read-only store refuses a write.
+const READ_ONLY: &str = "the store is read-only (this process cannot write its file): its runs can be listed and read, not written; give a writable --store";
 
 /// Makes the store's errors, naming its file.
 struct Fail(String);
@@ -208,7 +349,7 @@ impl Store for SqliteStore {
     }
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
-        self.blocking(move |conn, fail| {
+        self.writing(move |conn, fail| {
             conn.execute(
                 "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
                  owner_pid, started_ms, updated_ms, input) \
@@ -261,26 +402,26 @@ impl Store for SqliteStore {
         &'a self,
         run_id: &'a str,
         alive: OwnerAlive,
+        decision: Option<TakeDecision>,
     ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>> {
         let run_id = run_id.to_string();
-        self.blocking(move |conn, fail| {
-            let store = |e: rusqlite::Error| Err(fail.of(e));
-            let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            {
-                Ok(tx) => tx,
-                Err(e) => return store(e),
-            };
+        self.writing(move |conn, fail| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| fail.of(e))?;
             let raw = tx
                 .query_row(
                     &format!("{SELECT_RUN} WHERE run_id = ?1"),
                     [&run_id],
                     RawRun::read,
                 )
-                .optional();
+                .optional()
+                .map_err(|e| fail.of(e))?;
+            // Every refusal below returns before the commit: the transaction rolls back and
+            // nothing changes.
             let record = match raw {
-                Ok(Some(raw)) => raw.parse(fail)?,
-                Ok(None) => return Ok(Err(TakeRefused::Unknown)),
-                Err(e) => return store(e),
+                Some(raw) => raw.parse(fail)?,
+                None => return Ok(Err(TakeRefused::Unknown)),
             };
             if record.status.is_final() {
                 return Ok(Err(TakeRefused::Ended(Box::new(record))));
@@ -290,23 +431,54 @@ impl Store for SqliteStore {
                     return Ok(Err(TakeRefused::Busy(pid)));
                 }
             }
-            let taken = tx
-                .execute(
-                    "UPDATE runs SET status = 'running', owner_pid = ?2, updated_ms = ?3 \
-                     WHERE run_id = ?1",
-                    params![run_id, std::process::id(), now_ms()],
-                )
-                .and_then(|_| tx.commit());
-            match taken {
-                Ok(()) => Ok(Ok(record)),
-                Err(e) => store(e),
+            let paused = record
+                .pending
+                .as_ref()
+                .filter(|_| record.status == RunStatus::Paused);
+            match (&decision, paused) {
+                (None, None) => {}
+                (Some(d), Some(p)) if p.seq == d.seq && p.awaiting == d.verdict.answers() => {
+                    let stored = tx
+                        .query_row(
+                            &format!("{SELECT_WRITE} AND seq = ?2"),
+                            params![run_id, p.seq as i64],
+                            read_write,
+                        )
+                        .optional()
+                        .map_err(|e| fail.of(e))?;
+                    let mut entry = stored.unwrap_or_else(|| {
+                        JournaledWrite::new(
+                            p.seq,
+                            p.tool.clone(),
+                            crate::json::key_json(&p.args),
+                            WriteState::default(),
+                            None,
+                        )
+                    });
+                    // A decision never replaces an outcome, nor approves a call already made.
+                    let made = entry.state.intent && p.awaiting == crate::store::Awaiting::Approval;
+                    if entry.outcome.is_some() || made {
+                        return Ok(Err(TakeRefused::Settled(p.seq)));
+                    }
+                    d.verdict.apply(&mut entry);
+                    upsert_write(&tx, &run_id, &entry).map_err(|e| fail.of(e))?;
+                }
+                _ => return Ok(Err(TakeRefused::Stale(Box::new(record)))),
             }
+            tx.execute(
+                "UPDATE runs SET status = 'running', owner_pid = ?2, updated_ms = ?3 \
+                 WHERE run_id = ?1",
+                params![run_id, std::process::id(), now_ms()],
+            )
+            .map_err(|e| fail.of(e))?;
+            tx.commit().map_err(|e| fail.of(e))?;
+            Ok(Ok(record))
         })
     }
 
     fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()> {
         let run_id = run_id.to_string();
-        self.blocking(move |conn, fail| {
+        self.writing(move |conn, fail| {
             let pending = end
                 .pending
                 .as_ref()
@@ -333,26 +505,10 @@ impl Store for SqliteStore {
         let run_id = run_id.to_string();
         self.blocking(move |conn, fail| {
             let mut writes = conn
-                .prepare(
-                    "SELECT seq, tool, args, approved, retry, intent, outcome FROM writes \
-                     WHERE run_id = ?1 ORDER BY seq",
-                )
+                .prepare(&format!("{SELECT_WRITE} ORDER BY seq"))
                 .map_err(|e| fail.of(e))?;
             let writes = writes
-                .query_map([&run_id], |row| {
-                    let outcome: Option<String> = row.get(6)?;
-                    Ok(JournaledWrite {
-                        seq: row.get::<_, i64>(0)? as u64,
-                        tool: row.get(1)?,
-                        args: row.get(2)?,
-                        state: WriteState {
-                            approved: row.get(3)?,
-                            retry: row.get(4)?,
-                            intent: row.get(5)?,
-                        },
-                        outcome: outcome.map(|text| decode_outcome(&text)),
-                    })
-                })
+                .query_map([&run_id], read_write)
                 .map_err(|e| fail.of(e))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| fail.of(e))?;
@@ -378,12 +534,12 @@ impl Store for SqliteStore {
 
     fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()> {
         let run_id = run_id.to_string();
-        self.blocking(move |conn, fail| append(conn, &run_id, &rows).map_err(|e| fail.of(e)))
+        self.writing(move |conn, fail| append(conn, &run_id, &rows, fail))
     }
 
     fn put_artifact<'a>(&'a self, id: &'a str, artifact: StoredArtifact) -> StoreFuture<'a, ()> {
         let id = id.to_string();
-        self.blocking(move |conn, fail| {
+        self.writing(move |conn, fail| {
             conn.execute(
                 "INSERT OR IGNORE INTO artifacts \
                  (id, run_id, policy, page_tokens, content, created_ms) \
@@ -423,43 +579,184 @@ impl Store for SqliteStore {
     }
 }
 
-/// Journal rows in one transaction: the reads, then the non-read calls.
-fn append(conn: &mut Connection, run_id: &str, rows: &JournalRows) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
+/// Journal rows in one transaction: the reads, then the non-read calls. A non-read call whose
+/// stored row has an outcome is never replaced: the append fails whole.
+fn append(
+    conn: &mut Connection,
+    run_id: &str,
+    rows: &JournalRows,
+    fail: &Fail,
+) -> Result<(), Error> {
+    let tx = conn.transaction().map_err(|e| fail.of(e))?;
     {
-        let mut insert_read = tx.prepare_cached(
-            "INSERT OR IGNORE INTO reads (run_id, epoch, tool, args, n, outcome) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
+        let mut insert_read = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO reads (run_id, epoch, tool, args, n, outcome) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(|e| fail.of(e))?;
         for read in &rows.reads {
-            insert_read.execute(params![
-                run_id,
-                read.epoch as i64,
-                read.tool,
-                read.args,
-                read.n as i64,
-                encode_outcome(&read.outcome),
-            ])?;
+            insert_read
+                .execute(params![
+                    run_id,
+                    read.epoch as i64,
+                    read.tool,
+                    read.args,
+                    read.n as i64,
+                    encode_outcome(&read.outcome),
+                ])
+                .map_err(|e| fail.of(e))?;
         }
-        let mut upsert_write = tx.prepare_cached(
-            "INSERT OR REPLACE INTO writes \
-             (run_id, seq, tool, args, approved, retry, intent, outcome) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
         for write in &rows.writes {
-            upsert_write.execute(params![
-                run_id,
-                write.seq as i64,
-                write.tool,
-                write.args,
-                write.state.approved,
-                write.state.retry,
-                write.state.intent,
-                write.outcome.as_ref().map(encode_outcome),
-            ])?;
+            if upsert_write(&tx, run_id, write).map_err(|e| fail.of(e))? == 0 {
+                return Err(fail.say(format!(
+                    "run {}: the journal already holds the outcome of call #{}, and a journaled outcome is never replaced",
+                    super::shown_run_id(run_id),
+                    write.seq
+                )));
+            }
         }
     }
-    tx.commit()
+    tx.commit().map_err(|e| fail.of(e))
+}
+
+/// Writes a non-read call's row, unless the stored one has an outcome; the rows changed.
+fn upsert_write(
+    conn: &Connection,
+    run_id: &str,
+    write: &JournaledWrite,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT (run_id, seq) DO UPDATE SET tool = excluded.tool, args = excluded.args, \
+         approved = excluded.approved, retry = excluded.retry, intent = excluded.intent, \
+         outcome = excluded.outcome WHERE writes.outcome IS NULL",
+    )?
+    .execute(params![
+        run_id,
+        write.seq as i64,
+        write.tool,
+        write.args,
+        write.state.approved,
+        write.state.retry,
+        write.state.intent,
+        write.outcome.as_ref().map(encode_outcome),
+    ])
+}
+
+const SELECT_WRITE: &str =
+    "SELECT seq, tool, args, approved, retry, intent, outcome FROM writes WHERE run_id = ?1";
+
+/// A row of `writes`, as [`SELECT_WRITE`] reads it.
+fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
+    let outcome: Option<String> = row.get(6)?;
+    Ok(JournaledWrite {
+        seq: row.get::<_, i64>(0)? as u64,
+        tool: row.get(1)?,
+        args: row.get(2)?,
+        state: WriteState {
+            approved: row.get(3)?,
+            retry: row.get(4)?,
+            intent: row.get(5)?,
+        },
+        outcome: outcome.map(|text| decode_outcome(&text)),
+    })
+}
+
+/// What a SQLite file is, as far as a store is concerned.
+enum Kind {
+    /// No tables, no version: a new file, which becomes a store.
+    Empty,
+    /// A store, of this schema version.
+    Store(i64),
+    /// Another program's database: why it is not a store.
+    Foreign(String),
+}
+
+/// What the file behind `conn` is, and whether it is stamped with the store's application id.
+/// Reads only: a database that is not a store is never written.
+fn classify(conn: &Connection) -> rusqlite::Result<(Kind, bool)> {
+    let application: i32 = conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let mut statement = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE substr(name, 1, 7) != 'sqlite_' ORDER BY name",
+    )?;
+    let names = statement
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if application == APPLICATION_ID {
+        return Ok((Kind::Store(version), true));
+    }
+    if application != 0 {
+        return Ok((
+            Kind::Foreign(format!(
+                "its application_id is {application:#x}, another program's"
+            )),
+            false,
+        ));
+    }
+    if names.is_empty() && version == 0 {
+        return Ok((Kind::Empty, false));
+    }
+    let ours = names.iter().all(|n| STORE_TABLES.contains(&n.as_str()))
+        && names.iter().any(|n| n == "runs")
+        && (1..=SCHEMA_VERSION).contains(&version);
+    if ours {
+        return Ok((Kind::Store(version), false));
+    }
+    let shown: Vec<String> = names.iter().take(5).map(|n| format!("`{n}`")).collect();
+    let more = if names.len() > 5 { ", …" } else { "" };
+    Ok((
+        Kind::Foreign(if names.is_empty() {
+            format!("it holds no tables but its user_version is {version}")
+        } else {
+            format!(
+                "it holds {} that are not a store's, or a user_version ({version}) that is not",
+                if shown.len() == 1 {
+                    format!("table {}{more}", shown[0])
+                } else {
+                    format!("tables {}{more}", shown.join(", "))
+                }
+            )
+        }),
+        false,
+    ))
+}
+
+/// The message refusing another program's database.
+fn foreign(why: &str) -> String {
+    format!("not a toolscript store ({why}); it was left untouched: give another --store")
+}
+
+/// A file SQLite could not read as a database, or not set up as a store.
+fn not_a_store(location: &str, e: rusqlite::Error) -> Error {
+    Error::store(location, "not a store", Cause::from(e))
+}
+
+fn is_read_only(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::ReadOnly))
+}
+
+fn is_cant_open(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+    )
+}
+
+/// A path as the path of a `file:` URI: the characters a URI gives a meaning escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -564,18 +861,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("deep/er/store.sqlite3")).unwrap();
         store.create_run(record("r1")).await.unwrap();
-        let taken = store.take_run("r1", Arc::new(|_| true)).await.unwrap();
+        let taken = store
+            .take_run("r1", Arc::new(|_| true), None)
+            .await
+            .unwrap();
         assert!(
             matches!(taken, Err(TakeRefused::Busy(_))),
             "a run whose process lives is not taken"
         );
-        let taken = store.take_run("r1", Arc::new(never)).await.unwrap();
+        let taken = store.take_run("r1", Arc::new(never), None).await.unwrap();
         assert_eq!(taken.unwrap().run_id, "r1");
         let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": true}));
         store.finish_run("r1", end).await.unwrap();
-        let taken = store.take_run("r1", Arc::new(never)).await.unwrap();
+        let taken = store.take_run("r1", Arc::new(never), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Ended(_))));
-        let taken = store.take_run("nope", Arc::new(never)).await.unwrap();
+        let taken = store.take_run("nope", Arc::new(never), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Unknown)));
         let runs = store.runs().await.unwrap();
         assert_eq!(runs.len(), 1);
@@ -632,7 +932,7 @@ mod tests {
             );
             let e = store.runs().await.unwrap_err().to_string();
             assert!(e.contains(&format!("`{field}`")), "{e}");
-            let taken = store.take_run("bad", Arc::new(never)).await;
+            let taken = store.take_run("bad", Arc::new(never), None).await;
             assert!(matches!(taken, Err(Error::Store { .. })), "{taken:?}");
         }
     }

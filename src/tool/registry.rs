@@ -265,7 +265,8 @@ impl RegistryBuilder {
 }
 
 /// A composite's rules, each naming both tools: every nested tool exists, appears once, is not
-/// itself a composite (nesting is flat), and is a read if the composite is. Returns the nested
+/// itself a composite (nesting is flat), is a read if the composite is, and is a read or
+/// idempotent if the composite is idempotent. Returns the nested
 /// tools by their own names (an alias is resolved).
 fn check_composite(
     tools: &[RegisteredTool],
@@ -316,6 +317,17 @@ fn check_composite(
                 format!(
                     "its nested tool `{}` needs approval, which only a call of the script itself can wait for: give the composite `approval = \"always\"` instead",
                     child.name
+                ),
+            ));
+        }
+        // A resume makes an idempotent call whose outcome was lost again, without asking, and
+        // an idempotent composite's body with it: every nested call must be safe to repeat.
+        if spec.effect == Effect::Idempotent && !child.effect.may_retry() {
+            return Err(Error::registry(
+                &spec.name,
+                format!(
+                    "it is an idempotent composite, but its nested tool `{}` is {}: a resume makes an idempotent call again without asking, so an idempotent composite may contain only reads and idempotent tools (make `{}` a write composite instead)",
+                    child.name, child.effect, spec.name
                 ),
             ));
         }

@@ -17,6 +17,9 @@ mod dispatch_path;
 mod docs;
 #[cfg(feature = "cli")]
 mod durable;
+#[cfg(feature = "cli")]
+mod durable_edges;
+mod durable_faults;
 mod equivalence;
 mod errors;
 mod fuzz;

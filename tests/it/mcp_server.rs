@@ -282,7 +282,9 @@ fn inspector_lists_the_tools_with_the_api_in_run_script() {
         [
             &json!(["status", "value"]),
             &json!(["status", "error"]),
-            &json!(["status", "pending"])
+            &json!(["status", "pending"]),
+            // Interrupted: what stopped it (its store could not be written).
+            &json!(["status", "error"])
         ]
     );
     assert_eq!(tools[1]["annotations"]["readOnlyHint"], true);
