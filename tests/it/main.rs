@@ -43,3 +43,4 @@ mod receipts;
 mod results;
 mod speculation;
 mod strings;
+mod warnings;
