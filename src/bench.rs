@@ -66,9 +66,9 @@ pub fn declared_best_ms(source: &str) -> Option<f64> {
     })
 }
 
-/// The observable result of a run, for comparing two runs: its value or error, its logs and
-/// its effects, in order. This is what speculation must keep the same as a sequential run
-/// (ARCHITECTURE.md, "Invariants").
+/// The observable result of a run, for comparing two runs: its value or error, its logs, its
+/// effects, in order, and its warnings. This is what speculation must keep the same as a
+/// sequential run (ARCHITECTURE.md, "Invariants").
 pub fn observable(outcome: &RunOutcome) -> Value {
     let result = match &outcome.result {
         Ok(value) => json!({"value": value}),
@@ -78,6 +78,8 @@ pub fn observable(outcome: &RunOutcome) -> Value {
         "result": result,
         "logs": outcome.logs,
         "effects": outcome.effects,
+        "warnings": outcome.warnings,
+        "warnings_left_out": outcome.warnings_left_out,
     })
 }
 

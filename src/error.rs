@@ -457,6 +457,53 @@ impl ErrorReport {
     }
 }
 
+/// A read of a field that the map did not have, which the script did not handle: the run went
+/// on with `()` in its place, which most likely is not what the script meant (`p.age > 30` is
+/// `false` for every map without `age`). One per place in the script, the first time it
+/// happened.
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[non_exhaustive]
+pub struct Warning {
+    /// 1-based line of the read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub line: Option<usize>,
+    /// 1-based column of the field's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub column: Option<usize>,
+    /// A sentence for the model that wrote the script.
+    pub message: String,
+    /// The field the script read.
+    pub field: String,
+    /// The fields the map had, sorted (at most 20, each at most 64 characters).
+    pub fields: Vec<String>,
+    /// The map's field closest to the one read, when one is close.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closest: Option<String>,
+}
+
+impl Warning {
+    /// The warning as one line for a person: `line L, column C: message (its fields: ...)`.
+    pub fn line_text(&self) -> String {
+        let at = match (self.line, self.column) {
+            (Some(l), Some(c)) => format!("line {l}, column {c}: "),
+            _ => String::new(),
+        };
+        let fields = match self.fields.len() {
+            0 => String::new(),
+            n => {
+                let shown: Vec<&str> = self.fields.iter().take(8).map(String::as_str).collect();
+                let more = if n > 8 { ", …" } else { "" };
+                format!(" (its fields: {}{more})", shown.join(", "))
+            }
+        };
+        format!("{at}{}{fields}", self.message)
+    }
+}
+
 /// A limit a run reached, as its error's report carries it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]

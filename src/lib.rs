@@ -93,7 +93,7 @@ mod tool;
 pub use dispatch::{BreakerConfig, EffectRecord, Progress};
 pub use engine::{set_memory_probe, LimitKey, Limits};
 pub use error::{
-    Cause, Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError,
+    Cause, Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError, Warning,
 };
 pub use ledger::SpeculationLimits;
 #[cfg(feature = "manifest")]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::dispatch::EffectRecord;
-use crate::error::{Error, ErrorReport};
+use crate::error::{Error, ErrorReport, Warning};
 use crate::policy::Artifact;
 pub use crate::store::Mode;
 use crate::store::{PendingCall, RunRecord, RunStatus, Store};
@@ -71,6 +71,15 @@ pub struct RunReport {
     pub ok: bool,
     /// The script's print lines, in order (bounded, like the value, by `max_inline_tokens`).
     pub logs: Vec<String>,
+    /// Reads of fields the maps did not have, which the script did not handle (it went on
+    /// with `()`): one per place in the script, in the order they first happened. Left out
+    /// when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+    /// Places that read a missing field besides those in `warnings` (past the first 20, or
+    /// beyond the output's budget). Left out when there is none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warnings_left_out: usize,
     /// Calls of non-read tools that reached their tool, in order.
     pub effects: Vec<EffectRecord>,
     /// Counts and timing; left out of MCP answers unless asked for.
@@ -121,6 +130,10 @@ pub struct ReceiptChain {
     pub head: Option<String>,
     /// How many receipts the run wrote.
     pub count: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RunReport {

@@ -42,6 +42,9 @@ pub struct Runtime {
     store: Option<Arc<dyn Store>>,
     /// SHA-256 of the catalog as `tools --format json` prints it: a resume needs the same.
     catalog_sha256: String,
+    /// The field names some tool's output schema declares: a read of one that finds it
+    /// missing is no warning (the field may be optional).
+    declared_fields: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -106,12 +109,15 @@ impl RuntimeBuilder {
             .flat_map(|t| [t.spec.name.clone(), t.function_name().to_string()])
             .collect();
         let catalog = tool::describe(&self.registry, Format::Json);
+        let mut compiler = engine::new_engine(&self.limits, engine::RunControls::default());
+        crate::rhai_ast::fields::compiler_for_sites(&mut compiler);
         Runtime {
+            declared_fields: self.registry.declared_fields(),
             effectful,
             store: self.store,
             catalog_sha256: crate::json::sha256_hex(&catalog),
             speculation: self.speculation,
-            compiler: engine::new_engine(&self.limits, engine::RunControls::default()),
+            compiler,
             registry: Arc::new(self.registry),
             breakers: Arc::new(Breakers::new(self.breaker)),
             limits: self.limits,
@@ -128,6 +134,8 @@ pub struct Script {
     scout: Arc<speculate::ScoutScript>,
     /// The text it was compiled from: a durable run keeps it, and a resume runs it again.
     source: Arc<str>,
+    /// Where the executor watches for reads of missing fields; `None` when nowhere.
+    fields: Option<Arc<crate::rhai_ast::fields::FieldPlan>>,
 }
 
 /// Options of one run.
@@ -251,6 +259,11 @@ pub struct RunOutcome {
     pub receipts: Vec<Receipt>,
     /// The call a paused run waits at.
     pub pending: Option<PendingCall>,
+    /// Reads of fields the maps did not have, which the script did not handle: one per place
+    /// in the script, in the order they first happened, at most 20.
+    pub warnings: Vec<crate::Warning>,
+    /// Places that read a missing field besides those in `warnings`.
+    pub warnings_left_out: usize,
     /// The output as a model receives it: value, logs and error within
     /// `Limits::max_inline_tokens` (`None` for a run that stopped before it ran).
     bounded: Option<crate::policy::Bounded>,
@@ -385,6 +398,8 @@ impl RunOutcome {
             end,
             ok: self.result.is_ok(),
             logs: bounded.map_or_else(|| self.logs.clone(), |b| b.logs.clone()),
+            warnings: bounded.map_or_else(|| self.warnings.clone(), |b| b.warnings.clone()),
+            warnings_left_out: self.warnings_left_out + bounded.map_or(0, |b| b.warnings_left_out),
             effects: self.effects.clone(),
             stats: Some(self.stats.clone()),
             receipts: ReceiptChain {
@@ -409,6 +424,8 @@ impl RunOutcome {
             stats: Stats::default(),
             receipts: Vec::new(),
             pending: None,
+            warnings: Vec::new(),
+            warnings_left_out: 0,
             bounded: None,
             artifacts: Vec::new(),
             interrupted: false,
@@ -466,10 +483,14 @@ impl Runtime {
             .map_err(|e| engine::from_parse(source, &e, &self.limits))?;
         let ast = engine::rewrite_catches(ast);
         let scout = Arc::new(speculate::ScoutScript::new(&ast, &self.effectful));
+        let declared = &self.declared_fields;
+        let fields = crate::rhai_ast::fields::FieldPlan::new(&ast, &|name| declared.contains(name))
+            .map(Arc::new);
         Ok(Script {
             ast: Arc::new(ast),
             scout,
             source: Arc::from(source),
+            fields,
         })
     }
 
@@ -781,12 +802,15 @@ impl Run {
     ) -> Option<tokio::sync::oneshot::Receiver<script::Execution>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (ast, ctx, ledger) = (Arc::clone(&script.ast), Arc::clone(ctx), Arc::clone(ledger));
+        let fields = script.fields.clone();
         let (handle, limits) = (tokio::runtime::Handle::current(), limits.clone());
         let spawned = engine::spawn_script_thread("toolscript-script", move || {
             // Dropped when the script has ended (or the thread never started): the run's end
             // can then be recorded.
             let _done = done;
-            let _ = tx.send(script::execute(&ast, ctx, ledger, handle, &limits, watch));
+            let _ = tx.send(script::execute(
+                &ast, fields, ctx, ledger, handle, &limits, watch,
+            ));
         });
         match spawned {
             Ok(_) => Some(rx),
@@ -824,6 +848,7 @@ impl Run {
             counts: Default::default(),
             pending: None,
             results: Default::default(),
+            warnings: Default::default(),
         });
         Joined {
             execution,
@@ -856,6 +881,7 @@ impl Run {
         let output = Output {
             result,
             logs: execution.logs,
+            warnings: execution.warnings.list,
             paused: execution.pending.is_some(),
             results: execution.results,
             policy: self.policy,
@@ -864,6 +890,9 @@ impl Run {
         let budget = runtime.limits.max_inline_tokens;
         let (output, mut bounded) = output.bound_off_worker(store, &self.run_id, budget).await;
         let artifacts = std::mem::take(&mut bounded.artifacts);
+        for warning in &output.warnings {
+            tracing::debug!(parent: &self.span, warning = %warning.line_text(), "missing field");
+        }
         let outcome = RunOutcome {
             run_id: self.run_id.clone(),
             result: output.result,
@@ -872,6 +901,8 @@ impl Run {
             stats,
             receipts: self.ctx.take_receipts(),
             pending: execution.pending,
+            warnings: output.warnings,
+            warnings_left_out: execution.warnings.left_out,
             bounded: Some(bounded),
             artifacts,
             // A journal that could not be written stopped the run: nothing in it is final.
@@ -942,6 +973,8 @@ impl Run {
 struct Output {
     result: Result<Value, RunError>,
     logs: Vec<String>,
+    /// Reads of missing fields.
+    warnings: Vec<crate::Warning>,
     /// The run paused: its error is the pause, not shown as the run's error.
     paused: bool,
     /// Results of tools with a result policy of their own.
@@ -978,6 +1011,7 @@ impl Output {
         Output {
             result: Err(error),
             logs: Vec::new(),
+            warnings: Vec::new(),
             paused: false,
             results: Default::default(),
             policy: Default::default(),
@@ -1021,7 +1055,12 @@ impl Output {
             _ => None,
         };
         let error = self.result.as_ref().err().filter(|_| !self.paused);
-        crate::policy::Bounder::new(store, run_id, budget).bound(value, &self.logs, error.cloned())
+        crate::policy::Bounder::new(store, run_id, budget).bound(
+            value,
+            &self.logs,
+            error.cloned(),
+            &self.warnings,
+        )
     }
 }
 

@@ -86,6 +86,18 @@ fn print_human(outcome: &RunOutcome) {
     for line in &outcome.logs {
         eprintln!("{}", for_terminal(line, err_terminal));
     }
+    for warning in &outcome.warnings {
+        eprintln!(
+            "warning: {}",
+            for_terminal(&warning.line_text(), err_terminal)
+        );
+    }
+    if outcome.warnings_left_out > 0 {
+        eprintln!(
+            "warning: {} more places read a missing field",
+            outcome.warnings_left_out
+        );
+    }
     let terminal = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
     if let Some(pending) = &outcome.pending {

@@ -27,7 +27,7 @@ use pages::{pages, read_budget};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::error::RunError;
+use crate::error::{RunError, Warning};
 use crate::json::{key_json, sha256_hex};
 use crate::store::{Store, StoredArtifact};
 
@@ -105,7 +105,28 @@ pub(crate) struct Bounded {
     pub(crate) value: Option<Value>,
     pub(crate) logs: Vec<String>,
     pub(crate) error: Option<RunError>,
+    /// The first warnings, as many as fit in a quarter of the budget.
+    pub(crate) warnings: Vec<Warning>,
+    /// Warnings left out to fit.
+    pub(crate) warnings_left_out: usize,
     pub(crate) artifacts: Vec<Artifact>,
+}
+
+/// The warnings as the output carries them.
+fn warnings_text(warnings: &[Warning]) -> String {
+    if warnings.is_empty() {
+        return String::new();
+    }
+    serde_json::to_value(warnings).map_or_else(|_| String::new(), |v| key_json(&v))
+}
+
+/// How many of the first `warnings` fit in `cap` tokens.
+fn bound_warnings(warnings: &[Warning], cap: usize) -> usize {
+    let mut kept = warnings.len();
+    while kept > 0 && !fits(&warnings_text(&warnings[..kept]), cap) {
+        kept -= 1;
+    }
+    kept
 }
 
 /// Why a run's output cannot be bounded: the run fails with `limit_exceeded` and this message.
@@ -131,34 +152,42 @@ impl<'a> Bounder<'a> {
         }
     }
 
-    /// Bounds `value` (with `policy`, and `tool` when it is that tool's result), `logs` and
-    /// `error` together within the budget. The error keeps its kind and at least the start of
-    /// its message, within a quarter of the budget; then, when value and logs do not both fit,
-    /// the logs get the larger of a quarter of what is left and what the value leaves, and the
-    /// value the rest.
+    /// Bounds `value` (with `policy`, and `tool` when it is that tool's result), `logs`,
+    /// `error` and `warnings` together within the budget. The warnings keep as many of the
+    /// first as fit in a quarter of the budget (the others are counted, not kept). The error
+    /// keeps its kind and at least the start of its message, within a quarter of the budget;
+    /// then, when value and logs do not both fit, the logs get the larger of a quarter of what
+    /// is left and what the value leaves, and the value the rest.
     pub(crate) fn bound(
         mut self,
         value: Option<(&Value, ResultPolicy, Option<&str>)>,
         logs: &[String],
         error: Option<RunError>,
+        warnings: &[Warning],
     ) -> Result<Bounded, Unbounded> {
         // A token is at least a byte: output that fits in bytes is not counted.
         let value_text = value.map(|(v, _, _)| key_json(v));
         let logs_value = json!(logs);
         let logs_text = key_json(&logs_value);
+        let warnings_bytes = warnings_text(warnings).len();
         let bytes = value_text.as_ref().map_or(0, String::len)
             + logs_text.len()
+            + warnings_bytes
             + error.as_ref().map_or(0, |e| key_json(&e.to_json()).len());
         if bytes <= self.budget {
             return Ok(Bounded {
                 value: value.map(|(v, _, _)| v.clone()),
                 logs: logs.to_vec(),
                 error,
+                warnings: warnings.to_vec(),
+                warnings_left_out: 0,
                 artifacts: Vec::new(),
             });
         }
+        let kept = bound_warnings(warnings, self.budget / 4);
+        let warnings_used = count(&warnings_text(&warnings[..kept]));
         let error = error.map(|e| self.bound_error(e));
-        let used = error.as_ref().map_or(0, |e| count(&key_json(&e.to_json())));
+        let used = error.as_ref().map_or(0, |e| count(&key_json(&e.to_json()))) + warnings_used;
         let rest = self.budget.saturating_sub(used);
         let value_tokens = value_text.as_deref().map_or(0, count);
         let logs_tokens = count(&logs_text);
@@ -185,6 +214,8 @@ impl<'a> Bounder<'a> {
             value,
             logs,
             error,
+            warnings: warnings[..kept].to_vec(),
+            warnings_left_out: warnings.len() - kept,
             artifacts: self.artifacts,
         })
     }

@@ -11,12 +11,14 @@
 //! | [`functions`], [`Statements`], [`run_nested`] | a function's or closure's body as statements, and running them as a call one level deeper (the scout's rewritten functions) |
 //! | [`sites`] | the scout's rewrite: wrapping the sites Rhai decides on without calling a registered function |
 //! | [`catches`] | the rewrite of `catch` blocks and `throw`s into calls of the engine's functions |
+//! | [`fields`] | field reads that do not handle a missing field's `()`, and the hook that reports one missing at run time |
 //!
 //! Every edit builds its wrapper calls by compiling a one-call template on a raw engine, since
 //! Rhai does not export the hash of a call; a call's hashes depend only on its name and arity,
 //! not on the engine that runs it.
 
 pub(crate) mod catches;
+pub(crate) mod fields;
 mod functions;
 pub(crate) mod sites;
 mod strings;

@@ -5,10 +5,11 @@
 //! message, position and next action the run reports when it reaches it: both take them from
 //! `engine::diagnose` and the dispatch path's own checks.
 //!
-//! Two warnings point at scripts that run but most likely do not do what was meant: a last
+//! Three warnings point at scripts that run but most likely do not do what was meant: a last
 //! statement that has no value (a `try`, a loop, a `let`, an `if` without `else`: the script's
-//! value is then `()`), and `${...}` in a string that is not a backtick string (it is printed
-//! as written).
+//! value is then `()`), `${...}` in a string that is not a backtick string (it is printed as
+//! written), and a read of a field that a tool's output schema does not declare, next to one it
+//! does (`c.emial` where the schema has `email`: the read gives `()`).
 
 use std::collections::HashSet;
 
@@ -145,7 +146,77 @@ pub(crate) fn check(engine: &Engine, ast: &AST, registry: &Registry) -> Vec<Prob
     });
     problems.sort_by_key(|p| (p.line, p.column));
     problems.extend(warnings(ast));
+    let mut fields = missing_fields(ast, registry);
+    fields.sort_by_key(|p| (p.line, p.column));
+    problems.extend(fields);
     problems
+}
+
+/// Reads of a field that a tool's output schema does not declare, where the schema declares
+/// the fields of that map and one of them is close to the name read (a likely slip; a field
+/// the schema leaves open is read on purpose).
+fn missing_fields(ast: &AST, registry: &Registry) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for read in rhai_ast::fields::result_reads(ast) {
+        let Some(tool) = registry.get(&read.origin.function) else {
+            continue;
+        };
+        let Some(mut schema) = tool.spec.output_schema.as_ref() else {
+            continue;
+        };
+        if read.origin.each {
+            match schema.get("items") {
+                Some(items) => schema = items,
+                None => continue,
+            }
+        }
+        let mut found = true;
+        for field in &read.origin.path {
+            match schema.get("properties").and_then(|p| p.get(field)) {
+                Some(inner) => schema = inner,
+                None => found = false,
+            }
+        }
+        let properties = match schema.get("properties").and_then(|p| p.as_object()) {
+            Some(properties) if found && schema.get("patternProperties").is_none() => properties,
+            _ => continue,
+        };
+        let name = &read.site.name;
+        if properties.contains_key(name) {
+            continue;
+        }
+        let Some(near) = super::warnings::closest(name, properties.keys().map(String::as_str))
+        else {
+            continue;
+        };
+        let (line, column) = engine::line_column(read.site.position);
+        let mut warning = super::warnings::missing_field(
+            name,
+            properties.keys().map(String::as_str),
+            line,
+            column,
+        );
+        let what = if read.origin.each {
+            format!("an item of `{}`'s result", tool.spec.name)
+        } else {
+            format!("`{}`'s result", tool.spec.name)
+        };
+        warning.message = format!(
+            "{what} has no field `{name}` (its output schema declares {}), so it reads as (); did you mean `{near}`?",
+            warning.fields.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
+        );
+        out.push(Problem {
+            severity: Severity::Warning,
+            kind: ErrorKind::ScriptError.as_str().to_string(),
+            line,
+            column,
+            message: warning.message,
+            suggested_next_action: Some(format!(
+                "read `{near}`, or write `?? default` after the read if `{name}` may be missing"
+            )),
+        });
+    }
+    out
 }
 
 /// The warnings: a last statement without a value, `${...}` outside a backtick string.

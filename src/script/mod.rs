@@ -5,11 +5,13 @@
 //! run ledger.
 
 mod check;
+mod warnings;
 
 pub use crate::store::Awaiting;
 pub use check::{Problem, Severity};
 
 pub(crate) use check::{check, known_functions};
+pub(crate) use warnings::Warnings;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -354,12 +356,15 @@ pub(crate) struct Execution {
     pub(crate) pending: Option<PendingCall>,
     /// Results of tools with a result policy of their own.
     pub(crate) results: ToolResults,
+    /// Reads of fields the maps did not have.
+    pub(crate) warnings: Warnings,
 }
 
 /// Runs a compiled script to its end on the current thread (a thread of its own, never an async
 /// worker: every tool call blocks it), under `watch` (the run's deadline and cancellation).
 pub(crate) fn execute(
     ast: &AST,
+    fields: Option<Arc<crate::rhai_ast::fields::FieldPlan>>,
     ctx: Arc<RunContext>,
     ledger: Arc<RunLedger>,
     handle: tokio::runtime::Handle,
@@ -425,6 +430,13 @@ pub(crate) fn execute(
         engine::outcome_to_rhai(&outcome, at)
     });
     engine::register_tool_functions(&mut engine, &executor.ctx.registry, call);
+    // Reads of missing fields are watched where the script does not handle them; the script
+    // is then the one whose computed assignments are marked, if it has any.
+    let warnings = Arc::new(Mutex::new(Warnings::default()));
+    if let Some(plan) = &fields {
+        warnings::watch(&mut engine, Arc::clone(plan), Arc::clone(&warnings));
+    }
+    let ast = fields.as_deref().and_then(|p| p.marked()).unwrap_or(ast);
 
     let _span = tracing::debug_span!("script").entered();
     let result = engine
@@ -444,11 +456,13 @@ pub(crate) fn execute(
     let logs = std::mem::take(&mut lock(&logs).lines);
     let pending = lock(&executor.pending).take();
     let results = std::mem::take(&mut *lock(&executor.results));
+    let warnings = std::mem::take(&mut *lock(&warnings));
     Execution {
         result,
         logs,
         counts,
         pending,
         results,
+        warnings,
     }
 }

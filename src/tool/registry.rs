@@ -130,6 +130,30 @@ impl Registry {
         self.tools.iter()
     }
 
+    /// Every field name that some tool's output schema declares (the keys of a `properties`,
+    /// at any depth): a read of one may find it missing on purpose, as an optional field.
+    pub(crate) fn declared_fields(&self) -> std::collections::HashSet<String> {
+        fn walk(schema: &Value, out: &mut std::collections::HashSet<String>) {
+            match schema {
+                Value::Object(object) => {
+                    if let Some(Value::Object(properties)) = object.get("properties") {
+                        out.extend(properties.keys().cloned());
+                    }
+                    object.values().for_each(|v| walk(v, out));
+                }
+                Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+                _ => {}
+            }
+        }
+        let mut out = std::collections::HashSet::new();
+        for spec in self.specs() {
+            if let Some(schema) = &spec.output_schema {
+                walk(schema, &mut out);
+            }
+        }
+        out
+    }
+
     /// The specs of all tools, in the order they were added.
     pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
         self.tools.iter().map(|t| &t.spec)

@@ -134,17 +134,28 @@ fn limits() -> Limits {
 }
 
 /// What `script` gives on one runtime: `None` when it does not run to its end, else the errors
-/// `check` reports for it there.
+/// `check` reports for it there (and the missing fields it warns about that the run did not
+/// find missing).
 async fn verdict(runtime: &Runtime, script: &str) -> Option<Vec<Problem>> {
     runtime.compile(script).ok()?;
     // Speculative, which gives what a sequential run gives, sooner.
     let outcome = run_in(runtime, script, Mode::Speculative).await;
     outcome.result.as_ref().ok()?;
     let problems = runtime.check(script).expect("it compiled");
+    // A missing field `check` warns about is real only if the run, which ran to its end, read
+    // it missing there too.
+    let warned: HashSet<(Option<usize>, Option<usize>)> = outcome
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.column))
+        .collect();
     Some(
         problems
             .into_iter()
-            .filter(|p| p.severity == Severity::Error)
+            .filter(|p| {
+                p.severity == Severity::Error
+                    || (p.message.contains("has no field") && !warned.contains(&(p.line, p.column)))
+            })
             .collect(),
     )
 }

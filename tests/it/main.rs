@@ -46,3 +46,4 @@ mod receipts;
 mod results;
 mod speculation;
 mod strings;
+mod warnings;

@@ -62,7 +62,7 @@ fn stable(outcome: &Value) -> Value {
 /// The structured content of a `run_script` result, after checking that its text content is
 /// the same JSON and that `isError` matches `ok`.
 #[track_caller]
-fn outcome_of(result: &Value) -> Value {
+pub(crate) fn outcome_of(result: &Value) -> Value {
     let structured = result["structuredContent"].clone();
     assert!(structured.is_object(), "no structured content: {result:#}");
     let text = result["content"][0]["text"]
@@ -99,7 +99,7 @@ fn numbers_as_floats(value: &Value) -> Value {
 
 /// Checks `outcome` against the output schema `run_script` declares.
 #[track_caller]
-fn assert_matches_output_schema(tool: &Tool, outcome: &Value) {
+pub(crate) fn assert_matches_output_schema(tool: &Tool, outcome: &Value) {
     let schema = Value::Object(
         tool.output_schema
             .as_deref()
@@ -372,7 +372,7 @@ fn inspector_describes_the_tools() {
 // rmcp's client (no Node.js needed).
 // ---------------------------------------------------------------------------------------------
 
-fn arguments(value: Value) -> JsonObject {
+pub(crate) fn arguments(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
         other => panic!("arguments are an object, not {other}"),
@@ -380,12 +380,12 @@ fn arguments(value: Value) -> JsonObject {
 }
 
 /// The JSON of a `run_script` result, as the wire carries it, for [`outcome_of`].
-fn wire(result: &CallToolResult) -> Value {
+pub(crate) fn wire(result: &CallToolResult) -> Value {
     serde_json::to_value(result).expect("a result serialises")
 }
 
 /// A Rust MCP client's session with `toolscript serve ARGS`, on the store at `store`.
-async fn serve_session(
+pub(crate) async fn serve_session(
     args: &[&std::ffi::OsStr],
     store: &Path,
 ) -> rmcp::service::RunningService<rmcp::RoleClient, ClientConfig> {

@@ -26,7 +26,7 @@ pub enum Format {
 pub(crate) const CRIB: &str = "\
 // Rhai, not JavaScript: maps are #{ a: 1 } ({ } is a block); () is null (no `null`); `let x =
 // 1;`; the script's value is its last expression. A missing field reads as () and compares
-// false, silently: check `x.f != ()` or write `x.f ?? 0` when unsure of a field's name.
+// false (the run warns): check `x.f != ()` or write `x.f ?? 0` when unsure of a field's name.
 // Interpolate in backticks: `id ${n}\\n` (\\n, \\t, \\` escapes work there; \"${n}\" is plain text).
 // for x in arr { }, arr.len(), arr.push(x), arr.filter(|x| x.ok), arr.map(|x| x.id), m.keys(),
 // \"k\" in m, x ?? fallback; arr.sum(), min(), max(), max_by(|x| x.n), sort_by(|x| x.n),
