@@ -54,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
-use crate::json::{jcs_value_sha256, key_json};
+use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json};
 use crate::sync::lock;
 use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
 use breaker::{Admission, Health};
@@ -221,7 +221,7 @@ impl InProgress {
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
-            args_sha256: jcs_value_sha256(&call.args),
+            args_sha256: jcs_value_sha256_keyed(&call.args, &call.args_key),
             started: ctx.elapsed(),
             attempts: 0,
             stage: Stage::Refused,

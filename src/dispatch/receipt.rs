@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::json::{jcs_sha256, jcs_value_sha256, key_json, sha256_hex};
+use crate::json::{jcs_sha256, jcs_sha256_in_order, jcs_value_sha256, key_json, sha256_hex};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -362,9 +362,9 @@ impl ReceiptLog {
             },
             hash: String::new(),
         };
-        // The hash covers the receipt as it is now, without a hash: written as JCS straight
-        // into the hasher.
-        receipt.hash = jcs_sha256(&receipt);
+        // The hash covers the receipt as it is now, without a hash, written as JCS: its fields
+        // come in JCS order (`tests::a_receipt_streams_in_jcs_order`), so as they are.
+        receipt.hash = jcs_sha256_in_order(&receipt);
         if let Some(sink) = &mut chain.sink {
             use std::io::Write;
             // The line, into a buffer kept from one receipt to the next.
@@ -652,6 +652,8 @@ mod tests {
         });
         let receipt = log.take().remove(0);
         assert!(crate::json::streams_in_jcs_order(&receipt));
+        // So the hash written without checking the order is the checked one.
+        assert_eq!(receipt.compute_hash(), receipt.hash);
         assert!(crate::json::streams_in_jcs_order(&Receipt {
             hash: String::new(),
             ..receipt
