@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::json::{jcs_sha256, jcs_sha256_in_order, jcs_value_sha256, key_json, sha256_hex};
+use crate::json::{jcs_sha256, jcs_sha256_record, jcs_value_sha256, key_json, sha256_hex};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -364,7 +364,7 @@ impl ReceiptLog {
         };
         // The hash covers the receipt as it is now, without a hash, written as JCS: its fields
         // come in JCS order (`tests::a_receipt_streams_in_jcs_order`), so as they are.
-        receipt.hash = jcs_sha256_in_order(&receipt);
+        receipt.hash = jcs_sha256_record(&receipt);
         if let Some(sink) = &mut chain.sink {
             use std::io::Write;
             // The line, into a buffer kept from one receipt to the next.
