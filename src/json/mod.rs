@@ -492,7 +492,10 @@ fn is_plain(text: &[u8]) -> bool {
 pub(crate) fn sha256_hex(text: impl AsRef<[u8]>) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 64];
-    for (pair, b) in digits.chunks_exact_mut(2).zip(Sha256::digest(text.as_ref())) {
+    for (pair, b) in digits
+        .chunks_exact_mut(2)
+        .zip(Sha256::digest(text.as_ref()))
+    {
         pair[0] = HEX[usize::from(b >> 4)];
         pair[1] = HEX[usize::from(b & 0xf)];
     }

@@ -3,10 +3,9 @@
 //! per call, and that machinery costs more than the text.
 //!
 //! The writer takes what it can write exactly as JCS does and refuses the rest with
-//! [`NotARecord`] (a sequence, a map, a float outside [`thousandths`](super::thousandths) that
-//! is not finite or needs ECMAScript's shortest form, a field out of JCS order, a key that needs
-//! escaping), so that the caller writes the value the general way instead. It never writes text
-//! that is not the value's JCS.
+//! [`NotARecord`] (a sequence, a map, a float outside [`thousandths`](super::thousandths), a
+//! field out of JCS order, a field name that is not an identifier), so that the caller writes
+//! the value the general way instead. It never writes text that is not the value's JCS.
 
 use std::fmt;
 
@@ -47,15 +46,9 @@ impl Record<'_> {
     }
 }
 
-/// Whether `text` is written as it is between quotes (no quote, backslash or control
-/// character): JCS escapes nothing else.
-fn plain(text: &str) -> bool {
-    super::is_plain(text.as_bytes())
-}
-
 /// `text` as a JSON string, escaped as JCS escapes (`serde_json`'s escapes are JCS's).
 fn string(text: &str, out: &mut Vec<u8>) -> Result<(), NotARecord> {
-    if plain(text) {
+    if super::is_plain(text.as_bytes()) {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');
@@ -222,8 +215,10 @@ impl SerializeStruct for Fields<'_> {
         key: &'static str,
         value: &T,
     ) -> Result<(), NotARecord> {
-        // ASCII names, so that byte order is UTF-16 order, and names written as they are.
-        if !key.is_ascii() || !plain(key) || self.last.is_some_and(|last| last >= key) {
+        // Names of identifier characters: ASCII, so that byte order is UTF-16 order, and
+        // written as they are.
+        let identifier = key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !identifier || self.last.is_some_and(|last| last >= key) {
             return Err(NotARecord);
         }
         if self.last.is_some() {
@@ -283,6 +278,12 @@ mod tests {
     }
 
     #[derive(Serialize)]
+    struct Renamed {
+        #[serde(rename = "a\"b")]
+        a: u8,
+    }
+
+    #[derive(Serialize)]
     struct WithList {
         a: Vec<u8>,
     }
@@ -325,6 +326,7 @@ mod tests {
     #[test]
     fn fields_out_of_order_and_lists_are_refused() {
         assert!(text_of(&Unsorted { b: 1, a: 2 }).is_err());
+        assert!(text_of(&Renamed { a: 1 }).is_err());
         assert!(text_of(&WithList { a: vec![1] }).is_err());
         assert!(text_of(&vec![1]).is_err());
     }
