@@ -279,9 +279,9 @@ async fn a_composite_near_the_budget_end_sees_what_a_sequential_run_sees() {
 
 /// A CPU-heavy script tool with a tight timeout, called 32 times at once: the calls wait for a
 /// script thread outside their timeout, so none times out under speculation (as none does
-/// sequentially), and the breaker never opens. (A call takes about 0.3 s in a debug build on
-/// an idle machine: the 32 queued on two threads would wait some 4 s if the wait counted,
-/// while the timeout leaves a call five times its own time on a busy machine.)
+/// sequentially), and the breaker never opens. (A call takes about 0.14 s in a debug build on
+/// an idle machine: the last of 32 queued on two threads would wait over 2 s if the wait
+/// counted, while the timeout leaves a call ten times its own time on a busy machine.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queueing_for_a_slot_never_turns_into_timeouts() {
     let manifest = r#"
