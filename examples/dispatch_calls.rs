@@ -8,7 +8,8 @@
 //!     target/release/examples/dispatch_calls read 2000
 //! ```
 //!
-//! (`read`, `write` or `none` for the loop without calls; `spec-read` runs it speculatively.)
+//! (`read`, `write`, `same` for one read repeated, answered by the first, or `none` for the loop
+//! without calls; `spec-read` runs it speculatively.)
 //! A third argument runs the script that many times in the process and prints the median wall
 //! time of a run, and of a call, to stderr: how the cost of a call changes with the run's length
 //! (`dispatch_calls spec-read 10000 20`).
@@ -37,6 +38,7 @@ fn main() {
         "read" => ("echo(#{i: i}).i", Mode::Sequential),
         "spec-read" => ("echo(#{i: i}).i", Mode::Speculative),
         "write" => ("record(#{i: i}).i", Mode::Sequential),
+        "same" => ("echo(#{i: 7}).i", Mode::Sequential),
         _ => ("#{i: i}.i", Mode::Sequential),
     };
     let script = format!("let s = 0; for i in 0..{n} {{ s += {call} }} s");
