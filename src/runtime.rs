@@ -714,7 +714,7 @@ impl Run {
         let span = tracing::info_span!("run", run_id = %run_id);
         let entered = span.enter();
         let started = std::time::Instant::now();
-        let deadline = started + runtime.limits.timeout;
+        let deadline = crate::sync::deadline_after(started, runtime.limits.timeout);
         let ctx = Run::context(runtime, &options, &run_id, journal.clone());
         // The root of the run's cancellation tree: the script, the scout and every call.
         let cancel = ctx.cancel.clone();

@@ -8,3 +8,18 @@ use std::sync::{Mutex, MutexGuard};
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// How far ahead a deadline too far to represent is put: a century, "no deadline" for any run.
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
+/// `start + length`, checked: a length past what an `Instant` holds (a `timeout_s` of 1e19, a
+/// tool's latency of `u64::MAX` ms) gives a deadline a century away, never a panic.
+pub(crate) fn deadline_after(
+    start: std::time::Instant,
+    length: std::time::Duration,
+) -> std::time::Instant {
+    start
+        .checked_add(length)
+        .or_else(|| start.checked_add(FAR_FUTURE))
+        .unwrap_or(start)
+}

@@ -94,10 +94,17 @@ impl clap::Args for LimitsArg {
                     .value_name(if key.name == "timeout_s" { "S" } else { "N" })
                     .value_parser(clap::value_parser!(f64))
                     .allow_negative_numbers(true)
-                    .help(format!(
-                        "Limit: {} (default {default}; also `{}` in [limits])",
-                        key.what, key.name
-                    ))
+                    .help(if key.max < 2f64.powi(53) {
+                        format!(
+                            "Limit: {} (default {default}, at most {}; also `{}` in [limits])",
+                            key.what, key.max, key.name
+                        )
+                    } else {
+                        format!(
+                            "Limit: {} (default {default}; also `{}` in [limits])",
+                            key.what, key.name
+                        )
+                    })
                     .help_heading("Limits"),
             )
         })

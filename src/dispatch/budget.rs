@@ -51,7 +51,7 @@ impl BudgetMeter {
     /// one deadline).
     pub(crate) fn new(budget: Budget, started: Instant, deadline: Duration) -> BudgetMeter {
         BudgetMeter {
-            deadline: started + deadline,
+            deadline: Instant::from_std(crate::sync::deadline_after(started.into_std(), deadline)),
             length: deadline,
             budget,
             spent: Mutex::default(),

@@ -184,7 +184,10 @@ impl RunContext {
     /// number of calls still open. A call abandoned by its caller (a nested call whose
     /// composite timed out) may settle a moment after its caller returned.
     pub(crate) async fn settled(&self, limit: Duration) -> u64 {
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::from_std(crate::sync::deadline_after(
+            Instant::now().into_std(),
+            limit,
+        ));
         loop {
             let closed = self.all_closed.notified();
             tokio::pin!(closed);

@@ -155,7 +155,7 @@ pub(crate) fn from_parse(source: &str, e: &ParseError, limits: &Limits) -> RunEr
         ParseErrorType::ExprTooDeep => (
             format!(
                 "an expression nests deeper than {} levels (function bodies: half)",
-                limits.max_expr_depth
+                limits.max_expr_depth.min(Limits::MAX_EXPR_DEPTH)
             ),
             "max_expr_depth",
         ),
@@ -249,7 +249,10 @@ pub(crate) fn from_rhai_with(
         ),
         EvalAltResult::ErrorStackOverflow(_) => limit(
             "function calls nested deeper than",
-            format!("{} levels", limits.max_call_depth),
+            format!(
+                "{} levels",
+                limits.max_call_depth.min(Limits::MAX_CALL_DEPTH)
+            ),
             "max_call_depth",
         ),
         // A built-in that would allocate past the memory budget says so itself.

@@ -105,16 +105,62 @@ pub struct LimitKey {
     pub what: &'static str,
     /// The smallest value it takes.
     pub min: f64,
+    /// The largest value it takes: what the process can honour without crashing.
+    pub max: f64,
+    /// Why the maximum is what it is, in a few words.
+    pub max_reason: &'static str,
 }
 
+/// The largest whole number an `f64` holds exactly: the maximum of a count with no other bound.
+const WHOLE: f64 = 9_007_199_254_740_992.0;
+const WHOLE_REASON: &str = "the largest whole number a limit's value (an f64) holds exactly";
+
 const fn key(name: &'static str, what: &'static str, min: f64) -> LimitKey {
-    LimitKey { name, what, min }
+    LimitKey {
+        name,
+        what,
+        min,
+        max: WHOLE,
+        max_reason: WHOLE_REASON,
+    }
+}
+
+const fn capped(
+    name: &'static str,
+    what: &'static str,
+    min: f64,
+    max: f64,
+    max_reason: &'static str,
+) -> LimitKey {
+    LimitKey {
+        name,
+        what,
+        min,
+        max,
+        max_reason,
+    }
 }
 
 impl Limits {
     /// The per-container sizes applied when no memory probe is installed (strings, array items,
     /// map entries), so that a script cannot exhaust memory where its budget cannot be checked.
     pub const FALLBACK_SIZES: (usize, usize, usize) = (16 << 20, 1_000_000, 1_000_000);
+
+    /// The largest `max_call_depth`: the deepest recursion that still runs on a script thread's
+    /// 64 MiB stack with room to spare, whatever the functions' bodies. Measured in a debug
+    /// build (whose frames are the largest), with bodies nested as deep as `MAX_EXPR_DEPTH`
+    /// lets them (half of it): 512 levels run, 1,024 overflow the stack (docs/limits.md).
+    pub const MAX_CALL_DEPTH: usize = 256;
+
+    /// The largest `max_expr_depth`: compiling nests the parser as deep as the expression, on
+    /// whatever thread compiles, so it must survive a 2 MiB stack (an async worker's, the
+    /// smallest a script is compiled on). Measured in a debug build: nesting of 1,200 levels
+    /// compiles on 2 MiB, 2,400 overflows it (docs/limits.md).
+    pub const MAX_EXPR_DEPTH: usize = 512;
+
+    /// The largest `timeout_s`, in seconds: a year, longer than any run; a far longer deadline
+    /// is no deadline at all.
+    pub const MAX_TIMEOUT_S: f64 = 365.0 * 86_400.0;
 
     /// Every key [`Limits::set`] takes, in the order `--help` and the README list them.
     pub const KEYS: &'static [LimitKey] = &[
@@ -125,10 +171,28 @@ impl Limits {
             0.0,
         ),
         key("max_in_flight", "calls running at once", 1.0),
-        key("timeout_s", "seconds a run may take, all told", 0.001),
+        capped(
+            "timeout_s",
+            "seconds a run may take, all told",
+            0.001,
+            Limits::MAX_TIMEOUT_S,
+            "a year: longer than any run",
+        ),
         key("max_operations", "interpreter operations", 1.0),
-        key("max_call_depth", "depth of nested function calls", 1.0),
-        key("max_expr_depth", "depth of nested expressions", 8.0),
+        capped(
+            "max_call_depth",
+            "depth of nested function calls",
+            1.0,
+            Limits::MAX_CALL_DEPTH as f64,
+            "deeper recursion could overflow a script thread's stack",
+        ),
+        capped(
+            "max_expr_depth",
+            "depth of nested expressions",
+            8.0,
+            Limits::MAX_EXPR_DEPTH as f64,
+            "deeper nesting could overflow the stack of the thread compiling it",
+        ),
         key(
             "max_string_bytes",
             "bytes in one string (0: bounded by memory)",
@@ -162,7 +226,8 @@ impl Limits {
     /// # Errors
     ///
     /// [`Error::Limit`] for an unknown key (naming the keys), or a value that is negative, not
-    /// whole where it must be, or below the key's minimum.
+    /// a number, not whole where it must be, below the key's minimum or above its maximum
+    /// (naming the key, the value and the maximum).
     pub fn set(&mut self, name: &str, value: f64) -> Result<(), Error> {
         let Some(key) = Self::KEYS.iter().find(|k| k.name == name) else {
             let known: Vec<&str> = Self::KEYS.iter().map(|k| k.name).collect();
@@ -177,9 +242,15 @@ impl Limits {
                 key.min
             )));
         }
-        if name != "timeout_s" && (value.fract() != 0.0 || value > 2f64.powi(53)) {
+        if value > key.max {
             return Err(Error::Limit(format!(
-                "`{name}` takes a whole number up to 2^53, not {value}"
+                "`{name}` must be at most {}, not {value}: {}",
+                key.max, key.max_reason
+            )));
+        }
+        if name != "timeout_s" && value.fract() != 0.0 {
+            return Err(Error::Limit(format!(
+                "`{name}` takes a whole number, not {value}"
             )));
         }
         match self.slot(name) {
@@ -265,5 +336,66 @@ mod tests {
             e.contains("unknown limit `max_tool_calls`") && e.contains("max_calls"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn every_key_takes_its_maximum_and_refuses_past_it_naming_key_value_and_maximum() {
+        for key in Limits::KEYS {
+            assert!(key.max >= key.min.max(1.0), "{}", key.name);
+            let mut limits = Limits::default();
+            limits.set(key.name, key.max).expect(key.name);
+            assert_eq!(limits.get(key.name), Some(key.max), "{}", key.name);
+            let past = if key.max < 2f64.powi(53) {
+                key.max + 1.0
+            } else {
+                2f64.powi(54)
+            };
+            let e = limits.set(key.name, past).unwrap_err().to_string();
+            assert!(
+                e.contains(key.name)
+                    && e.contains(&format!("{past}"))
+                    && e.contains(&format!("{}", key.max)),
+                "{e}"
+            );
+            assert_eq!(
+                limits.get(key.name),
+                Some(key.max),
+                "a refused value changes nothing"
+            );
+            for bad in [
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+                1e19,
+                f64::MAX,
+                -0.5,
+            ] {
+                assert!(limits.set(key.name, bad).is_err(), "{} = {bad}", key.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_stack_bound_maximums_are_the_documented_ones() {
+        let max = |name: &str| Limits::KEYS.iter().find(|k| k.name == name).unwrap().max;
+        assert_eq!(max("max_call_depth"), Limits::MAX_CALL_DEPTH as f64);
+        assert_eq!(max("max_expr_depth"), Limits::MAX_EXPR_DEPTH as f64);
+        assert_eq!(max("timeout_s"), Limits::MAX_TIMEOUT_S);
+        let mut limits = Limits::default();
+        let e = limits
+            .set("max_call_depth", 8_000.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`max_call_depth` must be at most 256, not 8000"),
+            "{e}"
+        );
+        let e = limits.set("timeout_s", 1e19).unwrap_err().to_string();
+        assert!(e.contains("`timeout_s` must be at most 31536000"), "{e}");
+        // 2^53 + 1 is 2^53 as an f64: a count takes it.
+        limits
+            .set("max_operations", 9_007_199_254_740_993.0)
+            .unwrap();
+        assert_eq!(limits.max_operations, 1 << 53);
     }
 }

@@ -136,8 +136,11 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
     engine.disable_symbol("import");
     engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
     engine.set_max_operations(limits.max_operations);
-    engine.set_max_call_levels(limits.max_call_depth);
-    engine.set_max_expr_depths(limits.max_expr_depth, (limits.max_expr_depth / 2).max(8));
+    // `Limits`' fields are public: ones set past their maximum (which `Limits::set` refuses)
+    // are held to it, so that no setting overflows a stack.
+    engine.set_max_call_levels(limits.max_call_depth.min(Limits::MAX_CALL_DEPTH));
+    let expr_depth = limits.max_expr_depth.min(Limits::MAX_EXPR_DEPTH);
+    engine.set_max_expr_depths(expr_depth, (expr_depth / 2).max(8));
     let (strings, arrays, maps) = limits.container_sizes();
     engine.set_max_string_size(strings);
     engine.set_max_array_size(arrays);

@@ -56,7 +56,8 @@ impl ScriptHost {
                     let started = std::time::Instant::now();
                     let result = host.composite(ast, args, ctx).await;
                     if latency > Duration::ZERO {
-                        super::latency::sleep_until(started + latency).await;
+                        super::latency::sleep_until(crate::sync::deadline_after(started, latency))
+                            .await;
                     }
                     result
                 }
@@ -86,7 +87,8 @@ impl ScriptHost {
                 drop(cancel);
                 ctx.release_slot();
                 if latency > Duration::ZERO {
-                    super::latency::sleep_until(started + latency).await;
+                    super::latency::sleep_until(crate::sync::deadline_after(started, latency))
+                        .await;
                 }
                 result
             }

@@ -278,3 +278,144 @@ fn runs_never_panic_and_agree_in_both_modes() {
         Ok(())
     });
 }
+
+/// Extreme values for any limit: zero, ones around each key's minimum and maximum, and numbers
+/// no limit takes.
+fn extreme_value() -> impl Strategy<Value = f64> {
+    let key = || prop::sample::select(Limits::KEYS.to_vec());
+    prop_oneof![
+        prop::sample::select(vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            1e19,
+            f64::MAX,
+            f64::MIN,
+            f64::MIN_POSITIVE,
+            f64::EPSILON,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            9_007_199_254_740_993.0,
+            9_007_199_254_740_992.0,
+            18_446_744_073_709_551_615.0,
+        ]),
+        key().prop_map(|k| k.min),
+        key().prop_map(|k| k.max),
+        key().prop_map(|k| k.max + 1.0),
+        key().prop_map(|k| k.max * 2.0),
+        key().prop_map(|k| k.min - 1.0),
+        any::<f64>(),
+        any::<u64>().prop_map(|n| n as f64),
+    ]
+}
+
+#[test]
+fn extreme_limits_never_panic() {
+    let settings = prop::collection::vec(
+        (prop::sample::select(Limits::KEYS.to_vec()), extreme_value()),
+        1..6,
+    );
+    fuzz(cases(2_000), settings, |settings| {
+        let mut limits = Limits::default();
+        for (key, value) in &settings {
+            let before = limits.clone();
+            match limits.set(key.name, *value) {
+                Ok(()) => {
+                    prop_assert!(
+                        *value >= key.min && *value <= key.max,
+                        "{} = {value} taken",
+                        key.name
+                    );
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    prop_assert!(e.contains(key.name), "{e}");
+                    prop_assert_eq!(&limits, &before, "a refused value changes nothing");
+                }
+            }
+        }
+        // The limits build a runtime that compiles (a run is in `extreme_limits_run`).
+        let runtime = Runtime::builder(Registry::default()).limits(limits).build();
+        let _ = runtime.compile("fn f(n) { if n == 0 { 0 } else { f(n - 1) } } f(3) + ((1))");
+        Ok(())
+    });
+}
+
+#[test]
+fn extreme_limits_in_manifests_never_panic() {
+    let table = prop::collection::vec(
+        (
+            prop::sample::select(Limits::KEYS.to_vec()),
+            prop_oneof![
+                extreme_value().prop_map(|v| format!("{v:?}").replace("NaN", "nan")),
+                any::<i64>().prop_map(|n| n.to_string()),
+                Just("\"60\"".to_string()),
+                Just("[1]".to_string()),
+                Just("1979-05-27".to_string()),
+            ],
+        ),
+        0..5,
+    );
+    fuzz(cases(2_000), table, |table| {
+        let mut text = String::from("[limits]\n");
+        for (key, value) in &table {
+            text.push_str(&format!("{} = {value}\n", key.name));
+        }
+        let mut manifests = Manifests::new();
+        if manifests.load_str(Path::new("limits.toml"), &text).is_ok() {
+            let limits = manifests.limits().clone();
+            for key in Limits::KEYS {
+                let value = limits.get(key.name).unwrap();
+                prop_assert!(
+                    value >= key.min && value <= key.max,
+                    "{} = {value}",
+                    key.name
+                );
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn extreme_limits_run() {
+    // Fewer cases: each is a whole run, in both modes.
+    let settings = prop::collection::vec(
+        (prop::sample::select(Limits::KEYS.to_vec()), extreme_value()),
+        1..6,
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    fuzz(cases(64), settings, |settings| {
+        let mut limits = Limits::default();
+        for (key, value) in &settings {
+            let _ = limits.set(key.name, *value);
+        }
+        // A run ends within 5 s whatever its `timeout_s`.
+        limits.timeout = limits.timeout.min(Duration::from_secs(5));
+        let runtime = Runtime::builder(Registry::default()).limits(limits).build();
+        for mode in [Mode::Sequential, Mode::Speculative] {
+            let out = rt.block_on(run_in(
+                &runtime,
+                "fn f(n) { if n == 0 { 0 } else { 1 + f(n - 1) } } f(20)",
+                mode,
+            ));
+            if let Err(e) = out.result {
+                prop_assert!(
+                    matches!(
+                        e.kind,
+                        ErrorKind::LimitExceeded | ErrorKind::BudgetExceeded | ErrorKind::Timeout
+                    ),
+                    "{e:?}"
+                );
+            }
+        }
+        Ok(())
+    });
+}

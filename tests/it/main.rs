@@ -22,6 +22,8 @@ mod durable_edges;
 mod durable_faults;
 mod equivalence;
 mod errors;
+#[cfg(feature = "cli")]
+mod extreme_limits;
 mod fuzz;
 mod hardening;
 mod helpers;
