@@ -478,13 +478,10 @@ async fn run_body(
     // A composite's call is a node of the cancellation tree of its own, cancelled when the
     // call ends or is dropped: the parent of its nested calls'. Other calls share their
     // caller's node.
-    let own = spec
-        .is_composite()
-        .then(|| call.caller.cancellation(ctx).child_token());
+    let parent = call.caller.cancellation(ctx);
+    let own = spec.is_composite().then(|| parent.child_token());
     let _cancel_on_drop = own.clone().map(CancellationToken::drop_guard);
-    let cancel = own
-        .clone()
-        .unwrap_or_else(|| call.caller.cancellation(ctx).clone());
+    let cancel = own.clone().unwrap_or_else(|| parent.clone());
     let nested = own.map(|own| {
         nested::NestedCalls::handle(
             ctx,
@@ -508,8 +505,8 @@ async fn run_body(
             ctx.context.clone(),
             nested.clone(),
             Arc::clone(slot),
-        )
-        .under(cancel.clone());
+            cancel.clone(),
+        );
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {
             std::mem::take(&mut call.args)

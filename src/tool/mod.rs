@@ -166,6 +166,8 @@ impl fmt::Debug for ToolContext {
 }
 
 impl ToolContext {
+    // One caller (the dispatch path's step 8), and every argument is one of the call's own.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         tool: &str,
         call_id: u64,
@@ -174,6 +176,7 @@ impl ToolContext {
         context: Option<Arc<Value>>,
         nested: Option<Arc<dyn NestedCaller>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> ToolContext {
         ToolContext {
             tool: tool.to_string(),
@@ -183,14 +186,8 @@ impl ToolContext {
             context,
             nested,
             slot,
-            cancel: tokio_util::sync::CancellationToken::new(),
+            cancel,
         }
-    }
-
-    /// Hangs the call from `cancel`, its node of the run's cancellation tree.
-    pub(crate) fn under(mut self, cancel: tokio_util::sync::CancellationToken) -> ToolContext {
-        self.cancel = cancel;
-        self
     }
 
     /// Whether the run no longer needs this call: the run was dropped or cancelled, the
