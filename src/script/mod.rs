@@ -172,6 +172,23 @@ impl Executor {
                     call.tool
                 ))));
             }
+            // The run was cancelled (its caller went away) while the call was being made: an
+            // error then (`cancelled`, an unknown outcome, a composite's nested call cut short)
+            // may be the run's end rather than the tool's answer. It is not journaled: the
+            // intent stays open, so a resume asks whether the call took effect (or makes an
+            // idempotent one again under its key) instead of replaying an error the script
+            // never met.
+            if result.is_err() && self.ctx.cancel.is_cancelled() {
+                let made = if journal.intent_durable(seq) {
+                    "whether it took effect is not known, and a resume asks"
+                } else {
+                    "it was not made, and a resume makes it"
+                };
+                return Arc::new(Err(self.stop_with(format!(
+                    "the run was cancelled while `{}` (call #{seq}) was being made: {made}",
+                    call.tool
+                ))));
+            }
             let (tool, args, outcome) = (
                 call.tool.to_string(),
                 Arc::clone(&call.args_key),

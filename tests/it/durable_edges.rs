@@ -12,7 +12,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use toolscript::{
-    Approval, Decision, Effect, Error, Registry, RunOptions, RunStatus, Runtime, SqliteStore, Tool,
+    Approval, Decision, Effect, Error, ErrorKind, Registry, RunOptions, RunStatus, Runtime,
+    SqliteStore, Tool, ToolError,
 };
 
 /// The calls whose bodies ran, as `tool:n`.
@@ -257,6 +258,79 @@ async fn a_dropped_run_future_leaves_the_run_interrupted_and_resumable() {
         ["put:1", "put:2"],
         "each write made once: the first answered by the journal"
     );
+}
+
+/// A durable run dropped while a write's body runs, the body honouring the cancellation (it
+/// stops and says `cancelled`, or that its outcome is unknown): that answer is the run's end,
+/// not the tool's. It is not journaled as the call's outcome — a resume would replay it as an
+/// error the script never met — so the resume asks whether the call took effect, and a retry
+/// makes each write once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_cut_short_by_a_dropped_run_is_asked_about_not_replayed_as_an_error() {
+    for kind in [ErrorKind::Cancelled, ErrorKind::AmbiguousOutcome] {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("store.sqlite3");
+        let made: Made = Arc::default();
+        let started = Arc::new(tokio::sync::Notify::new());
+        let put = {
+            let (made, started) = (Arc::clone(&made), Arc::clone(&started));
+            Tool::builder("put", Effect::Write).composite(move |args, ctx| {
+                let (made, started) = (Arc::clone(&made), Arc::clone(&started));
+                async move {
+                    started.notify_one();
+                    tokio::select! {
+                        () = ctx.cancelled() => Err(ToolError::new(kind, "stopped: the run went away")),
+                        () = tokio::time::sleep(Duration::from_millis(200)) => {
+                            made.lock().unwrap().push(format!("put:{}", args["n"]));
+                            Ok(args)
+                        }
+                    }
+                }
+            })
+        };
+        let runtime = on_store(&path, Registry::builder().tool(put).build().unwrap());
+        let script = "let a = put(#{n: 1}); let b = put(#{n: 2}); [a.n, b.n]";
+        {
+            let run = runtime.run(script);
+            tokio::pin!(run);
+            tokio::select! {
+                outcome = &mut run => panic!("the run ended before its first write began: {:?}", outcome.result),
+                () = started.notified() => {}
+            }
+        }
+        let store = runtime.store().unwrap();
+        let id = store.runs().await.unwrap()[0].run_id.clone();
+        let mut status = RunStatus::Running;
+        for _ in 0..6000 {
+            status = store.run(&id).await.unwrap().unwrap().status;
+            if status != RunStatus::Running {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(status.as_str(), "interrupted", "{kind:?}");
+        assert_eq!(
+            journal_row(&path, &id, 0),
+            Some((true, None)),
+            "{kind:?}: the intent is open, no outcome journaled"
+        );
+        let asked = runtime
+            .resume(&id, None, RunOptions::default())
+            .await
+            .unwrap();
+        let pending = asked.pending.as_ref().expect("the resume asks");
+        assert_eq!(pending.awaiting.as_str(), "resolve", "{kind:?}");
+        let done = runtime
+            .resume(&id, Some(Decision::Retry), RunOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(done.result.unwrap(), json!([1, 2]), "{kind:?}");
+        assert_eq!(
+            made.lock().unwrap().clone(),
+            ["put:1", "put:2"],
+            "{kind:?}: each write made once"
+        );
+    }
 }
 
 /// A decision given to a run that is still running, in this process: refused, saying it is

@@ -828,3 +828,126 @@ fn python_client_lists_tools_runs_a_script_gets_progress_and_bad_arguments_as_re
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A client that goes away.
+// ---------------------------------------------------------------------------------------------
+
+/// `toolscript runs --json` on `store`, from another process while the server holds it.
+fn listed_runs(store: &Path) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(["runs", "--json", "--store"])
+        .arg(store)
+        .output()
+        .expect("toolscript runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout).expect("runs --json is JSON") {
+        Value::Array(runs) => runs,
+        other => other["runs"].as_array().cloned().unwrap_or_default(),
+    }
+}
+
+/// A client that sends a durable run and hangs up while a write's body runs: the server does
+/// not leave the run `running` under its own name for ever. The run is recorded as
+/// `interrupted` (or, if the server finished it, `completed`), and another process resumes it
+/// from the journal while the server still lives, each write made once.
+#[test]
+fn a_run_whose_client_hangs_up_is_resumable_by_another_process() {
+    let dir = TempDir::new().unwrap();
+    let manifest = write(
+        &dir,
+        "m.toml",
+        "[[tool]]\nname = \"put\"\neffect = \"write\"\nlatency_ms = 1500\n\
+         input = { type = \"object\", properties = { n = { type = \"integer\" } }, required = [\"n\"] }\n\
+         script = '#{ n: args.n }'\n",
+    );
+    let store = dir.path().join("store.sqlite3");
+    let served = Served::start(
+        "127.0.0.1:0",
+        &store,
+        &["--tools", manifest.to_str().unwrap()],
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "run_script",
+        "arguments": {"script": "let a = put(#{n: 1}); let b = put(#{n: 2}); a.n + b.n"}}})
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(served.addr()).expect("the server accepts");
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{call}",
+        call.len()
+    )
+    .unwrap();
+    // The run is in the store, running: the client hangs up during its first write.
+    let started = Instant::now();
+    let run = loop {
+        if let Some(run) = listed_runs(&store).into_iter().next() {
+            break run;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the run never reached the store"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(run["status"], "running", "{run:#}");
+    let id = run["run_id"].as_str().unwrap().to_string();
+    stream.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(stream);
+
+    // Not a timed assertion: the status is awaited for up to a minute.
+    let status = loop {
+        let run = listed_runs(&store).into_iter().next().unwrap();
+        if run["status"] != "running" {
+            break run["status"].as_str().unwrap().to_string();
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the run stays running after its client left: {run:#}\n{}",
+            served.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let resume = |decision: &[&str]| -> (bool, Value, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+            .args(["resume", &id, "--json", "--store"])
+            .arg(&store)
+            .args(["--tools", manifest.to_str().unwrap()])
+            .args(decision)
+            .output()
+            .expect("toolscript resume");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.success(), json, stderr)
+    };
+    let (ok, mut resumed, stderr) = resume(&[]);
+    if status == "completed" {
+        // The server finished the run: nothing is left to resume, and the resume says so.
+        assert!(!ok, "{resumed:#}\n{stderr}");
+        return;
+    }
+    assert_eq!(status, "interrupted");
+    if resumed["status"] == "paused" {
+        // The first write's body may have been reached: a person says what became of it.
+        assert_eq!(resumed["pending"]["awaiting"], "resolve", "{resumed:#}");
+        assert_eq!(resumed["pending"]["tool"], "put", "{resumed:#}");
+        (_, resumed, _) = resume(&["--resolve", "retry"]);
+    } else {
+        assert!(ok, "{resumed:#}\n{stderr}");
+    }
+    assert_eq!(resumed["status"], "completed", "{resumed:#}\n{stderr}");
+    assert_eq!(resumed["value"], 3, "{resumed:#}");
+    let made: Vec<Value> = resumed["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ok"] == true)
+        .map(|e| e["args"]["n"].clone())
+        .collect();
+    assert_eq!(made, [json!(1), json!(2)], "each write once: {resumed:#}");
+}
