@@ -289,10 +289,10 @@ async fn resume_refuses_what_it_cannot_do() {
         .unwrap_err();
     assert!(message(none).contains("approval"));
 
-    // Another catalog: one more tool changes its hash.
+    // Another catalog: a tool the run started with is gone.
     let store = Arc::clone(runtime.store().unwrap());
     let mut tools = tools(&made);
-    tools.push(Tool::builder("extra", Effect::Read).handler(|_| async { Ok(json!(0)) }));
+    tools.retain(|t| t.spec().name != "notify");
     let other = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .store(store)
         .build();
@@ -304,7 +304,11 @@ async fn resume_refuses_what_it_cannot_do() {
         )
         .await
         .unwrap_err();
-    assert!(message(changed).contains("catalog"));
+    let changed = message(changed);
+    assert!(
+        changed.contains("catalog changed") && changed.contains("`notify` is gone"),
+        "{changed}"
+    );
     assert_eq!(made.load(Ordering::SeqCst), 0);
 }
 
