@@ -179,6 +179,12 @@ impl SqliteStore {
                 "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
             )));
         }
+        if matches!(kind, Kind::Empty) {
+            // A new store gives freed pages back without rewriting the file. It must be said
+            // before the first table exists, and outside a transaction.
+            conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+                .map_err(|e| not_a_store(&location, e))?;
+        }
         // Several processes may open a new store at once: switching to WAL can be refused
         // while another does the same, without the busy handler, so it is tried again.
         let started = std::time::Instant::now();
@@ -216,10 +222,6 @@ impl SqliteStore {
                     (Kind::Empty, _) => 0,
                 };
                 let setup = || -> rusqlite::Result<()> {
-                    if now == 0 {
-                        // A new store gives freed pages back without rewriting the file.
-                        tx.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")?;
-                    }
                     // Version 3 keeps each run's input.
                     if (1..3).contains(&now) {
                         tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
@@ -1103,13 +1105,20 @@ fn prune(
         pruned.runs += 1;
     }
     if pruned.runs > 0 || rule.vacuum {
+        // An artifact stays while a run the store keeps refers to it (or made it).
         pruned.artifacts = tx
-            .execute(
-                "DELETE FROM artifacts WHERE NOT EXISTS \
-                 (SELECT 1 FROM artifact_refs r WHERE r.artifact_id = artifacts.id) \
-                 AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = artifacts.run_id)",
-                [],
+            .execute_batch(
+                "DELETE FROM artifact_refs WHERE NOT EXISTS \
+                 (SELECT 1 FROM runs WHERE runs.run_id = artifact_refs.run_id);",
             )
+            .and_then(|()| {
+                tx.execute(
+                    "DELETE FROM artifacts WHERE NOT EXISTS \
+                     (SELECT 1 FROM artifact_refs r WHERE r.artifact_id = artifacts.id) \
+                     AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = artifacts.run_id)",
+                    [],
+                )
+            })
             .map_err(|e| fail.of(e))? as u64;
     }
     if rule.dry_run {
@@ -1131,7 +1140,16 @@ fn prune(
             .then_some("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
     };
     if let Some(vacuum) = vacuum {
-        conn.execute_batch(vacuum).map_err(|e| {
+        // Stepped to its end: `incremental_vacuum` frees a page a step.
+        let run = |sql: &str| -> rusqlite::Result<()> {
+            for statement in sql.split_terminator(';').map(str::trim) {
+                let mut statement = conn.prepare(statement)?;
+                let mut rows = statement.query([])?;
+                while rows.next()?.is_some() {}
+            }
+            Ok(())
+        };
+        run(vacuum).map_err(|e| {
             Error::store(
                 &fail.0,
                 format!(
