@@ -1190,8 +1190,25 @@ fn refer_to_ids_in(conn: &Connection, run_id: &str, text: &str) -> rusqlite::Res
 
 /// The words of `text` that may be artifact ids: runs of exactly 32 lowercase hex digits.
 fn artifact_ids_in(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !matches!(c, '0'..='9' | 'a'..='f'))
-        .filter(|word| word.len() == 32)
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i <= bytes.len() {
+            let hex = i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'a'..=b'f');
+            i += 1;
+            if hex {
+                continue;
+            }
+            let word = (start, i - 1);
+            start = i;
+            if word.1 - word.0 == 32 {
+                // Hex digits are ASCII: the word's ends are character boundaries.
+                return Some(&text[word.0..word.1]);
+            }
+        }
+        None
+    })
 }
 
 /// Fills `artifact_refs` in a store of an earlier version: each artifact's first run refers to
@@ -1344,6 +1361,17 @@ mod tests {
         store.put_artifact("a", second).await.unwrap();
         assert_eq!(store.artifact("a").await.unwrap(), Some(first));
         assert_eq!(store.artifact("b").await.unwrap(), None);
+    }
+
+    #[test]
+    fn artifact_ids_are_whole_words_of_32_hex_digits() {
+        let a = "0123456789abcdef0123456789abcdef";
+        let text = format!("{a} x{a}y {a}0 \"{a}\" é{a}");
+        let found: Vec<&str> = artifact_ids_in(&text).collect();
+        assert_eq!(found, [a, a, a, a]);
+        assert_eq!(artifact_ids_in(a).count(), 1);
+        assert_eq!(artifact_ids_in("").count(), 0);
+        assert_eq!(artifact_ids_in(&a.to_uppercase()).count(), 0);
     }
 
     #[test]
