@@ -103,9 +103,12 @@ pub use policy::{
     ResultPolicy, MIN_INLINE_TOKENS, MIN_PAGE_TOKENS,
 };
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
-pub use runtime::{Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
+pub use runtime::{prune, Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
 pub use script::{Awaiting, Problem, Severity};
-pub use store::{PendingCall, RunRecord, RunStatus, Store, StoredArtifact};
+pub use store::{
+    CatalogPrint, PendingCall, PruneRule, Pruned, RunPage, RunQuery, RunRecord, RunStatus,
+    RunSummary, Store, StoredArtifact, ToolPrint,
+};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};
 pub use tool::{

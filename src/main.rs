@@ -32,6 +32,15 @@ enum Command {
     Artifact(cli::artifact::Artifact),
     /// List the store's runs: id, status, start, script, pending call.
     Runs(cli::runs::Runs),
+    /// Remove old runs from the store, with their journals and the artifacts no kept run refers
+    /// to, then vacuum the file.
+    ///
+    /// By default only completed and failed runs are removed: a paused, interrupted or running
+    /// run can still be resumed, and is removed only when --status names its status. A run that
+    /// a live process is running is never removed. A manifest's `[store] keep_days = N` does the
+    /// same for completed and failed runs older than N days, without the vacuum, whenever `run`,
+    /// `resume` or `serve` starts with that manifest and a store.
+    Prune(cli::prune::Prune),
     /// Compile a script and check its calls without running any tool.
     Check(cli::check::Check),
     /// Print the tools' API, as a model reads it.
@@ -54,6 +63,7 @@ impl Command {
             Command::Resume(cmd) => cmd.apply().await,
             Command::Artifact(cmd) => cmd.apply().await,
             Command::Runs(cmd) => cmd.apply().await,
+            Command::Prune(cmd) => cmd.apply().await,
             Command::Check(cmd) => cmd.apply().await,
             Command::Tools(cmd) => cmd.apply().await,
             Command::Bench(cmd) => cmd.apply().await,

@@ -16,7 +16,7 @@ use crate::dispatch::EffectRecord;
 use crate::error::{Error, ErrorReport, Warning};
 use crate::policy::Artifact;
 pub use crate::store::Mode;
-use crate::store::{PendingCall, RunRecord, RunStatus, Store};
+use crate::store::{PendingCall, RunQuery, RunRecord, RunStatus, RunSummary, Store};
 
 /// Counts and timing of one run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -177,14 +177,50 @@ impl RunListing {
         }
     }
 
-    /// Every run of `store`, newest first.
+    /// The listing of a run as a list of runs reads it.
+    pub fn of_summary(summary: &RunSummary) -> RunListing {
+        RunListing {
+            run_id: summary.run_id.clone(),
+            status: summary.status,
+            started: summary.started(),
+            script: summary.script_name.clone(),
+            mode: summary.mode,
+            pending: summary.pending.clone(),
+        }
+    }
+
+    /// A page of the runs of `store`, newest first, and the cursor of the next page, if any.
     ///
     /// # Errors
     ///
-    /// [`Error::Store`] when the store fails or one of its records is damaged (the store reads
-    /// a record that does not parse as an error, never as a default).
+    /// [`Error::Store`] when the store fails, the cursor is not one a page gave, or a record
+    /// is damaged (the store reads a record that does not parse as an error, never as a
+    /// default).
+    pub async fn page(
+        store: &dyn Store,
+        query: RunQuery,
+    ) -> Result<(Vec<RunListing>, Option<String>), Error> {
+        let page = store.list_runs(query).await?;
+        let runs = page.runs.iter().map(RunListing::of_summary).collect();
+        Ok((runs, page.next))
+    }
+
+    /// Every run of `store`, newest first, read a page at a time.
+    ///
+    /// # Errors
+    ///
+    /// As [`RunListing::page`].
     pub async fn all(store: &dyn Store) -> Result<Vec<RunListing>, Error> {
-        Ok(store.runs().await?.iter().map(RunListing::of).collect())
+        let mut all = Vec::new();
+        let mut query = RunQuery::first(1000);
+        loop {
+            let (runs, next) = RunListing::page(store, query.clone()).await?;
+            all.extend(runs);
+            match next {
+                Some(cursor) => query = query.after(Some(cursor)),
+                None => return Ok(all),
+            }
+        }
     }
 }
 

@@ -40,8 +40,12 @@ pub struct Runtime {
     effectful: std::collections::HashSet<String>,
     /// Where runs are journaled, when they are durable.
     store: Option<Arc<dyn Store>>,
-    /// SHA-256 of the catalog as `tools --format json` prints it: a resume needs the same.
+    /// SHA-256 of the catalog as `tools --format json` prints it: the rule a run stored
+    /// before fingerprints is judged by.
     catalog_sha256: String,
+    /// The fingerprint of each tool: a resume refuses a catalog in which one of the run's
+    /// tools changed how it behaves.
+    catalog: crate::store::CatalogPrint,
     /// The field names some tool's output schema declares: a read of one that finds it
     /// missing is no warning (the field may be optional).
     declared_fields: std::collections::HashSet<String>,
@@ -116,6 +120,7 @@ impl RuntimeBuilder {
             effectful,
             store: self.store,
             catalog_sha256: crate::json::sha256_hex(&catalog),
+            catalog: tool::fingerprint(&self.registry),
             speculation: self.speculation,
             compiler,
             registry: Arc::new(self.registry),
@@ -539,6 +544,7 @@ impl Runtime {
                     options.mode,
                 );
                 record.input = options.input.as_deref().cloned();
+                record.catalog = Some(self.catalog.clone());
                 let opened = match store.create_run(record).await {
                     Ok(()) => Journal::open(Arc::clone(store), &run_id).await,
                     Err(e) => Err(e),
@@ -593,12 +599,7 @@ impl Runtime {
                 record.status.as_str()
             )));
         }
-        if record.catalog_sha256 != self.catalog_sha256 {
-            return Err(refuse(
-                "the catalog is not the one the run started with (its tools, effects or schemas changed): resume it with the same --tools"
-                    .into(),
-            ));
-        }
+        self.judge_catalog(&record).map_err(refuse)?;
         let owner_run = run_id.to_string();
         let alive: crate::store::OwnerAlive = Arc::new(move |pid| process_alive(pid, &owner_run));
         // The decision is for the call the run waited at when it was read; the store checks,
@@ -630,6 +631,13 @@ impl Runtime {
             )),
             TakeRefused::Stale(now) => refuse(stale(&now, asked)),
         })?;
+        // From now on the run is judged by the catalog it goes on under (a run stored before
+        // fingerprints is judged by the whole-catalog hash this once).
+        if record.catalog.as_ref() != Some(&self.catalog) {
+            store
+                .set_catalog(run_id, self.catalog_sha256.clone(), self.catalog.clone())
+                .await?;
+        }
         let journal = Arc::new(Journal::open(Arc::clone(store), run_id).await?);
         let mut options = options;
         options.mode = record.mode;
@@ -640,6 +648,31 @@ impl Runtime {
         Ok(self
             .execute(&script, options, run_id.to_string(), Some(journal))
             .await)
+    }
+
+    /// Whether a run may go on under this runtime's catalog: none of the tools it started with
+    /// is gone or behaves otherwise (prose may change). A run stored before fingerprints is
+    /// judged by the rule it was stored under: the whole catalog's hash.
+    fn judge_catalog(&self, record: &RunRecord) -> Result<(), String> {
+        let Some(then) = &record.catalog else {
+            if record.catalog_sha256 == self.catalog_sha256 {
+                return Ok(());
+            }
+            return Err(
+                "the catalog changed since the run started (it was stored by an earlier toolscript, \
+                 which kept only a hash of the whole catalog, so what changed cannot be named): \
+                 resume it with the tools it started with (the same --tools)"
+                    .into(),
+            );
+        };
+        let changes = then.changes(&self.catalog);
+        if changes.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "the catalog changed since the run started: {}; resume it with the tools it started with (the same --tools)",
+            changes.join("; ")
+        ))
     }
 
     /// Runs `script` as run `run_id`, journaled in `journal` when it is durable.
@@ -1103,6 +1136,28 @@ impl Drop for Active {
     fn drop(&mut self) {
         lock(&ACTIVE).remove(&self.0);
     }
+}
+
+/// Removes from `store` the runs `rule` names, with their journals and the artifacts no kept
+/// run refers to; a running run whose process is alive is never removed.
+///
+/// # Errors
+///
+/// [`Error::Store`](crate::Error::Store) when the store fails (a vacuum that fails after the
+/// runs were removed says so).
+pub async fn prune(
+    store: &dyn Store,
+    rule: crate::store::PruneRule,
+) -> Result<crate::store::Pruned, crate::Error> {
+    // A running run's owner is alive when its process exists: another process's runs are
+    // looked for by pid, this process's by the runs it has under way.
+    let alive: crate::store::OwnerAlive = Arc::new(|pid| {
+        if pid == std::process::id() {
+            return !lock(&ACTIVE).is_empty();
+        }
+        process_exists(pid)
+    });
+    store.prune(rule, alive).await
 }
 
 /// Whether the process `pid`, which owns the running run `run_id`, still runs it.

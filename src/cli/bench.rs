@@ -62,7 +62,7 @@ async fn bench(
         .collect::<Result<Vec<_>, String>>()?;
     // Check the manifests once, up front: every run builds a fresh runtime from them, so that
     // tools' state (and MCP servers) start afresh.
-    let (_, limits) = new_registry(tools).await.map_err(|e| e.report())?;
+    let (_, limits, _) = new_registry(tools).await.map_err(|e| e.report())?;
     let limits = flags.apply(limits)?;
     let manifests = tools.manifests.clone();
     let make_runtime = move || -> futures::future::BoxFuture<'static, Result<Runtime, Error>> {

@@ -18,6 +18,7 @@ use toolscript::{
 pub(crate) mod artifact;
 pub(crate) mod bench;
 pub(crate) mod check;
+pub(crate) mod prune;
 mod report;
 pub(crate) mod resume;
 pub(crate) mod run;
@@ -143,17 +144,19 @@ async fn registry(tools: &ToolsArg) -> Result<Registry, String> {
     Ok(new_registry(tools).await.map_err(|e| e.report())?.0)
 }
 
-/// The registry of `--tools` and the limits of their `[limits]` tables over the defaults.
-async fn new_registry(tools: &ToolsArg) -> Result<(Registry, Limits), Error> {
+/// The registry of `--tools`, the limits of their `[limits]` tables over the defaults, and
+/// their `[store] keep_days`.
+async fn new_registry(tools: &ToolsArg) -> Result<(Registry, Limits, Option<u32>), Error> {
     if tools.manifests.is_empty() {
-        return Ok((demo_catalog()?, Limits::default()));
+        return Ok((demo_catalog()?, Limits::default(), None));
     }
     let mut manifests = Manifests::new();
     for path in &tools.manifests {
         manifests.load_file(path)?;
     }
     let limits = manifests.limits().clone();
-    Ok((manifests.build().await?, limits))
+    let keep_days = manifests.keep_days();
+    Ok((manifests.build().await?, limits, keep_days))
 }
 
 /// A runtime over the registry of `tools`, journaling in `store`.
@@ -162,12 +165,37 @@ async fn runtime(
     store: Option<Arc<dyn Store>>,
     flags: &LimitsArg,
 ) -> Result<Runtime, String> {
-    let (registry, limits) = new_registry(tools).await.map_err(|e| e.report())?;
+    let (registry, limits, keep_days) = new_registry(tools).await.map_err(|e| e.report())?;
     let mut builder = Runtime::builder(registry).limits(flags.apply(limits)?);
     if let Some(store) = store {
+        if let Some(days) = keep_days {
+            keep_for(&*store, days).await;
+        }
         builder = builder.store(store);
     }
     Ok(builder.build())
+}
+
+/// Removes the completed and failed runs whose record is older than `days` (a manifest's
+/// `[store] keep_days`), without rewriting the file: the indexed delete finds nothing to do on
+/// most starts. A failure is a warning: the run goes on.
+async fn keep_for(store: &dyn Store, days: u32) {
+    let mut rule = toolscript::PruneRule::default()
+        .older_than(std::time::Duration::from_secs(u64::from(days) * 86_400));
+    rule.vacuum = false;
+    match toolscript::prune(store, rule).await {
+        Ok(pruned) if pruned.runs > 0 => tracing::info!(
+            runs = pruned.runs,
+            artifacts = pruned.artifacts,
+            keep_days = days,
+            "old runs removed from the store"
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!(
+            "toolscript: warning: the runs older than keep_days = {days} could not be removed: {}",
+            e.report()
+        ),
+    }
 }
 
 /// The store at `path`, else at its default place.

@@ -17,8 +17,11 @@ use toml::Spanned;
 use crate::engine::Limits;
 use crate::error::Error;
 use crate::mcp::McpServerSpec;
-use crate::tool::{Approval, Effect, Registry, Tool, ToolSpec};
+use crate::tool::{Approval, BodySource, Effect, Registry, Tool, ToolSpec};
 use script_tool::ScriptHost;
+
+/// The largest `[store] keep_days`: a century.
+const MAX_KEEP_DAYS: u32 = 36_500;
 
 /// The demo catalog's manifest, compiled into the binary.
 const DEMO_CATALOG: &str = include_str!("demo/catalog.toml");
@@ -46,6 +49,16 @@ struct ManifestFile {
     /// Limits and budgets of every run (see [`Limits::set`]).
     #[serde(default)]
     limits: std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    /// How the store of runs is kept.
+    store: Option<Spanned<StoreEntry>>,
+}
+
+/// A `[store]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreEntry {
+    /// Completed and failed runs are removed once their record is this many days old.
+    keep_days: Option<Spanned<toml::Value>>,
 }
 
 /// An `[[mcp]]` table: a server to start, whose tools become tools of the registry.
@@ -109,6 +122,8 @@ pub struct Manifests {
     host: Arc<ScriptHost>,
     /// The defaults, with every `[limits]` key loaded so far applied in order.
     limits: Limits,
+    /// `[store] keep_days`: the last manifest loaded that sets it wins.
+    keep_days: Option<u32>,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -134,6 +149,7 @@ impl Manifests {
             servers: Vec::new(),
             host: Arc::new(ScriptHost::new()),
             limits: Limits::default(),
+            keep_days: None,
         }
     }
 
@@ -185,6 +201,24 @@ impl Manifests {
             limits
                 .set(key.get_ref(), number)
                 .map_err(|e| error(Some(key.span()), format!("`[limits]`: {e}")))?;
+        }
+        let mut keep_days = self.keep_days;
+        if let Some(days) = parsed
+            .store
+            .as_ref()
+            .and_then(|s| s.get_ref().keep_days.as_ref())
+        {
+            keep_days = Some(match days.get_ref() {
+                toml::Value::Integer(n) if (1..=i64::from(MAX_KEEP_DAYS)).contains(n) => *n as u32,
+                other => {
+                    return Err(error(
+                        Some(days.span()),
+                        format!(
+                            "`[store]` `keep_days` takes a whole number of days from 1 to {MAX_KEEP_DAYS}, not {other}"
+                        ),
+                    ))
+                }
+            });
         }
         for entry in parsed.mcp {
             let span = entry.span();
@@ -260,7 +294,15 @@ impl Manifests {
             self.tools.push(self.script_tool(entry, ast));
         }
         self.limits = limits;
+        self.keep_days = keep_days;
         Ok(())
+    }
+
+    /// `[store] keep_days`: completed and failed runs whose record is older are removed from
+    /// the store (the command line does it when a run, a resume or a server starts). Where
+    /// several manifests set it, the last loaded wins.
+    pub fn keep_days(&self) -> Option<u32> {
+        self.keep_days
     }
 
     /// The limits of the manifests' `[limits]` tables over the defaults: where several set a
@@ -363,6 +405,9 @@ impl Manifests {
         spec.nested = entry.nested;
         spec.approval = entry.approval;
         spec.result = entry.result;
+        spec.source = Some(BodySource::Script(crate::json::sha256_hex(
+            entry.script.get_ref(),
+        )));
         self.host
             .tool(spec, ast, Duration::from_millis(entry.latency_ms))
     }

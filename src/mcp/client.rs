@@ -153,6 +153,11 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
         }
     }
     let names = tool_names(spec.prefix.as_deref().unwrap_or(""), &originals);
+    // What a paused run's catalog keeps of the server: its command and environment.
+    let server = crate::json::jcs_value_sha256(&serde_json::json!({
+        "command": spec.command,
+        "env": spec.env,
+    }));
     tracing::info!(server = %spec.name, tools = listed.len(), "MCP server started");
     let connection = Arc::new(Connection {
         server: spec.name.clone(),
@@ -185,6 +190,7 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
                 tool_spec.approval = approval;
             }
             tool_spec.origin = Some(format!("mcp:{}/{}", spec.name, tool.name));
+            tool_spec.source = Some(crate::tool::BodySource::McpServer(server.clone()));
             let connection = Arc::clone(&connection);
             let original: Arc<str> = Arc::from(tool.name.as_ref());
             let effect = tool_spec.effect;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::report::RunListing;
+use crate::store::RunStatus;
 
 /// The arguments of `run_script`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -56,16 +57,35 @@ pub(super) enum DecisionArg {
     Retry,
 }
 
-/// The arguments of a tool that takes none (`describe_tools`, `list_runs`).
+/// The arguments of `list_runs`: a filter, a page size and the cursor of the page before.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListRunsArgs {
+    /// Only runs of these statuses (every status when absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) status: Vec<RunStatus>,
+    /// The most runs in the page: 1 to 200 (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", range(min = 1, max = 200))]
+    pub(super) limit: Option<u32>,
+    /// The `next_cursor` of the page before: the runs after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub(super) cursor: Option<String>,
+}
+
+/// The arguments of a tool that takes none (`describe_tools`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NoArgs {}
 
-/// The answer of `list_runs`.
+/// The answer of `list_runs`: a page.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(super) struct RunList {
     /// The store's runs, newest first.
     pub(super) runs: Vec<RunListing>,
+    /// Give it as `cursor` for the next page; null on the last page.
+    pub(super) next_cursor: Option<String>,
 }
 
 /// The answer of `read_artifact`.

@@ -28,13 +28,16 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::formats::{ArtifactRead, DecisionArg, NoArgs, ResumeRunArgs, RunList, RunScriptArgs};
+use super::formats::{
+    ArtifactRead, DecisionArg, ListRunsArgs, NoArgs, ResumeRunArgs, RunList, RunScriptArgs,
+};
 use crate::dispatch::Progress;
 use crate::error::Error;
 use crate::policy::ArtifactArgs;
 use crate::report::{Mode, RunListing, RunReport};
 use crate::runtime::{Decision, RunOptions, Runtime};
 use crate::schema;
+use crate::store::{RunPage, RunQuery};
 use crate::tool::{Effect, Format};
 
 /// The tool that runs a script.
@@ -47,6 +50,17 @@ const RESUME_RUN: &str = "resume_run";
 const LIST_RUNS: &str = "list_runs";
 /// The tool that reads an artifact.
 const READ_ARTIFACT: &str = "read_artifact";
+
+/// The runs a page of `list_runs` holds unless its `limit` says.
+const LIST_RUNS_PAGE: u32 = 50;
+
+/// The most tokens a page of `list_runs` holds (with at least one run): a page is cut short
+/// before a run that would pass it, and its `next_cursor` goes on from there.
+const LIST_RUNS_MAX_TOKENS: usize = 8000;
+
+/// The most tokens of one run in `list_runs`: a paused run whose pending call's arguments
+/// are larger has them left out, with their size (`toolscript runs --json` gives them whole).
+const LIST_RUN_MAX_TOKENS: usize = 1000;
 
 /// How to write a script; `run_script`'s description puts the tools' API after it.
 const HOW_TO: &str = "\
@@ -422,16 +436,21 @@ impl Server {
     }
 
     async fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
-        if let Err(bad) = self.arguments::<NoArgs>(LIST_RUNS, arguments) {
-            return bad;
-        }
+        let args: ListRunsArgs = match self.arguments(LIST_RUNS, arguments) {
+            Ok(args) => args,
+            Err(bad) => return bad,
+        };
         let Some(store) = self.runtime.store() else {
             return CallToolResult::error(vec![ContentBlock::text(
                 "this server keeps no store of runs",
             )]);
         };
-        match RunListing::all(&**store).await {
-            Ok(runs) => structured(&RunList { runs }),
+        let limit = args.limit.unwrap_or(LIST_RUNS_PAGE).clamp(1, 200) as usize;
+        let query = RunQuery::first(limit)
+            .statuses(args.status)
+            .after(args.cursor);
+        match store.list_runs(query).await {
+            Ok(page) => structured(&bounded(page)),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
         }
     }
@@ -442,6 +461,37 @@ impl Server {
         }
         CallToolResult::success(vec![ContentBlock::text(self.api.to_string())])
     }
+}
+
+/// A page of runs as `list_runs` answers it: within [`LIST_RUNS_MAX_TOKENS`], each run within
+/// [`LIST_RUN_MAX_TOKENS`] (a pending call's large arguments left out, with their size).
+fn bounded(page: RunPage) -> RunList {
+    let tokens_of = |listing: &RunListing| {
+        crate::policy::count(&serde_json::to_string(listing).unwrap_or_default())
+    };
+    let mut runs = Vec::new();
+    let mut total = 0;
+    let mut next_cursor = page.next.clone();
+    for (i, summary) in page.runs.iter().enumerate() {
+        let mut listing = RunListing::of_summary(summary);
+        let mut tokens = tokens_of(&listing);
+        if tokens > LIST_RUN_MAX_TOKENS {
+            if let Some(pending) = &mut listing.pending {
+                let args = crate::policy::count(&pending.args.to_string());
+                pending.args = Value::String(format!(
+                    "(left out: {args} tokens; `toolscript runs --json` gives them)"
+                ));
+                tokens = tokens_of(&listing);
+            }
+        }
+        if i > 0 && total + tokens > LIST_RUNS_MAX_TOKENS {
+            next_cursor = Some(page.runs[i - 1].cursor());
+            break;
+        }
+        total += tokens;
+        runs.push(listing);
+    }
+    RunList { runs, next_cursor }
 }
 
 /// The error result for wrong arguments: what is wrong, then what the tool takes, read from its
@@ -687,9 +737,11 @@ fn read_artifact_tool() -> Tool {
 fn list_runs_tool() -> Tool {
     Tool::new(
         LIST_RUNS,
-        "The runs this server keeps, newest first: `run_id`, `status` (running, paused, \
-         completed, failed), start, and the `pending` call of a paused run.",
-        schema::input::<NoArgs>(),
+        "The runs this server keeps, newest first, a page at a time (50 unless `limit` says, \
+         up to 200): `run_id`, `status` (running, paused, completed, failed, interrupted), start, \
+         and the `pending` call of a paused run. `status` filters (e.g. [\"paused\"]); give \
+         the answer's `next_cursor` as `cursor` for the next page (null: the last page).",
+        schema::input::<ListRunsArgs>(),
     )
     .with_raw_output_schema(Arc::new(schema::output::<RunList>()))
     .with_annotations(

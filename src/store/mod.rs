@@ -9,14 +9,19 @@
 //! - [`Journal`] is one run's journal as the dispatch path and the executor use it, written
 //!   through the interface.
 
+mod catalog;
 mod journal;
 mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use catalog::{CatalogPrint, ToolPrint};
 pub(crate) use journal::Journal;
 pub use journal::{JournaledWrite, ReadRow, WriteState};
-pub use record::{Awaiting, Mode, PendingCall, RunRecord, RunStatus};
+pub use record::{
+    Awaiting, Mode, PendingCall, PruneRule, Pruned, RunPage, RunQuery, RunRecord, RunStatus,
+    RunSummary,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, STORE_ENV};
 
@@ -63,8 +68,26 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// A run, if the store has it.
     fn run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<RunRecord>>;
 
-    /// Every run, newest first.
-    fn runs(&self) -> StoreFuture<'_, Vec<RunRecord>>;
+    /// A page of the list of runs, newest first: only the columns a list shows are read.
+    ///
+    /// # Errors
+    ///
+    /// Also [`Error::Store`] for a cursor no page gave.
+    fn list_runs(&self, query: RunQuery) -> StoreFuture<'_, RunPage>;
+
+    /// Removes the runs `rule` names (with their journals, and the artifacts no kept run
+    /// refers to), except a running run whose process is alive (`alive` says so); then gives
+    /// the freed space back where `rule.vacuum` asks.
+    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned>;
+
+    /// Records the catalog a run now runs under (its resume was judged by an earlier rule,
+    /// or its catalog changed in prose only): both the whole-catalog hash and the fingerprints.
+    fn set_catalog<'a>(
+        &'a self,
+        run_id: &'a str,
+        catalog_sha256: String,
+        catalog: CatalogPrint,
+    ) -> StoreFuture<'a, ()>;
 
     /// Takes a run for this process to resume, atomically: a paused run with a decision on
     /// the call it waits at, or an interrupted run, or a running one whose owner is gone

@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::catalog::CatalogPrint;
 use crate::effect::Effect;
 
 /// How a run dispatches its reads.
@@ -148,8 +149,14 @@ pub struct RunRecord {
     pub script_name: String,
     /// The script's text, as it started: resume runs this.
     pub script: String,
-    /// SHA-256 of the catalog the run started with: resume refuses another.
+    /// SHA-256 of the catalog the run started with, as `tools --format json` printed it: the
+    /// rule of stores before version 4, by which a run stored without [`RunRecord::catalog`]
+    /// is judged once.
     pub catalog_sha256: String,
+    /// The fingerprint of each tool of the catalog the run started with: a resume refuses a
+    /// catalog in which one of them changed, naming it. `None` for a run stored by an earlier
+    /// version.
+    pub catalog: Option<CatalogPrint>,
     /// How the run dispatches its reads: a resume keeps it.
     pub mode: Mode,
     /// Where the run is.
@@ -183,6 +190,7 @@ impl RunRecord {
             script_name: script_name.into(),
             script: script.into(),
             catalog_sha256: catalog_sha256.into(),
+            catalog: None,
             mode,
             status: RunStatus::Running,
             owner_pid: None,
@@ -235,6 +243,163 @@ impl RunRecord {
             format!("run {run_id}: its stored `{field}` does not parse ({e}): {shown:?}")
         })
     }
+}
+
+/// A run as a list of runs shows it: only what the list reads, never the script, the input or
+/// the outcome (which may be large).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// The run's id.
+    pub run_id: String,
+    /// The script's name (its file, or `-`).
+    pub script_name: String,
+    /// How the run dispatches its reads.
+    pub mode: Mode,
+    /// Where the run is.
+    pub status: RunStatus,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started_ms: i64,
+    /// The pending call of a paused run.
+    pub pending: Option<PendingCall>,
+}
+
+impl RunSummary {
+    /// When the run started, as a UTC date and time (`2026-12-01T11:37:06Z`).
+    pub fn started(&self) -> String {
+        utc(self.started_ms)
+    }
+
+    /// The cursor of the page that follows this run in a list (newest first).
+    pub fn cursor(&self) -> String {
+        format!("{}.{}", self.started_ms, self.run_id)
+    }
+}
+
+/// Which runs a list holds: their statuses (all when empty), at most `limit` of them, after a
+/// cursor (a page's `next`), newest first.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RunQuery {
+    /// The statuses listed; every status when empty.
+    pub statuses: Vec<RunStatus>,
+    /// The most runs a page holds (at least 1).
+    pub limit: usize,
+    /// The runs after this cursor (a page's `next`): `None` starts with the newest.
+    pub after: Option<String>,
+}
+
+impl RunQuery {
+    /// The first page of at most `limit` runs of any status.
+    pub fn first(limit: usize) -> RunQuery {
+        RunQuery {
+            statuses: Vec::new(),
+            limit,
+            after: None,
+        }
+    }
+
+    /// Only runs of these statuses.
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = RunStatus>) -> RunQuery {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// The page after `cursor`.
+    pub fn after(mut self, cursor: Option<String>) -> RunQuery {
+        self.after = cursor;
+        self
+    }
+
+    /// The cursor split into the start time and run id of the run it follows.
+    ///
+    /// # Errors
+    ///
+    /// A message saying the cursor is not one a page gave.
+    pub fn position(&self) -> Result<Option<(i64, &str)>, String> {
+        let Some(cursor) = &self.after else {
+            return Ok(None);
+        };
+        cursor
+            .split_once('.')
+            .and_then(|(ms, id)| Some((ms.parse::<i64>().ok()?, id)))
+            .filter(|(_, id)| !id.is_empty())
+            .map(Some)
+            .ok_or_else(|| {
+                let shown: String = cursor.chars().take(40).collect();
+                format!("the cursor {shown:?} is not one a list of runs gave (give the `next` of the previous page)")
+            })
+    }
+}
+
+/// One page of a list of runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RunPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunSummary>,
+    /// The cursor of the next page, when there are more runs.
+    pub next: Option<String>,
+}
+
+/// Which runs a prune removes: those of `statuses` whose record last changed before
+/// `updated_before_ms` (any time when `None`). A running run whose process is alive is never
+/// removed, whatever the rule.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PruneRule {
+    /// The statuses removed (by default `completed` and `failed`: never a resumable run).
+    pub statuses: Vec<RunStatus>,
+    /// Only runs whose record last changed before this instant (milliseconds since the Unix
+    /// epoch).
+    pub updated_before_ms: Option<i64>,
+    /// Give the freed pages back to the file system: a full `VACUUM` where the store was not
+    /// set up for incremental vacuum (then it is), else an incremental one.
+    pub vacuum: bool,
+    /// Count what would be removed, and remove nothing.
+    pub dry_run: bool,
+}
+
+impl Default for PruneRule {
+    fn default() -> PruneRule {
+        PruneRule {
+            statuses: vec![RunStatus::Completed, RunStatus::Failed],
+            updated_before_ms: None,
+            vacuum: true,
+            dry_run: false,
+        }
+    }
+}
+
+impl PruneRule {
+    /// Only runs whose record last changed more than `age` ago.
+    pub fn older_than(mut self, age: std::time::Duration) -> PruneRule {
+        let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+        self.updated_before_ms = Some(super::now_ms().saturating_sub(age));
+        self
+    }
+
+    /// Removes runs of these statuses instead of the default ones.
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = RunStatus>) -> PruneRule {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+}
+
+/// What a prune removed (or, in a dry run, would remove).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Runs removed, with their journals.
+    pub runs: u64,
+    /// Artifacts removed: none that a kept run refers to.
+    pub artifacts: u64,
+    /// Running runs of the rule's statuses kept because their process is alive.
+    pub kept_alive: u64,
+    /// The store's size before, in bytes, where it is a file.
+    pub bytes_before: Option<u64>,
+    /// Its size after (and after the vacuum, when one ran).
+    pub bytes_after: Option<u64>,
 }
 
 /// Milliseconds since the Unix epoch as a UTC date and time, `2026-12-01T11:37:06Z`.

@@ -14,14 +14,15 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome};
 use super::{
-    now_ms, JournalRows, JournaledWrite, OwnerAlive, ReadRow, RunRecord, RunStatus, Store,
-    StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, WriteState,
+    now_ms, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive, PruneRule, Pruned, ReadRow,
+    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoreFuture, StoredArtifact,
+    StoredEnd, TakeDecision, TakeRefused, WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -30,7 +31,23 @@ const APPLICATION_ID: i32 = 0x5453_6372;
 /// The tables a store of any version may hold: a file whose tables are these (with `runs`
 /// among them) and whose `user_version` is a store's, but that has no application id, is a
 /// store written before stores were stamped.
-const STORE_TABLES: [&str; 4] = ["runs", "writes", "artifacts", "reads"];
+const STORE_TABLES: [&str; 8] = [
+    "runs",
+    "writes",
+    "artifacts",
+    "reads",
+    "artifact_refs",
+    "artifact_refs_by_artifact",
+    "runs_by_start",
+    "runs_by_status",
+];
+
+/// A run's input longer than this (in bytes of JSON) is kept as an artifact, which the run's
+/// row refers to: a list of runs never reads it, and runs that share an input share it.
+pub(crate) const INPUT_INLINE_MAX: usize = 64 * 1024;
+
+/// The tokens a page of an input kept as an artifact holds.
+const INPUT_PAGE_TOKENS: usize = 2000;
 
 /// How long a writer waits for another process's transaction before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,7 +68,9 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_ms INTEGER NOT NULL,
     pending TEXT,
     outcome TEXT,
-    input TEXT
+    input TEXT,
+    catalog TEXT,
+    input_artifact TEXT
 );
 CREATE TABLE IF NOT EXISTS writes (
     run_id TEXT NOT NULL,
@@ -81,6 +100,14 @@ CREATE TABLE IF NOT EXISTS reads (
     outcome TEXT NOT NULL,
     PRIMARY KEY (run_id, epoch, tool, args, n)
 );
+CREATE TABLE IF NOT EXISTS artifact_refs (
+    run_id TEXT NOT NULL,
+    artifact_id TEXT NOT NULL,
+    PRIMARY KEY (run_id, artifact_id)
+);
+CREATE INDEX IF NOT EXISTS artifact_refs_by_artifact ON artifact_refs (artifact_id);
+CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_ms DESC, run_id);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_ms);
 ";
 
 /// The embedded store: one SQLite file.
@@ -152,6 +179,12 @@ impl SqliteStore {
                 "the store has schema version {version}; this toolscript knows {SCHEMA_VERSION}"
             )));
         }
+        if matches!(kind, Kind::Empty) {
+            // A new store gives freed pages back without rewriting the file. It must be said
+            // before the first table exists, and outside a transaction.
+            conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+                .map_err(|e| not_a_store(&location, e))?;
+        }
         // Several processes may open a new store at once: switching to WAL can be refused
         // while another does the same, without the busy handler, so it is tried again.
         let started = std::time::Instant::now();
@@ -193,10 +226,22 @@ impl SqliteStore {
                     if (1..3).contains(&now) {
                         tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
                     }
+                    // Version 4 keeps each run's tool fingerprints, a large input as an
+                    // artifact, and which runs refer to which artifacts.
+                    if (1..4).contains(&now) {
+                        tx.execute_batch(
+                            "ALTER TABLE runs ADD COLUMN catalog TEXT; \
+                             ALTER TABLE runs ADD COLUMN input_artifact TEXT;",
+                        )?;
+                    }
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
                          PRAGMA application_id = {APPLICATION_ID};"
-                    ))
+                    ))?;
+                    if (1..4).contains(&now) {
+                        refer_to_artifacts(&tx)?;
+                    }
+                    Ok(())
                 };
                 setup().map_err(|e| not_a_store(&location, e))?;
                 tx.commit().map_err(|e| not_a_store(&location, e))
@@ -350,10 +395,40 @@ impl Store for SqliteStore {
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
         self.writing(move |conn, fail| {
-            conn.execute(
+            let catalog = record
+                .catalog
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| fail.say(format!("the run's catalog cannot be written: {e}")))?;
+            let input = record.input.as_ref().map(Value::to_string);
+            let tx = conn.transaction().map_err(|e| fail.of(e))?;
+            // A large input is kept as an artifact, which the run refers to.
+            let (input, input_artifact) = match input {
+                Some(text) if text.len() > INPUT_INLINE_MAX => {
+                    let id = crate::json::sha256_hex(&text)[..32].to_string();
+                    tx.execute(
+                        "INSERT OR IGNORE INTO artifacts \
+                         (id, run_id, policy, page_tokens, content, created_ms) \
+                         VALUES (?1, ?2, 'input', ?3, ?4, ?5)",
+                        params![
+                            id,
+                            record.run_id,
+                            INPUT_PAGE_TOKENS as i64,
+                            text.as_bytes(),
+                            now_ms()
+                        ],
+                    )
+                    .map_err(|e| fail.of(e))?;
+                    refer(&tx, &record.run_id, &id).map_err(|e| fail.of(e))?;
+                    (None, Some(id))
+                }
+                other => (other, None),
+            };
+            tx.execute(
                 "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
-                 owner_pid, started_ms, updated_ms, input) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?8)",
+                 owner_pid, started_ms, updated_ms, input, catalog, input_artifact) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?8, ?9, ?10)",
                 params![
                     record.run_id,
                     record.script_name,
@@ -362,11 +437,18 @@ impl Store for SqliteStore {
                     record.mode.as_str(),
                     std::process::id(),
                     record.started_ms,
-                    record.input.as_ref().map(Value::to_string),
+                    input,
+                    catalog,
+                    input_artifact,
                 ],
             )
             .map_err(|e| fail.of(e))?;
-            Ok(())
+            // Artifacts of earlier runs that the script or its input names (to read them with
+            // `ts_artifact`) stay while this run is kept.
+            for text in [Some(&record.script), input.as_ref()].into_iter().flatten() {
+                refer_to_ids_in(&tx, &record.run_id, text).map_err(|e| fail.of(e))?;
+            }
+            tx.commit().map_err(|e| fail.of(e))
         })
     }
 
@@ -381,20 +463,35 @@ impl Store for SqliteStore {
                 )
                 .optional()
                 .map_err(|e| fail.of(e))?;
-            raw.map(|raw| raw.parse(fail)).transpose()
+            raw.map(|raw| raw.parse(conn, fail)).transpose()
         })
     }
 
-    fn runs(&self) -> StoreFuture<'_, Vec<RunRecord>> {
-        self.blocking(move |conn, fail| {
-            let mut statement = conn
-                .prepare(&format!("{SELECT_RUN} ORDER BY started_ms DESC, run_id"))
-                .map_err(|e| fail.of(e))?;
-            let rows = statement
-                .query_map([], RawRun::read)
-                .map_err(|e| fail.of(e))?;
-            rows.map(|raw| raw.map_err(|e| fail.of(e))?.parse(fail))
-                .collect()
+    fn list_runs(&self, query: RunQuery) -> StoreFuture<'_, RunPage> {
+        self.blocking(move |conn, fail| list_runs(conn, &query, fail))
+    }
+
+    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned> {
+        let path = self.path.clone();
+        self.writing(move |conn, fail| prune(conn, &path, &rule, &alive, fail))
+    }
+
+    fn set_catalog<'a>(
+        &'a self,
+        run_id: &'a str,
+        catalog_sha256: String,
+        catalog: CatalogPrint,
+    ) -> StoreFuture<'a, ()> {
+        let run_id = run_id.to_string();
+        self.writing(move |conn, fail| {
+            let catalog = serde_json::to_string(&catalog)
+                .map_err(|e| fail.say(format!("the run's catalog cannot be written: {e}")))?;
+            conn.execute(
+                "UPDATE runs SET catalog_sha256 = ?2, catalog = ?3 WHERE run_id = ?1",
+                params![run_id, catalog_sha256, catalog],
+            )
+            .map_err(|e| fail.of(e))?;
+            Ok(())
         })
     }
 
@@ -420,7 +517,7 @@ impl Store for SqliteStore {
             // Every refusal below returns before the commit: the transaction rolls back and
             // nothing changes.
             let record = match raw {
-                Some(raw) => raw.parse(fail)?,
+                Some(raw) => raw.parse(&tx, fail)?,
                 None => return Ok(Err(TakeRefused::Unknown)),
             };
             if record.status.is_final() {
@@ -540,7 +637,10 @@ impl Store for SqliteStore {
     fn put_artifact<'a>(&'a self, id: &'a str, artifact: StoredArtifact) -> StoreFuture<'a, ()> {
         let id = id.to_string();
         self.writing(move |conn, fail| {
-            conn.execute(
+            let tx = conn.transaction().map_err(|e| fail.of(e))?;
+            // The run refers to it even when an earlier run kept the same bytes first.
+            refer(&tx, &artifact.run_id, &id).map_err(|e| fail.of(e))?;
+            tx.execute(
                 "INSERT OR IGNORE INTO artifacts \
                  (id, run_id, policy, page_tokens, content, created_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -554,7 +654,7 @@ impl Store for SqliteStore {
                 ],
             )
             .map_err(|e| fail.of(e))?;
-            Ok(())
+            tx.commit().map_err(|e| fail.of(e))
         })
     }
 
@@ -767,7 +867,8 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
-                          owner_pid, started_ms, updated_ms, pending, outcome, input FROM runs";
+                          owner_pid, started_ms, updated_ms, pending, outcome, input, catalog, \
+                          input_artifact FROM runs";
 
 /// A row of `runs` as SQLite holds it, before its fields are parsed.
 struct RawRun {
@@ -783,6 +884,8 @@ struct RawRun {
     pending: Option<String>,
     outcome: Option<String>,
     input: Option<String>,
+    catalog: Option<String>,
+    input_artifact: Option<String>,
 }
 
 impl RawRun {
@@ -800,11 +903,34 @@ impl RawRun {
             pending: row.get(9)?,
             outcome: row.get(10)?,
             input: row.get(11)?,
+            catalog: row.get(12)?,
+            input_artifact: row.get(13)?,
         })
     }
 
-    /// The record, every field parsed; one that does not parse is an error naming it.
-    fn parse(self, fail: &Fail) -> Result<RunRecord, Error> {
+    /// The record, every field parsed (an input kept as an artifact read from it); one that
+    /// does not parse is an error naming it.
+    fn parse(mut self, conn: &Connection, fail: &Fail) -> Result<RunRecord, Error> {
+        if let Some(id) = &self.input_artifact {
+            let content: Option<Vec<u8>> = conn
+                .query_row("SELECT content FROM artifacts WHERE id = ?1", [id], |row| {
+                    row.get(0)
+                })
+                .optional()
+                .map_err(|e| fail.of(e))?;
+            let Some(content) = content else {
+                return Err(fail.say(format!(
+                    "run {}: its input was kept as the artifact {id}, which the store no longer has",
+                    super::shown_run_id(&self.run_id)
+                )));
+            };
+            self.input = Some(String::from_utf8(content).map_err(|_| {
+                fail.say(format!(
+                    "run {}: its input artifact {id} is not UTF-8 text",
+                    super::shown_run_id(&self.run_id)
+                ))
+            })?);
+        }
         fn name<T: serde::de::DeserializeOwned>(
             id: &str,
             field: &str,
@@ -828,6 +954,7 @@ impl RawRun {
                 pending: json(id, "pending", self.pending.as_ref())?,
                 outcome: json(id, "outcome", self.outcome.as_ref())?,
                 input: json(id, "input", self.input.as_ref())?,
+                catalog: json(id, "catalog", self.catalog.as_ref())?,
                 run_id: self.run_id.clone(),
                 script_name: self.script_name.clone(),
                 script: self.script.clone(),
@@ -839,6 +966,268 @@ impl RawRun {
         })();
         parsed.map_err(|why| fail.say(why))
     }
+}
+
+const SELECT_SUMMARY: &str =
+    "SELECT run_id, script_name, mode, status, started_ms, pending FROM runs";
+
+/// A page of the list of runs: the columns a list shows, newest first, one more run read than
+/// the page holds to know whether another page follows.
+fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage, Error> {
+    let position = query.position().map_err(|why| fail.say(why))?;
+    let mut clauses = Vec::new();
+    if !query.statuses.is_empty() {
+        // The statuses' names are this crate's constants, never a caller's text.
+        let names: Vec<String> = query
+            .statuses
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        clauses.push(format!("status IN ({})", names.join(", ")));
+    }
+    if position.is_some() {
+        clauses.push("(started_ms < ?1 OR (started_ms = ?1 AND run_id > ?2))".to_string());
+    }
+    let filter = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", clauses.join(" AND "))
+    };
+    let limit = query.limit.clamp(1, i64::MAX as usize - 1);
+    let sql = format!(
+        "{SELECT_SUMMARY}{filter} ORDER BY started_ms DESC, run_id LIMIT {}",
+        limit + 1
+    );
+    let mut statement = conn.prepare(&sql).map_err(|e| fail.of(e))?;
+    let read = |row: &rusqlite::Row<'_>| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, String>(3)?,
+            row.get::<_, i64>(4)?,
+            row.get::<_, Option<String>>(5)?,
+        ))
+    };
+    let rows = match position {
+        Some((ms, id)) => statement.query_map(params![ms, id], read),
+        None => statement.query_map([], read),
+    }
+    .map_err(|e| fail.of(e))?;
+    let mut runs = Vec::new();
+    let mut more = false;
+    for row in rows {
+        let (run_id, script_name, mode, status, started_ms, pending) =
+            row.map_err(|e| fail.of(e))?;
+        if runs.len() == limit {
+            more = true;
+            break;
+        }
+        let parsed = (|| {
+            Ok::<_, String>(RunSummary {
+                mode: RunRecord::parse_field(&run_id, "mode", &mode, false)?,
+                status: RunRecord::parse_field(&run_id, "status", &status, false)?,
+                pending: pending
+                    .as_deref()
+                    .map(|p| RunRecord::parse_field(&run_id, "pending", p, true))
+                    .transpose()?,
+                run_id: run_id.clone(),
+                script_name,
+                started_ms,
+            })
+        })();
+        runs.push(parsed.map_err(|why| fail.say(why))?);
+    }
+    let next = if more {
+        runs.last().map(RunSummary::cursor)
+    } else {
+        None
+    };
+    Ok(RunPage { runs, next })
+}
+
+/// Removes the runs `rule` names and the artifacts no kept run refers to, in one transaction
+/// (rolled back for a dry run); then gives freed pages back.
+fn prune(
+    conn: &mut Connection,
+    path: &Path,
+    rule: &PruneRule,
+    alive: &OwnerAlive,
+    fail: &Fail,
+) -> Result<Pruned, Error> {
+    let size = || {
+        let wal = PathBuf::from(format!("{}-wal", path.display()));
+        let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        std::fs::metadata(path).ok().map(|m| m.len() + len(&wal))
+    };
+    let mut pruned = Pruned {
+        bytes_before: size(),
+        ..Pruned::default()
+    };
+    if rule.statuses.is_empty() {
+        pruned.bytes_after = pruned.bytes_before;
+        return Ok(pruned);
+    }
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| fail.of(e))?;
+    let names: Vec<String> = rule
+        .statuses
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    let candidates: Vec<(String, String, Option<u32>)> = {
+        let mut statement = tx
+            .prepare(&format!(
+                "SELECT run_id, status, owner_pid FROM runs WHERE status IN ({}) \
+                 AND updated_ms < ?1",
+                names.join(", ")
+            ))
+            .map_err(|e| fail.of(e))?;
+        let rows = statement
+            .query_map([rule.updated_before_ms.unwrap_or(i64::MAX)], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .map_err(|e| fail.of(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| fail.of(e))?
+    };
+    for (run_id, status, owner) in candidates {
+        // A run a live process runs is never removed, whatever the rule says.
+        if status == RunStatus::Running.as_str() && owner.is_some_and(|pid| alive(pid)) {
+            pruned.kept_alive += 1;
+            continue;
+        }
+        for table in ["writes", "reads", "artifact_refs", "runs"] {
+            tx.prepare_cached(&format!("DELETE FROM {table} WHERE run_id = ?1"))
+                .and_then(|mut s| s.execute([&run_id]))
+                .map_err(|e| fail.of(e))?;
+        }
+        pruned.runs += 1;
+    }
+    if pruned.runs > 0 || rule.vacuum {
+        // An artifact stays while a run the store keeps refers to it (or made it).
+        pruned.artifacts = tx
+            .execute_batch(
+                "DELETE FROM artifact_refs WHERE NOT EXISTS \
+                 (SELECT 1 FROM runs WHERE runs.run_id = artifact_refs.run_id);",
+            )
+            .and_then(|()| {
+                tx.execute(
+                    "DELETE FROM artifacts WHERE NOT EXISTS \
+                     (SELECT 1 FROM artifact_refs r WHERE r.artifact_id = artifacts.id) \
+                     AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = artifacts.run_id)",
+                    [],
+                )
+            })
+            .map_err(|e| fail.of(e))? as u64;
+    }
+    if rule.dry_run {
+        tx.rollback().map_err(|e| fail.of(e))?;
+        pruned.bytes_after = pruned.bytes_before;
+        return Ok(pruned);
+    }
+    tx.commit().map_err(|e| fail.of(e))?;
+    let incremental: i64 = conn
+        .pragma_query_value(None, "auto_vacuum", |row| row.get(0))
+        .map_err(|e| fail.of(e))?;
+    let vacuum = if incremental == 2 {
+        (pruned.runs > 0 || pruned.artifacts > 0 || rule.vacuum)
+            .then_some("PRAGMA incremental_vacuum;")
+    } else {
+        // A store made before version 4 is rewritten once, and gives pages back from then on
+        // without a rewrite.
+        rule.vacuum
+            .then_some("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
+    };
+    if let Some(vacuum) = vacuum {
+        // Stepped to its end: `incremental_vacuum` frees a page a step.
+        let run = |sql: &str| -> rusqlite::Result<()> {
+            for statement in sql.split_terminator(';').map(str::trim) {
+                let mut statement = conn.prepare(statement)?;
+                let mut rows = statement.query([])?;
+                while rows.next()?.is_some() {}
+            }
+            Ok(())
+        };
+        run(vacuum).map_err(|e| {
+            Error::store(
+                &fail.0,
+                format!(
+                    "{} runs were removed, but the vacuum that gives their space back failed",
+                    pruned.runs
+                ),
+                Cause::from(e),
+            )
+        })?;
+        // The pages the vacuum moved are in the WAL until a checkpoint writes them back.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| fail.of(e))?;
+    }
+    pruned.bytes_after = size();
+    Ok(pruned)
+}
+
+/// Records that `run_id` refers to the artifact `id`: it stays while the run is kept.
+fn refer(conn: &Connection, run_id: &str, id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO artifact_refs (run_id, artifact_id) VALUES (?1, ?2)",
+    )?
+    .execute([run_id, id])?;
+    Ok(())
+}
+
+/// Records that `run_id` refers to every stored artifact whose id `text` holds.
+fn refer_to_ids_in(conn: &Connection, run_id: &str, text: &str) -> rusqlite::Result<()> {
+    let mut statement = conn.prepare_cached(
+        "INSERT OR IGNORE INTO artifact_refs (run_id, artifact_id) \
+         SELECT ?1, id FROM artifacts WHERE id = ?2",
+    )?;
+    for id in artifact_ids_in(text) {
+        statement.execute([run_id, id])?;
+    }
+    Ok(())
+}
+
+/// The words of `text` that may be artifact ids: runs of exactly 32 lowercase hex digits.
+fn artifact_ids_in(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i <= bytes.len() {
+            let hex = i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'a'..=b'f');
+            i += 1;
+            if hex {
+                continue;
+            }
+            let word = (start, i - 1);
+            start = i;
+            if word.1 - word.0 == 32 {
+                // Hex digits are ASCII: the word's ends are character boundaries.
+                return Some(&text[word.0..word.1]);
+            }
+        }
+        None
+    })
+}
+
+/// Fills `artifact_refs` in a store of an earlier version: each artifact's first run refers to
+/// it, and so does every run whose script, input or outcome names it.
+fn refer_to_artifacts(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "INSERT OR IGNORE INTO artifact_refs (run_id, artifact_id) SELECT run_id, id FROM artifacts;",
+    )?;
+    let mut statement = conn.prepare("SELECT run_id, script, input, outcome FROM runs")?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let run_id: String = row.get(0)?;
+        for i in 1..=3 {
+            if let Some(text) = row.get::<_, Option<String>>(i)? {
+                refer_to_ids_in(conn, &run_id, &text)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -877,10 +1266,11 @@ mod tests {
         assert!(matches!(taken, Err(TakeRefused::Ended(_))));
         let taken = store.take_run("nope", Arc::new(never), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Unknown)));
-        let runs = store.runs().await.unwrap();
+        let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].status, RunStatus::Completed);
-        assert_eq!(runs[0].outcome, Some(json!({"ok": true})));
+        let run = store.run("r1").await.unwrap().unwrap();
+        assert_eq!(run.outcome, Some(json!({"ok": true})));
     }
 
     #[tokio::test]
@@ -930,7 +1320,11 @@ mod tests {
                 e.contains("run bad") && e.contains(&format!("`{field}`")),
                 "{e}"
             );
-            let e = store.runs().await.unwrap_err().to_string();
+            let e = store
+                .list_runs(RunQuery::first(10))
+                .await
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(&format!("`{field}`")), "{e}");
             let taken = store.take_run("bad", Arc::new(never), None).await;
             assert!(matches!(taken, Err(Error::Store { .. })), "{taken:?}");
@@ -967,6 +1361,17 @@ mod tests {
         store.put_artifact("a", second).await.unwrap();
         assert_eq!(store.artifact("a").await.unwrap(), Some(first));
         assert_eq!(store.artifact("b").await.unwrap(), None);
+    }
+
+    #[test]
+    fn artifact_ids_are_whole_words_of_32_hex_digits() {
+        let a = "0123456789abcdef0123456789abcdef";
+        let text = format!("{a} x{a}y {a}0 \"{a}\" é{a}");
+        let found: Vec<&str> = artifact_ids_in(&text).collect();
+        assert_eq!(found, [a, a, a, a]);
+        assert_eq!(artifact_ids_in(a).count(), 1);
+        assert_eq!(artifact_ids_in("").count(), 0);
+        assert_eq!(artifact_ids_in(&a.to_uppercase()).count(), 0);
     }
 
     #[test]

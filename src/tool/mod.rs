@@ -2,9 +2,11 @@
 //! registry that validates a set of them once, when it is built.
 
 mod describe;
+mod fingerprint;
 mod registry;
 
 pub(crate) use describe::describe;
+pub(crate) use fingerprint::fingerprint;
 // The MCP server's `run_script` description heads with the crib sheet too.
 pub use describe::Format;
 #[cfg(all(feature = "mcp", feature = "manifest"))]
@@ -87,6 +89,25 @@ pub struct ToolSpec {
     /// Where the tool comes from when it is not defined here: `mcp:SERVER/TOOL` for a tool of
     /// an MCP server (its name there, before any mapping to a toolscript name).
     pub origin: Option<String>,
+    /// The version of the tool's behaviour, which its author changes when the body changes
+    /// what it does: part of the catalog a paused run resumes under (a Rust body cannot be
+    /// looked into; a script tool's body and an MCP server's command are fingerprinted).
+    pub version: Option<String>,
+    /// What the body is made of, where the registry can see it (a script tool's text, an MCP
+    /// server's command): part of the catalog's fingerprint.
+    pub(crate) source: Option<BodySource>,
+}
+
+/// What a tool's body is made of, fingerprinted: a change of it is a change of the catalog a
+/// paused run resumes under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum BodySource {
+    /// A script tool: SHA-256 of its body's text.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
+    Script(String),
+    /// A tool of an MCP server: SHA-256 of the server's command and environment.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    McpServer(String),
 }
 
 impl ToolSpec {
@@ -108,6 +129,8 @@ impl ToolSpec {
             approval: Approval::Never,
             result: crate::policy::ResultPolicy::Auto,
             origin: None,
+            version: None,
+            source: None,
         }
     }
 
@@ -364,6 +387,14 @@ impl ToolBuilder {
     /// Sets what happens to this tool's result when it is the run's value and does not fit.
     pub fn result_policy(mut self, policy: crate::policy::ResultPolicy) -> Self {
         self.spec.result = policy;
+        self
+    }
+
+    /// Sets the version of the tool's behaviour: change it when the body changes what it
+    /// does, and a run paused before the change is not resumed under the new body (the
+    /// refusal names the tool and both versions).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.spec.version = Some(version.into());
         self
     }
 

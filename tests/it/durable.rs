@@ -289,10 +289,10 @@ async fn resume_refuses_what_it_cannot_do() {
         .unwrap_err();
     assert!(message(none).contains("approval"));
 
-    // Another catalog: one more tool changes its hash.
+    // Another catalog: a tool the run started with is gone.
     let store = Arc::clone(runtime.store().unwrap());
     let mut tools = tools(&made);
-    tools.push(Tool::builder("extra", Effect::Read).handler(|_| async { Ok(json!(0)) }));
+    tools.retain(|t| t.spec().name != "notify");
     let other = Runtime::builder(Registry::builder().tools(tools).build().unwrap())
         .store(store)
         .build();
@@ -304,7 +304,11 @@ async fn resume_refuses_what_it_cannot_do() {
         )
         .await
         .unwrap_err();
-    assert!(message(changed).contains("catalog"));
+    let changed = message(changed);
+    assert!(
+        changed.contains("catalog changed") && changed.contains("`notify` is gone"),
+        "{changed}"
+    );
     assert_eq!(made.load(Ordering::SeqCst), 0);
 }
 
@@ -381,6 +385,114 @@ async fn a_run_paused_in_the_stored_format_of_the_previous_version_resumes() {
         "nothing is made from bad data"
     );
 }
+
+/// A store file of schema version 3, as that version wrote it (no fingerprints, no artifact
+/// references, no incremental vacuum), opens and is upgraded: its paused run, stored with the
+/// whole catalog's hash, resumes under the same catalog; an artifact its outcome names stays
+/// when the run that made it is pruned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_schema_version_3_is_upgraded_and_its_old_hash_run_resumes() {
+    let (dir, made) = (TempDir::new().unwrap(), Arc::new(AtomicUsize::new(0)));
+    // The whole catalog's hash, as version 3 stored it (a new store still keeps it).
+    let whole = {
+        let probe = TempDir::new().unwrap();
+        let runtime = durable(&probe, &made);
+        let run = runtime.run("1").await;
+        let store = runtime.store().unwrap();
+        store
+            .run(&run.run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .catalog_sha256
+    };
+    let path = dir.path().join("store.sqlite3");
+    let artifact = "0123456789abcdef0123456789abcdef";
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(V3_SCHEMA).unwrap();
+        conn.execute(
+            "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
+             owner_pid, started_ms, updated_ms, pending, outcome, input) \
+             VALUES ('v3-paused', 'refund.rhai', ?1, ?2, 'speculative', 'paused', NULL, \
+             1764590000000, 1764590000000, ?3, ?4, NULL)",
+            rusqlite::params![
+                REFUND,
+                whole,
+                r#"{"seq":0,"tool":"refund","effect":"write","args":{"n":2},"awaiting":"approval"}"#,
+                format!(r#"{{"status":"paused","logs":[{{"artifact":"{artifact}"}}]}}"#),
+            ],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
+             owner_pid, started_ms, updated_ms, pending, outcome, input) \
+             VALUES ('v3-done', 'x.rhai', '1', ?1, 'speculative', 'completed', NULL, \
+             1764580000000, 1764580000000, NULL, '{}', NULL)",
+            [&whole],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO artifacts (id, run_id, policy, page_tokens, content, created_ms) \
+             VALUES (?1, 'v3-done', 'page', 100, X'5B315D', 1764580000000)",
+            [artifact],
+        )
+        .unwrap();
+    }
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 4);
+    let pruned = toolscript::prune(&*store, toolscript::PruneRule::default())
+        .await
+        .unwrap();
+    assert_eq!((pruned.runs, pruned.artifacts), (1, 0), "{pruned:?}");
+    assert!(
+        toolscript::Store::artifact(&*store, artifact)
+            .await
+            .unwrap()
+            .is_some(),
+        "the paused run's outcome names it"
+    );
+    let runtime = Runtime::builder(catalog(&made))
+        .store(store.clone())
+        .build();
+    let done = runtime
+        .resume("v3-paused", Some(Decision::Approve), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+    assert_eq!(done.result.unwrap(), json!([2, 2, 4]));
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+}
+
+/// The tables of a store of schema version 3, stamped as that version stamped them.
+const V3_SCHEMA: &str = "
+PRAGMA journal_mode = WAL;
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY, script_name TEXT NOT NULL, script TEXT NOT NULL,
+    catalog_sha256 TEXT NOT NULL, mode TEXT NOT NULL, status TEXT NOT NULL, owner_pid INTEGER,
+    started_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, pending TEXT, outcome TEXT,
+    input TEXT
+);
+CREATE TABLE writes (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, tool TEXT NOT NULL, args TEXT NOT NULL,
+    approved INTEGER NOT NULL DEFAULT 0, retry INTEGER NOT NULL DEFAULT 0,
+    intent INTEGER NOT NULL DEFAULT 0, outcome TEXT, PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE artifacts (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, policy TEXT NOT NULL,
+    page_tokens INTEGER NOT NULL, content BLOB NOT NULL, created_ms INTEGER NOT NULL
+);
+CREATE TABLE reads (
+    run_id TEXT NOT NULL, epoch INTEGER NOT NULL, tool TEXT NOT NULL, args TEXT NOT NULL,
+    n INTEGER NOT NULL, outcome TEXT NOT NULL, PRIMARY KEY (run_id, epoch, tool, args, n)
+);
+PRAGMA user_version = 3;
+PRAGMA application_id = 1414751090;
+";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_store_a_run_stops_at_an_approval_and_says_why() {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use toolscript::{
-    Approval, Decision, Effect, Error, ErrorKind, Registry, RunOptions, RunStatus, Runtime,
-    SqliteStore, Tool, ToolError,
+    Approval, Decision, Effect, Error, ErrorKind, Registry, RunOptions, RunQuery, RunStatus,
+    Runtime, SqliteStore, Tool, ToolError,
 };
 
 /// The calls whose bodies ran, as `tool:n`.
@@ -230,7 +230,7 @@ async fn a_dropped_run_future_leaves_the_run_interrupted_and_resumable() {
         // The run's future is dropped here, mid-call.
     }
     let store = runtime.store().unwrap();
-    let runs = store.runs().await.unwrap();
+    let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
     assert_eq!(runs.len(), 1);
     let id = runs[0].run_id.clone();
     // Waits (not a timed assertion: up to a minute) for the run's end to be recorded.
@@ -299,7 +299,9 @@ async fn a_write_cut_short_by_a_dropped_run_is_asked_about_not_replayed_as_an_er
             }
         }
         let store = runtime.store().unwrap();
-        let id = store.runs().await.unwrap()[0].run_id.clone();
+        let id = store.list_runs(RunQuery::first(1)).await.unwrap().runs[0]
+            .run_id
+            .clone();
         let mut status = RunStatus::Running;
         for _ in 0..6000 {
             status = store.run(&id).await.unwrap().unwrap().status;
@@ -363,7 +365,13 @@ async fn a_decision_on_a_live_run_says_it_is_still_running() {
         _ = &mut run => panic!("the run ended before its write began"),
         () = started.notified() => {}
     }
-    let id = runtime.store().unwrap().runs().await.unwrap()[0]
+    let id = runtime
+        .store()
+        .unwrap()
+        .list_runs(RunQuery::first(1))
+        .await
+        .unwrap()
+        .runs[0]
         .run_id
         .clone();
     let refused = other

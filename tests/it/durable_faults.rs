@@ -13,8 +13,8 @@ use toolscript::stores::{
     JournalRows, OwnerAlive, StoreFuture, StoredEnd, TakeDecision, TakeRefused,
 };
 use toolscript::{
-    Decision, Effect, Error, Registry, RunOptions, RunRecord, RunStatus, Runtime, SqliteStore,
-    Store, StoredArtifact, Tool,
+    CatalogPrint, Decision, Effect, Error, PruneRule, Pruned, Registry, RunOptions, RunPage,
+    RunQuery, RunRecord, RunStatus, Runtime, SqliteStore, Store, StoredArtifact, Tool,
 };
 
 /// The calls whose bodies ran, as `tool:n`.
@@ -116,8 +116,19 @@ impl Store for FullDisk {
     fn run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<RunRecord>> {
         self.inner.run(run_id)
     }
-    fn runs(&self) -> StoreFuture<'_, Vec<RunRecord>> {
-        self.inner.runs()
+    fn list_runs(&self, query: RunQuery) -> StoreFuture<'_, RunPage> {
+        self.inner.list_runs(query)
+    }
+    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned> {
+        self.inner.prune(rule, alive)
+    }
+    fn set_catalog<'a>(
+        &'a self,
+        run_id: &'a str,
+        catalog_sha256: String,
+        catalog: CatalogPrint,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.set_catalog(run_id, catalog_sha256, catalog)
     }
     fn take_run<'a>(
         &'a self,

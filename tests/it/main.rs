@@ -46,6 +46,8 @@ mod placed;
 mod receipts;
 #[cfg(feature = "cli")]
 mod results;
+#[cfg(feature = "cli")]
+mod retention;
 mod speculation;
 mod strings;
 mod warnings;
