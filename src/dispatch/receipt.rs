@@ -30,7 +30,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::json::{jcs_sha256, jcs_sha256_record, jcs_value_sha256, key_json, sha256_hex};
+use crate::json::{
+    jcs_sha256, jcs_value_sha256, key_json, push_jcs_string, push_jcs_thousandths, sha256_hex,
+};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -114,6 +116,82 @@ fn finite<S: serde::Serializer>(x: &f64, serializer: S) -> Result<S::Ok, S::Erro
 }
 
 impl Receipt {
+    /// Appends this receipt's JCS text (RFC 8785), `hash` left out when it is empty, written
+    /// field by field in JCS order: a receipt is written once per call, and a general writer
+    /// checks and dispatches more than the text costs. `false` for a time that is not a whole
+    /// number of thousandths, which only the general writer takes (`out` then holds a part).
+    /// `tests::the_hand_written_text_is_the_general_writer_s` holds it to the general writer.
+    fn push_jcs(&self, out: &mut Vec<u8>) -> bool {
+        fn integer(n: impl itoa::Integer, out: &mut Vec<u8>) {
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        }
+        fn optional(text: Option<&str>, out: &mut Vec<u8>) {
+            match text {
+                Some(text) => push_jcs_string(text, out),
+                None => out.extend_from_slice(b"null"),
+            }
+        }
+        fn millis(ms: f64, out: &mut Vec<u8>) -> bool {
+            if ms.is_finite() {
+                push_jcs_thousandths(ms, out)
+            } else {
+                out.extend_from_slice(b"null");
+                true
+            }
+        }
+        fn boolean(b: bool, out: &mut Vec<u8>) {
+            out.extend_from_slice(if b { b"true" } else { b"false" });
+        }
+        out.extend_from_slice(b"{\"args_sha256\":");
+        push_jcs_string(&self.args_sha256, out);
+        out.extend_from_slice(b",\"attempt\":");
+        integer(self.attempt, out);
+        out.extend_from_slice(b",\"call_id\":");
+        integer(self.call_id, out);
+        out.extend_from_slice(b",\"claimed\":");
+        boolean(self.claimed, out);
+        out.extend_from_slice(b",\"duration_ms\":");
+        if !millis(self.duration_ms, out) {
+            return false;
+        }
+        out.extend_from_slice(b",\"effect\":\"");
+        out.extend_from_slice(self.effect.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"error_kind\":");
+        optional(self.error_kind.as_deref(), out);
+        if !self.hash.is_empty() {
+            out.extend_from_slice(b",\"hash\":");
+            push_jcs_string(&self.hash, out);
+        }
+        out.extend_from_slice(b",\"parent\":");
+        match self.parent {
+            Some(parent) => integer(parent, out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"prev\":");
+        optional(self.prev.as_deref(), out);
+        out.extend_from_slice(b",\"result_sha256\":");
+        optional(self.result_sha256.as_deref(), out);
+        out.extend_from_slice(b",\"run_id\":");
+        push_jcs_string(&self.run_id, out);
+        out.extend_from_slice(b",\"seq\":");
+        integer(self.seq, out);
+        out.extend_from_slice(b",\"speculative\":");
+        boolean(self.speculative, out);
+        out.extend_from_slice(b",\"started_ms\":");
+        if !millis(self.started_ms, out) {
+            return false;
+        }
+        out.extend_from_slice(match self.status {
+            Status::Ok => b",\"status\":\"ok\",\"tool\":".as_slice(),
+            Status::Error => b",\"status\":\"error\",\"tool\":".as_slice(),
+        });
+        push_jcs_string(&self.tool, out);
+        out.extend_from_slice(b",\"v\":");
+        integer(self.v, out);
+        out.push(b'}');
+        true
+    }
+
     /// The hash this receipt should carry, in its own version's canonical form.
     pub fn compute_hash(&self) -> String {
         let unsealed = Receipt {
@@ -191,6 +269,8 @@ struct Chain {
     /// The buffer receipts' lines are written into to be appended, reused from one to the
     /// next.
     line: Vec<u8>,
+    /// The buffer a receipt's JCS text is written into to be hashed, reused likewise.
+    text: Vec<u8>,
 }
 
 /// Where receipts are appended as they become final.
@@ -362,9 +442,15 @@ impl ReceiptLog {
             },
             hash: String::new(),
         };
-        // The hash covers the receipt as it is now, without a hash, written as JCS: its fields
-        // come in JCS order (`tests::a_receipt_streams_in_jcs_order`), so as they are.
-        receipt.hash = jcs_sha256_record(&receipt);
+        // The hash covers the receipt as it is now, without a hash, written as JCS.
+        let mut text = std::mem::take(&mut chain.text);
+        text.clear();
+        receipt.hash = if receipt.push_jcs(&mut text) {
+            sha256_hex(&text)
+        } else {
+            jcs_sha256(&receipt)
+        };
+        chain.text = text;
         if let Some(sink) = &mut chain.sink {
             use std::io::Write;
             // The line, into a buffer kept from one receipt to the next.
@@ -590,6 +676,22 @@ mod tests {
     }
 
     proptest! {
+        /// The text a receipt is hashed from, written by hand, is the general JCS writer's
+        /// text of the receipt's value: any strings, floats, options, with a hash or without.
+        #[test]
+        fn the_hand_written_text_is_the_general_writer_s(receipt in any_receipt()) {
+            for receipt in [Receipt { hash: String::new(), ..receipt.clone() }, receipt] {
+                let general = crate::json::jcs(&serde_json::to_value(&receipt).unwrap()).unwrap();
+                let mut text = Vec::new();
+                if receipt.push_jcs(&mut text) {
+                    prop_assert_eq!(String::from_utf8(text).unwrap(), general);
+                } else {
+                    let whole = |ms: f64| !ms.is_finite() || push_jcs_thousandths(ms, &mut Vec::new());
+                    prop_assert!(!whole(receipt.started_ms) || !whole(receipt.duration_ms));
+                }
+            }
+        }
+
         /// The hash a receipt is sealed with is the one `verify` recomputes from its line: the
         /// line is the receipt, and the hash covers every field of it but `hash`, in its
         /// version's form.

@@ -21,8 +21,6 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-mod record;
-
 /// Writes `value` in the key form of canonical JSON: object keys sorted by their UTF-8 bytes,
 /// no insignificant whitespace, numbers as `serde_json` writes them.
 ///
@@ -313,14 +311,28 @@ pub(crate) fn jcs_value_sha256_keyed(value: &Value, key: &str) -> String {
     }
 }
 
-/// As [`jcs_sha256`], faster for a record (a receipt: a struct of scalars, fields declared
-/// in JCS order), which [`record`] writes straight from its derive; any other value is written
-/// by [`jcs_sha256`].
-pub(crate) fn jcs_sha256_record<T: Serialize + ?Sized>(value: &T) -> String {
-    let mut text = Vec::with_capacity(512);
-    match record::write(value, &mut text) {
-        Ok(()) => sha256_hex(&text),
-        Err(record::NotARecord) => jcs_sha256(value),
+/// Appends `text` as JCS writes a string: between quotes as it is when nothing in it needs
+/// escaping, else escaped as `serde_json` escapes (JCS's escapes).
+pub(crate) fn push_jcs_string(text: &str, out: &mut Vec<u8>) {
+    if is_plain(text.as_bytes()) {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing into a `Vec` cannot fail, and a `str` always serialises.
+        let _ = serde_json::to_writer(&mut *out, text);
+    }
+}
+
+/// Appends JCS's text of `value` when it is a whole number of thousandths below 2^42 in size
+/// (see [`thousandths`]); `false`, with `out` untouched, for any other float.
+pub(crate) fn push_jcs_thousandths(value: f64, out: &mut Vec<u8>) -> bool {
+    match thousandths(value) {
+        Some((text, len)) => {
+            out.extend_from_slice(&text[..len]);
+            true
+        }
+        None => false,
     }
 }
 
