@@ -19,10 +19,10 @@
 mod pages;
 mod tokens;
 
-pub use pages::{page_of, pages_of, ArtifactPage, PageContent, MIN_PAGE_TOKENS};
+pub use pages::{page_of, pages_of, stored_page, ArtifactPage, PageContent, MIN_PAGE_TOKENS};
 pub(crate) use tokens::{count, fits};
 
-use pages::{pages, read_budget};
+use pages::{index_of, pages};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -324,9 +324,11 @@ impl<'a> Bounder<'a> {
     }
 
     /// Stores `value` (of `tokens`, when they are counted already) as an artifact (once per
-    /// run), paged for `cap` (see [`page_budget`]). Its pages are those a reader gets: cut for
-    /// the page budget stored with it, which is an earlier run's when that run stored the same
-    /// bytes first.
+    /// run), paged for `cap` (see [`page_budget`]). The page budget is part of the artifact's
+    /// id (`HASH-PAGE_TOKENS`): the same bytes made by a run with another budget are another
+    /// artifact, cut for that run. The pages are cut once, here, and their places stored with
+    /// the bytes; the count and first page announced are those of the stored row, which
+    /// readers get.
     fn keep(
         &mut self,
         value: &Value,
@@ -336,11 +338,11 @@ impl<'a> Bounder<'a> {
     ) -> Kept {
         let text = key_json(value);
         let sha256 = sha256_hex(&text);
-        // The id is the hash's first half: content-addressed, and shorter in the output.
-        let id = sha256[..32].to_string();
         let page_tokens = page_budget(self.budget, cap);
+        // The hash's first half, shorter in the output, and the page budget.
+        let id = format!("{}-{page_tokens}", &sha256[..32]);
+        let all = pages(value, page_tokens);
         let Some(store) = self.store else {
-            let all = pages(value, page_tokens);
             return Kept {
                 id: None,
                 pages: all.len() as u64,
@@ -349,23 +351,36 @@ impl<'a> Bounder<'a> {
                 verified: false,
             };
         };
-        let artifact = StoredArtifact::new(
+        let index = index_of(&all, &text);
+        let mut artifact = StoredArtifact::new(
             text.as_bytes().to_vec(),
             page_tokens,
             policy.as_str(),
             self.run_id,
         );
+        if let Some(index) = index.clone() {
+            artifact = artifact.with_index(index);
+        }
         let stored = futures::executor::block_on(async {
             store.put_artifact(&id, artifact).await?;
             store.artifact(&id).await
         });
         let verified = matches!(&stored, Ok(Some(a)) if sha256_hex(&a.content) == sha256);
-        let page_tokens = match &stored {
-            Ok(Some(a)) if verified => read_budget(a.page_tokens),
-            _ => page_tokens,
+        let (pages, first) = match &stored {
+            // Another build (another token counter) stored these bytes for this budget
+            // first: its pages are the ones read.
+            Ok(Some(a)) if verified && a.index.is_some() && a.index != index => {
+                let first = a.index.as_ref().and_then(|i| {
+                    let range = i.ranges.first()?;
+                    let mut one = a.clone();
+                    one.content = a.content[range.start as usize..range.end as usize].to_vec();
+                    stored_page(&one, 0).ok()
+                });
+                let count = a.index.as_ref().map_or(0, |i| i.ranges.len());
+                (count as u64, first.map(|p| p.content))
+            }
+            _ => (all.len() as u64, all.into_iter().next()),
         };
-        let all = pages(value, page_tokens);
-        let (pages, first) = (all.len() as u64, all.into_iter().next());
         if let Err(e) = &stored {
             tracing::error!(error = %e, "an artifact could not be stored");
         }
@@ -510,28 +525,34 @@ pub(crate) fn artifact_args_schema() -> Value {
     Value::Object(crate::schema::input::<ArtifactArgs>())
 }
 
-/// An artifact of `store` as a value: the whole of it, or its page `page`.
+/// Page `page` of an artifact of `store` (page 0 when none is asked: an answer is never the
+/// whole of something too large for an answer), as `{page, pages, items | entries | text |
+/// json}`. A page's bytes are read and parsed, nothing more.
 ///
 /// # Errors
 ///
-/// `not_found` for an unknown id or page; `internal` when the store fails.
+/// `not_found` for an unknown id or page; `internal` when the store fails or the page does
+/// not parse.
 pub(crate) async fn read_artifact(
     store: &dyn Store,
     id: &str,
     page: Option<usize>,
 ) -> Result<Value, crate::error::ToolError> {
     use crate::error::ToolError;
+    let n = page.unwrap_or(0);
     let artifact = store
-        .artifact(id)
+        .artifact_page(id, n)
         .await
         .map_err(|e| ToolError::internal(e.report()))?
-        .ok_or_else(|| ToolError::not_found(format!("no artifact `{id}` in this store")))?;
-    let text = String::from_utf8_lossy(&artifact.content);
-    match page {
-        Some(n) => page_of(&text, artifact.page_tokens, n).map_err(ToolError::not_found),
-        None => serde_json::from_str(&text)
-            .map_err(|e| ToolError::internal(format!("the artifact is not JSON: {e}"))),
-    }
+        .ok_or_else(|| {
+            ToolError::not_found(format!(
+                "no artifact `{}` in this store",
+                crate::error::shown_run_id(id)
+            ))
+        })?;
+    let page = stored_page(&artifact, n).map_err(ToolError::not_found)?;
+    serde_json::to_value(page)
+        .map_err(|e| ToolError::internal(format!("the page does not serialise: {e}")))
 }
 
 /// The arguments of `ts_artifact` and of the MCP server's `read_artifact`: an id and a page.
@@ -541,9 +562,37 @@ pub(crate) struct ArtifactArgs {
     /// The artifact's id.
     pub(crate) id: String,
     /// A page, from 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole_page"
+    )]
     #[schemars(with = "usize")]
     pub(crate) page: Option<usize>,
+}
+
+/// A page number: a whole number from 0, written as one. JSON Schema's `integer` takes `2.0`
+/// and `1e30`, which are not page numbers: they are refused here, saying so.
+fn whole_page<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    use serde::de::Error as _;
+    let page = Value::deserialize(d)?;
+    let refused = |what: String| {
+        D::Error::custom(format!(
+            "`page` must be a whole number from 0, written without a point or exponent (like 2); {what}"
+        ))
+    };
+    match &page {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_u64().map(usize::try_from) {
+            Some(Ok(n)) => Ok(Some(n)),
+            Some(Err(_)) => Err(refused(format!("{n} is too large"))),
+            None => Err(refused(format!("{n} is not one"))),
+        },
+        Value::String(_) => Err(refused("it is a string".into())),
+        Value::Bool(_) => Err(refused("it is a boolean".into())),
+        Value::Array(_) => Err(refused("it is an array".into())),
+        Value::Object(_) => Err(refused("it is a map".into())),
+    }
 }
 
 #[cfg(test)]
