@@ -100,7 +100,8 @@ pub use ledger::SpeculationLimits;
 pub use manifest::{demo_catalog, Manifests};
 pub use policy::{
     page_of as artifact_page, pages_of as artifact_pages, stored_page as stored_artifact_page,
-    Artifact, ArtifactPage, PageContent, ResultPolicy, MIN_INLINE_TOKENS, MIN_PAGE_TOKENS,
+    Artifact, ArtifactPage, PageContent, ResultPolicy, ANSWER_OVERHEAD, MIN_INLINE_TOKENS,
+    MIN_PAGE_TOKENS,
 };
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
