@@ -1090,10 +1090,13 @@ impl Output {
     }
 }
 
-/// `ts_artifact(#{id, page})`: an artifact of the store, whole or one page. An ordinary read:
+/// `ts_artifact(#{id, page})`: one page of an artifact of the store (page 0 without `page`). An ordinary read:
 /// speculated, deduplicated, receipted.
 fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
     crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
+        // Without `page` it now gives page 0, not the whole value; the words are left as they
+        // were while the catalog hash a paused run resumes under covers descriptions: a new
+        // description would leave every run paused before it unresumable.
         .description(
             "An artifact a run's output referred to (`artifact` in its place in the output): the \
              whole value, or with `page` one page of it (`{page, pages, items | text}`).",

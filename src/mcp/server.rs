@@ -705,10 +705,11 @@ fn resume_run_tool() -> Tool {
 fn read_artifact_tool() -> Tool {
     Tool::new(
         READ_ARTIFACT,
-        "An artifact a run's output referred to (an `artifact` id where a value, a log or a \
-         message was too large for the output): the whole value, or with `page` one page of it \
-         (`{page, pages, items | entries | text | json}`: an array's items, a map's entries, a \
-         string's text, or else its JSON's text).",
+        "A page of an artifact a run's output referred to (an `artifact` id where a value, a \
+         log, a message or the effects were too large for the output): page `page` (from 0; \
+         page 0 without it) as `{page, pages, items | entries | text | json}`: some of an \
+         array's items, a map's entries, a string's text, or else its JSON's text. Read pages 0 \
+         to pages - 1 for the whole.",
         schema::input::<ArtifactArgs>(),
     )
     .with_raw_output_schema(Arc::new(schema::output::<ArtifactRead>()))

@@ -1156,6 +1156,57 @@ mod tests {
         }
     }
 
+    /// Reading a page reads its bytes and parses them: nothing is counted, whatever the size
+    /// of the artifact. An artifact stored without an index (by an earlier version) is cut
+    /// whole when read, counting all of it: what every read did before.
+    #[test]
+    fn a_page_read_costs_the_page_not_the_whole_value() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _context = rt.enter();
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap();
+        let value = json!((0..20_000)
+            .map(|i| json!({"id": i, "name": format!("user {i}")}))
+            .collect::<Vec<_>>());
+        let parts = Parts {
+            value: Some((&value, ResultPolicy::Page, None)),
+            ..Parts::default()
+        };
+        let bounded = Bounder::new(Some(&store), "r", 200).bound(parts).unwrap();
+        let artifact = &bounded.artifacts[0];
+        assert!(artifact.pages > 100, "{artifact:?}");
+        let counted = || tokens::COUNTED.with(std::cell::Cell::get);
+        for n in [
+            0,
+            1,
+            artifact.pages as usize / 2,
+            artifact.pages as usize - 1,
+        ] {
+            let before = counted();
+            let page = rt
+                .block_on(read_artifact(&store, &artifact.id, Some(n)))
+                .unwrap();
+            assert_eq!(page["page"], n);
+            assert_eq!(counted(), before, "page {n} counted tokens");
+        }
+        // The same bytes without an index.
+        let text = key_json(&value);
+        let legacy = StoredArtifact::new(text.clone().into_bytes(), 150, "page", "old");
+        rt.block_on(store.put_artifact("legacy", legacy)).unwrap();
+        let before = counted();
+        rt.block_on(read_artifact(&store, "legacy", Some(3)))
+            .unwrap();
+        assert!(
+            counted() - before >= text.len() / 2,
+            "{} of {} bytes counted",
+            counted() - before,
+            text.len()
+        );
+    }
+
     #[test]
     fn summaries_shrink_to_nothing_but_counts() {
         let deep = json!({"a": {"b": {"c": {"d": {"e": [1, 2, 3]}}}}, "s": "x".repeat(500)});
