@@ -1,7 +1,9 @@
 //! Result policies: what a run hands back to a model is bounded, and nothing is lost.
 //!
-//! A run's output — its `value`, `logs` and `error` as the model receives them (each as
-//! canonical JSON) — stays within `max_inline_tokens`, counted with a real BPE ([`tokens`]).
+//! A run's output — its `value`, `logs`, `error`, `warnings`, `effects`, `pending` call and
+//! list of `artifacts` as the model receives them (each as canonical JSON) — stays within
+//! `max_inline_tokens`, counted with a real BPE ([`tokens`]); the outcome's fixed part adds at
+//! most [`ANSWER_OVERHEAD`]. A text cut to fit is never longer than it was ([`cut`]).
 //! What does not fit becomes an **artifact**: its canonical JSON stored byte-exact in the run's
 //! store, content-addressed by SHA-256, and replaced in the output by a small map that says what
 //! it is and how to get the rest:
@@ -109,11 +111,11 @@ const LEAST_PENDING: usize = 80;
 
 /// The effects as the output carries them: those shown, and when some are left out, how many
 /// and the artifact holding them all (`effects_left_out`, `effects_artifact`).
-fn effects_text_of(shown: &[Value], artifact: Option<&str>) -> String {
+fn effects_text_of(shown: &[Value], artifact: Option<&str>, left_out: usize) -> String {
     let mut text = key_json(&Value::Array(shown.to_vec()));
     if let Some(id) = artifact {
         text.push_str(&key_json(
-            &json!({"effects_left_out": 0, "effects_artifact": id}),
+            &json!({"effects_left_out": left_out, "effects_artifact": id}),
         ));
     }
     text
@@ -357,6 +359,7 @@ impl<'a> Bounder<'a> {
         used += count(&effects_text_of(
             &effects[..effects_shown],
             effects_artifact.as_deref(),
+            effects.len() - effects_shown,
         ));
         // The list holds the artifacts made so far, and those of the value and the logs if
         // they are cut.
@@ -493,13 +496,16 @@ impl<'a> Bounder<'a> {
     /// How many of the first `effects` fit in `cap` with the fields that say where the others
     /// are, and the artifact holding them all (none when all fit).
     fn bound_effects(&mut self, effects: &[Value], cap: usize) -> (usize, Option<String>) {
-        if fits(&effects_text_of(effects, None), cap) {
+        if fits(&effects_text_of(effects, None, 0), cap) {
             return (effects.len(), None);
         }
         let all = Value::Array(effects.to_vec());
         let kept = self.keep(&all, None, ResultPolicy::Page, cap);
         let id = kept.id.clone().unwrap_or_default();
-        let fit = |n: usize| fits(&effects_text_of(&effects[..n], Some(&id)), cap);
+        let fit = |n: usize| {
+            let text = effects_text_of(&effects[..n], Some(&id), effects.len() - n);
+            fits(&text, cap)
+        };
         // The most that fit: fitting is monotone in the count.
         let (mut lo, mut hi) = (0, effects.len());
         while lo < hi {
@@ -519,14 +525,24 @@ impl<'a> Bounder<'a> {
         let kept = self.keep(&json!(logs), None, ResultPolicy::Page, cap);
         let (mut head, mut tail) = (logs.len().min(50) / 2, logs.len().min(50) / 2);
         loop {
-            let cut = logs.len() - head - tail;
+            let middle = logs.len() - head - tail;
             let mut out: Vec<String> = logs[..head].to_vec();
             out.push(format!(
-                "… {cut} more lines of {} ({})",
+                "… {middle} more lines of {} ({})",
                 logs.len(),
                 kept.where_()
             ));
             out.extend_from_slice(&logs[logs.len() - tail..]);
+            if head + tail == 0 && !fits(&key_json(&json!(out)), count(&key_json(&json!(logs)))) {
+                // A few lines just over a small share: the line saying where they went would
+                // be longer than they are. Their start, then, never longer than they were.
+                let joined = logs.join("\n");
+                return vec![cut(
+                    &joined,
+                    cap.saturating_sub(2),
+                    &format!(" ({})", kept.short()),
+                )];
+            }
             if fits(&key_json(&json!(out)), cap) || head + tail == 0 {
                 return out;
             }
@@ -911,6 +927,7 @@ mod tests {
             + count(&effects_text_of(
                 &effects[..b.effects_shown],
                 b.effects_artifact.as_deref(),
+                effects.len() - b.effects_shown,
             ))
             + b.pending.as_ref().map_or(0, |p| json_tokens(&json!(p)))
             + json_tokens(&json!(b.artifacts[..b.artifacts_shown]))
@@ -1205,6 +1222,27 @@ mod tests {
             counted() - before,
             text.len()
         );
+    }
+
+    /// Logs cut to a share smaller than the line that says where they went are their start,
+    /// never longer than they were; logs cut to a larger share keep their oldest and newest
+    /// lines.
+    #[test]
+    fn cut_logs_are_never_longer_than_the_logs() {
+        let logs: Vec<String> = (0..3).map(|i| format!("line {i} of the log")).collect();
+        let tokens = count(&key_json(&json!(logs)));
+        for cap in [0, 1, 5, tokens / 2, tokens - 1] {
+            let out = Bounder::new(None, "r", 200).bound_logs(&logs, cap);
+            let cut_tokens = count(&key_json(&json!(out)));
+            assert!(
+                cut_tokens <= tokens,
+                "at {cap}: {out:?} is {cut_tokens}, over {tokens}"
+            );
+        }
+        let many: Vec<String> = (0..500).map(|i| format!("line {i} of the log")).collect();
+        let out = Bounder::new(None, "r", 200).bound_logs(&many, 150);
+        assert_eq!(out[0], "line 0 of the log");
+        assert_eq!(out.last().unwrap(), "line 499 of the log");
     }
 
     #[test]
