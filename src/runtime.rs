@@ -464,6 +464,7 @@ impl Runtime {
 
     /// The tokens an answer of this runtime's runs may take (`max_inline_tokens`, at least
     /// [`crate::MIN_INLINE_TOKENS`]).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn inline_budget(&self) -> usize {
         self.limits
             .max_inline_tokens
