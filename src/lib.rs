@@ -99,8 +99,9 @@ pub use ledger::SpeculationLimits;
 #[cfg(feature = "manifest")]
 pub use manifest::{demo_catalog, Manifests};
 pub use policy::{
-    page_of as artifact_page, pages_of as artifact_pages, Artifact, ArtifactPage, PageContent,
-    ResultPolicy, MIN_INLINE_TOKENS, MIN_PAGE_TOKENS,
+    page_of as artifact_page, pages_of as artifact_pages, stored_page as stored_artifact_page,
+    Artifact, ArtifactPage, PageContent, ResultPolicy, ANSWER_OVERHEAD, MIN_INLINE_TOKENS,
+    MIN_PAGE_TOKENS,
 };
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{prune, Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
@@ -128,8 +129,8 @@ pub mod receipts {
 /// run's journal, the end of a run, and why a run cannot be taken.
 pub mod stores {
     pub use crate::store::{
-        JournalRows, JournaledWrite, OwnerAlive, ReadRow, StoreFuture, StoredEnd, TakeDecision,
-        TakeRefused, Verdict, WriteState,
+        JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture, StoredEnd,
+        TakeDecision, TakeRefused, Verdict, WriteState,
     };
 }
 

@@ -80,17 +80,30 @@ pub struct RunReport {
     /// beyond the output's budget). Left out when there is none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub warnings_left_out: usize,
-    /// Calls of non-read tools that reached their tool, in order.
+    /// Calls of non-read tools that reached their tool, in order: the first of them, as many
+    /// as fit in the output's budget.
     pub effects: Vec<EffectRecord>,
+    /// Effects left out of `effects` to keep the output within its budget; `effects_artifact`
+    /// holds them all. Left out when there is none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub effects_left_out: usize,
+    /// The artifact holding every effect, when some were left out of `effects`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects_artifact: Option<String>,
     /// Counts and timing; left out of MCP answers unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Stats>,
     /// The run's receipt chain.
     pub receipts: ReceiptChain,
-    /// What did not fit in the output, kept in the store: `read_artifact` gives it. Left out
-    /// when there is none.
+    /// What did not fit in the output, kept in the store: `read_artifact` gives it, page by
+    /// page. The first of them, as many as fit in the output's budget (each is named where
+    /// it stands in the output too). Left out when there is none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<Artifact>,
+    /// Artifacts left out of `artifacts` to keep the output within its budget. Left out when
+    /// there is none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub artifacts_left_out: usize,
 }
 
 /// How a run ended: `status`, with the value, the error or the pending call that goes with it.

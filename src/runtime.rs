@@ -380,7 +380,9 @@ impl RunOutcome {
         let bounded = self.bounded.as_ref();
         let end = match (&self.pending, &self.result) {
             (Some(pending), _) => RunEnd::Paused {
-                pending: pending.clone(),
+                pending: bounded
+                    .and_then(|b| b.pending.clone())
+                    .unwrap_or_else(|| pending.clone()),
             },
             (None, Ok(value)) => RunEnd::Completed {
                 value: bounded
@@ -398,6 +400,11 @@ impl RunOutcome {
                 }
             }
         };
+        let effects_shown = bounded.map_or(self.effects.len(), |b| b.effects_shown);
+        let effects_shown = effects_shown.min(self.effects.len());
+        let artifacts_shown = bounded
+            .map_or(self.artifacts.len(), |b| b.artifacts_shown)
+            .min(self.artifacts.len());
         RunReport {
             run_id: self.run_id.clone(),
             end,
@@ -405,13 +412,16 @@ impl RunOutcome {
             logs: bounded.map_or_else(|| self.logs.clone(), |b| b.logs.clone()),
             warnings: bounded.map_or_else(|| self.warnings.clone(), |b| b.warnings.clone()),
             warnings_left_out: self.warnings_left_out + bounded.map_or(0, |b| b.warnings_left_out),
-            effects: self.effects.clone(),
+            effects: self.effects[..effects_shown].to_vec(),
+            effects_left_out: self.effects.len() - effects_shown,
+            effects_artifact: bounded.and_then(|b| b.effects_artifact.clone()),
             stats: Some(self.stats.clone()),
             receipts: ReceiptChain {
                 head: self.receipts.last().map(|r| r.hash.clone()),
                 count: self.receipts.len(),
             },
-            artifacts: self.artifacts.clone(),
+            artifacts: self.artifacts[..artifacts_shown].to_vec(),
+            artifacts_left_out: self.artifacts.len() - artifacts_shown,
         }
     }
 
@@ -455,6 +465,15 @@ impl Runtime {
     /// The tools this runtime calls.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The tokens an answer of this runtime's runs may take (`max_inline_tokens`, at least
+    /// [`crate::MIN_INLINE_TOKENS`]).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn inline_budget(&self) -> usize {
+        self.limits
+            .max_inline_tokens
+            .max(crate::policy::MIN_INLINE_TOKENS)
     }
 
     /// The API of the tools, as a model reads it.
@@ -911,11 +930,13 @@ impl Run {
                 self.run_id
             ));
         }
+        let effects = self.ctx.take_effects();
         let output = Output {
             result,
             logs: execution.logs,
             warnings: execution.warnings.list,
-            paused: execution.pending.is_some(),
+            effects: effects.iter().map(|e| serde_json::json!(e)).collect(),
+            pending: execution.pending.clone(),
             results: execution.results,
             policy: self.policy,
         };
@@ -930,7 +951,7 @@ impl Run {
             run_id: self.run_id.clone(),
             result: output.result,
             logs: output.logs,
-            effects: self.ctx.take_effects(),
+            effects,
             stats,
             receipts: self.ctx.take_receipts(),
             pending: execution.pending,
@@ -1008,8 +1029,10 @@ struct Output {
     logs: Vec<String>,
     /// Reads of missing fields.
     warnings: Vec<crate::Warning>,
-    /// The run paused: its error is the pause, not shown as the run's error.
-    paused: bool,
+    /// The effects, each as its JSON.
+    effects: Vec<Value>,
+    /// The call a paused run waits at: its error is the pause, not shown as the run's error.
+    pending: Option<PendingCall>,
     /// Results of tools with a result policy of their own.
     results: script::ToolResults,
     /// The policy of a value that is no tool's result.
@@ -1045,7 +1068,8 @@ impl Output {
             result: Err(error),
             logs: Vec::new(),
             warnings: Vec::new(),
-            paused: false,
+            effects: Vec::new(),
+            pending: None,
             results: Default::default(),
             policy: Default::default(),
         }
@@ -1082,25 +1106,31 @@ impl Output {
             }
             _ => None,
         };
-        let value = match (&self.result, &own, self.paused) {
+        let paused = self.pending.is_some();
+        let value = match (&self.result, &own, paused) {
             (Ok(v), Some((policy, tool)), false) => Some((v, *policy, Some(tool.as_str()))),
             (Ok(v), None, false) => Some((v, self.policy, None)),
             _ => None,
         };
-        let error = self.result.as_ref().err().filter(|_| !self.paused);
-        crate::policy::Bounder::new(store, run_id, budget).bound(
+        let error = self.result.as_ref().err().filter(|_| !paused);
+        crate::policy::Bounder::new(store, run_id, budget).bound(crate::policy::Parts {
             value,
-            &self.logs,
-            error.cloned(),
-            &self.warnings,
-        )
+            logs: &self.logs,
+            error: error.cloned(),
+            warnings: &self.warnings,
+            effects: &self.effects,
+            pending: self.pending.as_ref(),
+        })
     }
 }
 
-/// `ts_artifact(#{id, page})`: an artifact of the store, whole or one page. An ordinary read:
+/// `ts_artifact(#{id, page})`: one page of an artifact of the store (page 0 without `page`). An ordinary read:
 /// speculated, deduplicated, receipted.
 fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
     crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
+        // Without `page` it now gives page 0, not the whole value; the words are left as they
+        // were while the catalog hash a paused run resumes under covers descriptions: a new
+        // description would leave every run paused before it unresumable.
         .description(
             "An artifact a run's output referred to (`artifact` in its place in the output): the \
              whole value, or with `page` one page of it (`{page, pages, items | text}`).",

@@ -25,7 +25,12 @@ impl Artifact {
     pub(crate) async fn apply(self) -> Result<ExitCode, String> {
         let store = open_store(self.store)?;
         let id = &self.id;
-        let Some(stored) = store.artifact(id).await.map_err(|e| e.report())? else {
+        let found = match self.page {
+            None => store.artifact(id).await,
+            // A page's bytes alone, cut where they were cut when it was stored.
+            Some(n) => store.artifact_page(id, n).await,
+        };
+        let Some(stored) = found.map_err(|e| e.report())? else {
             return Err(format!(
                 "no artifact `{id}` in the store {}",
                 store.location()
@@ -35,8 +40,9 @@ impl Artifact {
         let written = match self.page {
             None => out.write_all(&stored.content),
             Some(n) => {
-                let text = String::from_utf8_lossy(&stored.content);
-                let page = toolscript::artifact_page(&text, stored.page_tokens, n)?;
+                let page = toolscript::stored_artifact_page(&stored, n)?;
+                let page = serde_json::to_string(&page)
+                    .map_err(|e| format!("the page does not serialise: {e}"))?;
                 writeln!(out, "{page}")
             }
         };

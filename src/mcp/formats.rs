@@ -91,7 +91,7 @@ pub(super) struct RunList {
 /// The answer of `read_artifact`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub(super) struct ArtifactRead {
-    /// The whole artifact (the value it holds, any JSON), or with `page` one page of it:
+    /// One page of the artifact (page 0 when no page was asked):
     /// `{page, pages, items | entries | text | json}`.
     pub(super) artifact: Value,
 }

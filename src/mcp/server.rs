@@ -365,6 +365,26 @@ impl Server {
             .map_err(|e| bad_arguments(name, &e.to_string(), &self.schema(name)))
     }
 
+    /// `result` with each text of an answer that has no structured content (an error's words,
+    /// which may quote what the client sent) cut to the server's budget. An answer with
+    /// structured content is bounded where it is made, and its text is its JSON.
+    fn bounded_text(&self, mut result: CallToolResult) -> CallToolResult {
+        if result.structured_content.is_some() {
+            return result;
+        }
+        let budget = self.runtime.inline_budget();
+        for block in &mut result.content {
+            let Some(text) = block.as_text().map(|t| t.text.clone()) else {
+                continue;
+            };
+            if !crate::policy::fits(&text, budget) {
+                let note = format!(" ({} characters in all)", text.chars().count());
+                *block = ContentBlock::text(crate::policy::cut(&text, budget, &note));
+            }
+        }
+        result
+    }
+
     /// The input schema of our tool `name`.
     fn schema(&self, name: &str) -> Arc<JsonObject> {
         self.tools
@@ -405,10 +425,23 @@ impl Server {
                 "this server keeps no store of runs, so it has no artifacts",
             )]);
         };
-        match crate::policy::read_artifact(&*store, &args.id, args.page).await {
-            Ok(artifact) => structured(&ArtifactRead { artifact }),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        let artifact = match crate::policy::read_artifact(&*store, &args.id, args.page).await {
+            Ok(artifact) => artifact,
+            Err(e) => return CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+        };
+        // A page is cut for the budget of the run that made it: one made by another process
+        // on the same store, with a larger budget, may not fit this server's answers.
+        let answer = ArtifactRead { artifact };
+        let tokens = crate::policy::count(&crate::json::key_json(&serde_json::json!(answer)));
+        let budget = self.runtime.inline_budget();
+        if tokens > budget {
+            let page = args.page.unwrap_or(0);
+            return CallToolResult::error(vec![ContentBlock::text(format!(
+                "page {page} of artifact `{}` is {tokens} tokens, over this server's max_inline_tokens ({budget}): it was made by a run with a larger budget; read it with `toolscript artifact ID --page {page}`",
+                crate::error::shown_run_id(&args.id)
+            ))]);
         }
+        structured(&answer)
     }
 
     async fn resume_run(
@@ -664,6 +697,11 @@ impl ServerHandler for Server {
                 return Err(ErrorData::invalid_params(message, None));
             }
         };
+        let result = match request.name.as_ref() {
+            // The API is the catalog, not an answer; the list of runs is paged on its own.
+            DESCRIBE_TOOLS | LIST_RUNS => result,
+            _ => self.bounded_text(result),
+        };
         Ok(result.into())
     }
 }
@@ -717,10 +755,11 @@ fn resume_run_tool() -> Tool {
 fn read_artifact_tool() -> Tool {
     Tool::new(
         READ_ARTIFACT,
-        "An artifact a run's output referred to (an `artifact` id where a value, a log or a \
-         message was too large for the output): the whole value, or with `page` one page of it \
-         (`{page, pages, items | entries | text | json}`: an array's items, a map's entries, a \
-         string's text, or else its JSON's text).",
+        "A page of an artifact a run's output referred to (an `artifact` id where a value, a \
+         log, a message or the effects were too large for the output): page `page` (from 0; \
+         page 0 without it) as `{page, pages, items | entries | text | json}`: some of an \
+         array's items, a map's entries, a string's text, or else its JSON's text. Read pages 0 \
+         to pages - 1 for the whole.",
         schema::input::<ArtifactArgs>(),
     )
     .with_raw_output_schema(Arc::new(schema::output::<ArtifactRead>()))

@@ -24,8 +24,10 @@
 //!   byte for byte;
 //! - the same value and budget always give the same pages (for one token counter).
 //!
-//! Pages are cut when they are read, from the artifact's bytes and the page budget stored with
-//! it: nothing about them is stored.
+//! Pages are cut once, when the artifact is stored, and their places in its bytes are stored
+//! with it ([`index_of`]): reading a page reads that page's bytes and parses them, nothing more
+//! ([`stored_page`]). An artifact stored before pages were indexed is cut when read, from its bytes
+//! and the page budget stored with it.
 
 use std::ops::Range;
 
@@ -34,6 +36,7 @@ use serde_json::{Map, Value};
 
 use super::tokens::{count, fits};
 use crate::json::key_json;
+use crate::store::{PageIndex, StoredArtifact};
 
 /// The least page budget: three quarters of the least inline budget, so that a page read with
 /// the few fields around it stays within any run's output. Artifacts stored with less (before
@@ -329,13 +332,110 @@ pub fn pages_of(content: &str, page_tokens: usize) -> Result<Vec<ArtifactPage>, 
 pub fn page_of(content: &str, page_tokens: usize, n: usize) -> Result<Value, String> {
     let all = pages_of(content, page_tokens)?;
     let total = all.len();
-    let page = all.into_iter().nth(n).ok_or_else(|| {
-        format!(
-            "the artifact has {total} pages (0 to {}), not {n}",
-            total - 1
-        )
-    })?;
+    let page = all.into_iter().nth(n).ok_or_else(|| no_page(total, n))?;
     serde_json::to_value(page).map_err(|e| format!("the page does not serialise: {e}"))
+}
+
+/// Where each of `all`, the pages of a value whose canonical JSON is `text`, is in `text`: a
+/// page of `items` or `entries` is the bytes between its brackets (the commas between pages are
+/// in no page), one of `text` the bytes of its JSON string between the quotes (escaping is the
+/// same for a piece of a string as in the whole), one of `json` its own bytes. `None` when the
+/// pages are not where they should be, which the checks make impossible to miss: the artifact
+/// is then stored without an index, and cut when read.
+pub(crate) fn index_of(all: &[PageContent], text: &str) -> Option<PageIndex> {
+    let kind = all.first()?.field();
+    let bracketed = matches!(kind, "items" | "entries");
+    let mut pos = usize::from(kind != "json");
+    let mut ranges = Vec::with_capacity(all.len());
+    for (n, page) in all.iter().enumerate() {
+        if page.field() != kind {
+            return None;
+        }
+        if bracketed && n > 0 {
+            if text.as_bytes().get(pos) != Some(&b',') {
+                return None;
+            }
+            pos += 1;
+        }
+        let body = match page {
+            PageContent::Items(items) => {
+                let units: Vec<String> = items.iter().map(key_json).collect();
+                units.join(",")
+            }
+            PageContent::Entries(entries) => {
+                let mut sorted: Vec<(&String, &Value)> = entries.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(b.0));
+                let units: Vec<String> = sorted
+                    .iter()
+                    .map(|(k, v)| format!("{}:{}", json_string(k), key_json(v)))
+                    .collect();
+                units.join(",")
+            }
+            PageContent::Text(t) => {
+                let quoted = json_string(t);
+                quoted[1..quoted.len() - 1].to_string()
+            }
+            PageContent::Json(t) => t.clone(),
+        };
+        let end = pos + body.len();
+        if text.get(pos..end) != Some(body.as_str()) {
+            return None;
+        }
+        ranges.push(pos as u64..end as u64);
+        pos = end;
+    }
+    // What is left is the closing bracket or quote, or nothing.
+    (pos + usize::from(kind != "json") == text.len()).then(|| PageIndex::new(kind, ranges))
+}
+
+/// The page whose body's bytes are `bytes`, in an artifact of pages of `kind` (see
+/// [`index_of`]).
+fn page_from(kind: &str, bytes: &[u8]) -> Result<PageContent, String> {
+    let body =
+        std::str::from_utf8(bytes).map_err(|e| format!("the page is not UTF-8 text: {e}"))?;
+    let bad = |e: serde_json::Error| format!("the page does not parse: {e}");
+    Ok(match kind {
+        "items" => PageContent::Items(serde_json::from_str(&format!("[{body}]")).map_err(bad)?),
+        "entries" => {
+            PageContent::Entries(serde_json::from_str(&format!("{{{body}}}")).map_err(bad)?)
+        }
+        "text" => PageContent::Text(serde_json::from_str(&format!("\"{body}\"")).map_err(bad)?),
+        "json" => PageContent::Json(body.to_string()),
+        other => return Err(format!("its pages are of an unknown kind `{other}`")),
+    })
+}
+
+/// Page `n` of `artifact` as a store gives it for page `n` (`Store::artifact_page`):
+/// with an index, the page's bytes alone are parsed; without one (an artifact stored before
+/// pages were indexed), the whole is cut into pages.
+///
+/// # Errors
+///
+/// When it has no page `n` (the message gives the pages it has), or its bytes do not parse.
+pub fn stored_page(artifact: &StoredArtifact, n: usize) -> Result<ArtifactPage, String> {
+    let Some(index) = &artifact.index else {
+        let text = String::from_utf8_lossy(&artifact.content);
+        let all = pages_of(&text, artifact.page_tokens)?;
+        let total = all.len();
+        return all.into_iter().nth(n).ok_or_else(|| no_page(total, n));
+    };
+    let total = index.ranges.len();
+    if n >= total {
+        return Err(no_page(total, n));
+    }
+    Ok(ArtifactPage {
+        page: n,
+        pages: total,
+        content: page_from(&index.kind, &artifact.content)?,
+    })
+}
+
+/// Why there is no page `n` of an artifact of `total` pages.
+fn no_page(total: usize, n: usize) -> String {
+    format!(
+        "the artifact has {total} pages (0 to {}), not {n}",
+        total.saturating_sub(1)
+    )
 }
 
 #[cfg(test)]
@@ -413,6 +513,22 @@ mod tests {
         }
         assert_eq!(&assemble(&all), value, "the pages are the whole value");
         assert_eq!(pages(value, budget), all, "the same pages again");
+        // The stored index finds every page in the bytes, and a page read from its bytes alone
+        // is the page.
+        let text = key_json(value);
+        let index = index_of(&all, &text).expect("every page is where it should be");
+        assert_eq!(index.ranges.len(), all.len());
+        let stored = StoredArtifact::new(text.clone().into_bytes(), budget, "page", "r")
+            .with_index(index.clone());
+        for (n, page) in all.iter().enumerate() {
+            let range = index.ranges[n].start as usize..index.ranges[n].end as usize;
+            let mut one = stored.clone();
+            one.content = text.as_bytes()[range].to_vec();
+            let read = stored_page(&one, n).unwrap();
+            assert_eq!((&read.content, read.page, read.pages), (page, n, all.len()));
+        }
+        let over = stored_page(&stored, all.len()).unwrap_err();
+        assert!(over.contains("pages (0 to"), "{over}");
         all
     }
 

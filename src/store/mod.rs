@@ -123,6 +123,31 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// An artifact, if the store has it.
     fn artifact<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StoredArtifact>>;
+
+    /// An artifact with only what reading its page `page` needs: when it has a [`PageIndex`],
+    /// `content` holds only that page's bytes (none when it has no such page), so that reading
+    /// a page costs the page; without one (stored before pages were indexed), the whole
+    /// content. The default reads the whole artifact and cuts it.
+    fn artifact_page<'a>(
+        &'a self,
+        id: &'a str,
+        page: usize,
+    ) -> StoreFuture<'a, Option<StoredArtifact>> {
+        Box::pin(async move {
+            let Some(mut artifact) = self.artifact(id).await? else {
+                return Ok(None);
+            };
+            if let Some(index) = &artifact.index {
+                artifact.content = index
+                    .ranges
+                    .get(page)
+                    .and_then(|r| artifact.content.get(r.start as usize..r.end as usize))
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default();
+            }
+            Ok(Some(artifact))
+        })
+    }
 }
 
 /// Where a run ended or paused, as [`Store::finish_run`] records it.
@@ -178,6 +203,66 @@ pub struct StoredArtifact {
     pub policy: String,
     /// The run that made it first.
     pub run_id: String,
+    /// Where each page is in `content`, computed once when it was stored; `None` for an
+    /// artifact stored before pages were indexed, whose pages are cut when read.
+    pub index: Option<PageIndex>,
+}
+
+/// Where each page of an artifact is in its content: the pages' kind and, for each page, the
+/// byte range of its body. The store keeps it as it is given; what the ranges mean is the
+/// result policies' business (a page of `items` is the range between `[` and `]`, one of
+/// `text` the range between quotes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PageIndex {
+    /// The pages' kind: `items`, `entries`, `text` or `json`.
+    pub kind: String,
+    /// Each page's byte range in the content, in order.
+    pub ranges: Vec<std::ops::Range<u64>>,
+}
+
+impl PageIndex {
+    /// An index of pages of `kind` at `ranges`.
+    pub fn new(kind: impl Into<String>, ranges: Vec<std::ops::Range<u64>>) -> PageIndex {
+        PageIndex {
+            kind: kind.into(),
+            ranges,
+        }
+    }
+
+    /// The index as the SQLite store keeps it: the kind, a zero byte, then each range's start
+    /// and end as little-endian `u64`s.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.kind.len() + 1 + self.ranges.len() * 16);
+        out.extend_from_slice(self.kind.as_bytes());
+        out.push(0);
+        for range in &self.ranges {
+            out.extend_from_slice(&range.start.to_le_bytes());
+            out.extend_from_slice(&range.end.to_le_bytes());
+        }
+        out
+    }
+
+    /// The index [`PageIndex::encode`] wrote; `None` for bytes it could not have written.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn decode(bytes: &[u8]) -> Option<PageIndex> {
+        let zero = bytes.iter().position(|b| *b == 0)?;
+        let kind = std::str::from_utf8(&bytes[..zero]).ok()?.to_string();
+        let rest = &bytes[zero + 1..];
+        if !rest.len().is_multiple_of(16) {
+            return None;
+        }
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        let ranges = rest
+            .chunks_exact(16)
+            .map(|pair| word(&pair[..8])..word(&pair[8..]))
+            .collect::<Vec<_>>();
+        ranges
+            .iter()
+            .all(|r| r.start <= r.end)
+            .then_some(PageIndex { kind, ranges })
+    }
 }
 
 impl StoredArtifact {
@@ -193,7 +278,14 @@ impl StoredArtifact {
             page_tokens,
             policy: policy.into(),
             run_id: run_id.into(),
+            index: None,
         }
+    }
+
+    /// The artifact with its pages' `index`.
+    pub fn with_index(mut self, index: PageIndex) -> StoredArtifact {
+        self.index = Some(index);
+        self
     }
 }
 

@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome};
 use super::{
-    now_ms, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive, PruneRule, Pruned, ReadRow,
-    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoreFuture, StoredArtifact,
-    StoredEnd, TakeDecision, TakeRefused, WriteState,
+    now_ms, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive, PageIndex, PruneRule, Pruned,
+    ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoreFuture,
+    StoredArtifact, StoredEnd, TakeDecision, TakeRefused, WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS artifacts (
     policy TEXT NOT NULL,
     page_tokens INTEGER NOT NULL,
     content BLOB NOT NULL,
-    created_ms INTEGER NOT NULL
+    created_ms INTEGER NOT NULL,
+    page_index BLOB
 );
 CREATE TABLE IF NOT EXISTS reads (
     run_id TEXT NOT NULL,
@@ -227,11 +228,13 @@ impl SqliteStore {
                         tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
                     }
                     // Version 4 keeps each run's tool fingerprints, a large input as an
-                    // artifact, and which runs refer to which artifacts.
+                    // artifact, which runs refer to which artifacts, and where each page of an
+                    // artifact is (older artifacts have none, and are cut into pages when read).
                     if (1..4).contains(&now) {
                         tx.execute_batch(
                             "ALTER TABLE runs ADD COLUMN catalog TEXT; \
-                             ALTER TABLE runs ADD COLUMN input_artifact TEXT;",
+                             ALTER TABLE runs ADD COLUMN input_artifact TEXT; \
+                             ALTER TABLE artifacts ADD COLUMN page_index BLOB;",
                         )?;
                     }
                     tx.execute_batch(&format!(
@@ -642,15 +645,16 @@ impl Store for SqliteStore {
             refer(&tx, &artifact.run_id, &id).map_err(|e| fail.of(e))?;
             tx.execute(
                 "INSERT OR IGNORE INTO artifacts \
-                 (id, run_id, policy, page_tokens, content, created_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (id, run_id, policy, page_tokens, content, created_ms, page_index) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     id,
                     artifact.run_id,
                     artifact.policy,
                     artifact.page_tokens as i64,
                     artifact.content,
-                    now_ms()
+                    now_ms(),
+                    artifact.index.as_ref().map(PageIndex::encode),
                 ],
             )
             .map_err(|e| fail.of(e))?;
@@ -661,20 +665,94 @@ impl Store for SqliteStore {
     fn artifact<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StoredArtifact>> {
         let id = id.to_string();
         self.blocking(move |conn, fail| {
-            conn.query_row(
-                "SELECT content, page_tokens, policy, run_id FROM artifacts WHERE id = ?1",
-                [&id],
-                |row| {
-                    Ok(StoredArtifact {
-                        content: row.get(0)?,
-                        page_tokens: row.get::<_, i64>(1)?.max(1) as usize,
-                        policy: row.get(2)?,
-                        run_id: row.get(3)?,
-                    })
-                },
-            )
-            .optional()
-            .map_err(|e| fail.of(e))
+            let row = conn
+                .query_row(
+                    "SELECT page_tokens, policy, run_id, page_index, content FROM artifacts \
+                     WHERE id = ?1",
+                    [&id],
+                    |row| Ok((artifact_row(row)?, row.get::<_, Vec<u8>>(4)?)),
+                )
+                .optional()
+                .map_err(|e| fail.of(e))?;
+            let Some((row, content)) = row else {
+                return Ok(None);
+            };
+            let mut artifact = row.parse(&id, fail)?;
+            artifact.content = content;
+            Ok(Some(artifact))
+        })
+    }
+
+    fn artifact_page<'a>(
+        &'a self,
+        id: &'a str,
+        page: usize,
+    ) -> StoreFuture<'a, Option<StoredArtifact>> {
+        let id = id.to_string();
+        self.blocking(move |conn, fail| {
+            // The row without its content first: its index says which bytes to read.
+            let row = conn
+                .query_row(
+                    "SELECT page_tokens, policy, run_id, page_index FROM artifacts WHERE id = ?1",
+                    [&id],
+                    artifact_row,
+                )
+                .optional()
+                .map_err(|e| fail.of(e))?;
+            let Some(mut artifact) = row.map(|row| row.parse(&id, fail)).transpose()? else {
+                return Ok(None);
+            };
+            artifact.content = match artifact.index.as_ref().map(|i| i.ranges.get(page)) {
+                None => conn.query_row("SELECT content FROM artifacts WHERE id = ?1", [&id], |r| {
+                    r.get(0)
+                }),
+                Some(None) => Ok(Vec::new()),
+                // SQLite's `substr` counts a blob's bytes, from 1.
+                Some(Some(range)) => conn.query_row(
+                    "SELECT substr(content, ?2, ?3) FROM artifacts WHERE id = ?1",
+                    params![id, range.start as i64 + 1, (range.end - range.start) as i64],
+                    |r| r.get(0),
+                ),
+            }
+            .map_err(|e| fail.of(e))?;
+            Ok(Some(artifact))
+        })
+    }
+}
+
+/// An artifact's row as read, without its content and with its page index still encoded.
+struct ArtifactRow {
+    page_tokens: i64,
+    policy: String,
+    run_id: String,
+    index: Option<Vec<u8>>,
+}
+
+/// The first four columns of an artifact's row: `page_tokens, policy, run_id, page_index`.
+fn artifact_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ArtifactRow> {
+    Ok(ArtifactRow {
+        page_tokens: row.get(0)?,
+        policy: row.get(1)?,
+        run_id: row.get(2)?,
+        index: row.get(3)?,
+    })
+}
+
+impl ArtifactRow {
+    /// The artifact (without content); an index that does not decode is an error naming it.
+    fn parse(self, id: &str, fail: &Fail) -> Result<StoredArtifact, Error> {
+        let index = match self.index {
+            None => None,
+            Some(bytes) => Some(PageIndex::decode(&bytes).ok_or_else(|| {
+                fail.say(format!("the page index of artifact {id} does not decode"))
+            })?),
+        };
+        Ok(StoredArtifact {
+            content: Vec::new(),
+            page_tokens: self.page_tokens.max(1) as usize,
+            policy: self.policy,
+            run_id: self.run_id,
+            index,
         })
     }
 }

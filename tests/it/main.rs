@@ -7,6 +7,8 @@ mod support;
 #[global_allocator]
 static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
 
+#[cfg(feature = "cli")]
+mod answers;
 mod api;
 // The command line is a default feature; its tests run the binary.
 mod check_corpus;
