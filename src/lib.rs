@@ -63,13 +63,16 @@
 //! The default is `cli`. With no feature, scripts run over Rust tools with speculation,
 //! receipts and result policies; durable runs need a [`Store`] of the embedder's.
 
-#![forbid(unsafe_code)]
+// One module forks a process and needs `unsafe` (`children::guard`, with its safety argument);
+// everywhere else it is refused.
+#![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 // Errors carry a message, a hint and a position for the model that wrote the script; they are
 // returned once per failed call, so their size is not worth an allocation and a less plain API.
 #![allow(clippy::result_large_err)]
 
 pub mod bench;
+mod children;
 mod dispatch;
 mod effect;
 mod engine;
@@ -124,6 +127,7 @@ pub mod receipts {
 /// What a backend of [`Store`] implements against: the futures it returns, the rows of a
 /// run's journal, the end of a run, and why a run cannot be taken.
 pub mod stores {
+    pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
         JournalRows, JournaledWrite, OwnerAlive, ReadRow, StoreFuture, StoredEnd, TakeDecision,
         TakeRefused, Verdict, WriteState,

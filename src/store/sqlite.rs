@@ -21,7 +21,7 @@ use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS writes (
     retry INTEGER NOT NULL DEFAULT 0,
     intent INTEGER NOT NULL DEFAULT 0,
     outcome TEXT,
+    processes TEXT,
     PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -192,6 +193,10 @@ impl SqliteStore {
                     // Version 3 keeps each run's input.
                     if (1..3).contains(&now) {
                         tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
+                    }
+                    // Version 4 keeps, with each intent, the processes the call might reach.
+                    if (1..4).contains(&now) {
+                        tx.execute_batch("ALTER TABLE writes ADD COLUMN processes TEXT;")?;
                     }
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
@@ -627,11 +632,11 @@ fn upsert_write(
     write: &JournaledWrite,
 ) -> rusqlite::Result<usize> {
     conn.prepare_cached(
-        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome, processes) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
          ON CONFLICT (run_id, seq) DO UPDATE SET tool = excluded.tool, args = excluded.args, \
          approved = excluded.approved, retry = excluded.retry, intent = excluded.intent, \
-         outcome = excluded.outcome WHERE writes.outcome IS NULL",
+         outcome = excluded.outcome, processes = excluded.processes WHERE writes.outcome IS NULL",
     )?
     .execute(params![
         run_id,
@@ -642,11 +647,15 @@ fn upsert_write(
         write.state.retry,
         write.state.intent,
         write.outcome.as_ref().map(encode_outcome),
+        write
+            .processes
+            .as_ref()
+            .and_then(|p| serde_json::to_string(p).ok()),
     ])
 }
 
 const SELECT_WRITE: &str =
-    "SELECT seq, tool, args, approved, retry, intent, outcome FROM writes WHERE run_id = ?1";
+    "SELECT seq, tool, args, approved, retry, intent, outcome, processes FROM writes WHERE run_id = ?1";
 
 /// A row of `writes`, as [`SELECT_WRITE`] reads it.
 fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
@@ -661,6 +670,11 @@ fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
             intent: row.get(5)?,
         },
         outcome: outcome.map(|text| decode_outcome(&text)),
+        // Read for messages and a resume's caution only: one that does not parse is as good
+        // as none (the resume then says the call may still be running).
+        processes: row
+            .get::<_, Option<String>>(7)?
+            .and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 

@@ -756,6 +756,12 @@ struct Recorder {
 
 impl Recorder {
     fn new() -> Recorder {
+        Recorder::with("DELAY_MS = \"2\"", "")
+    }
+
+    /// A recorder whose server has `env` (TOML pairs: `DELAY_MS`, `WRITE_DELAY_MS`, `LINGER`,
+    /// `WRITE_HELPER`), with `more` manifest text after its table (composites over its tools).
+    fn with(env: &str, more: &str) -> Recorder {
         let dir = TempDir::new().unwrap();
         let (records, pids) = (dir.path().join("records"), dir.path().join("pids"));
         let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recorder.js");
@@ -764,7 +770,7 @@ impl Recorder {
         std::fs::write(
             &manifest,
             format!(
-                "[[mcp]]\nname = \"recorder\"\ncommand = [\"node\", {}]\nenv = {{ RECORD_FILE = {}, PID_FILE = {}, DELAY_MS = \"2\" }}\n",
+                "[[mcp]]\nname = \"recorder\"\ncommand = [\"node\", {}]\nenv = {{ RECORD_FILE = {}, PID_FILE = {}, {env} }}\n{more}",
                 quoted(&server),
                 quoted(&records),
                 quoted(&pids)
@@ -777,6 +783,24 @@ impl Recorder {
             records,
             pids,
         }
+    }
+
+    /// The records as they are now.
+    fn records_now(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.records)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The pids the recorder's processes wrote (the server's, its helpers').
+    fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(&self.pids)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
     }
 
     /// The records, once every recorder process has exited (a killed run's server ends when
@@ -800,6 +824,155 @@ impl Recorder {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+}
+
+/// Whether a process runs: it exists, and is not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    })
+}
+
+/// The process group of a running process (`/proc/PID/stat`, field 5).
+fn group_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// The running processes of the process group `pgid`.
+fn members_of(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| group_of(pid) == Some(pgid) && running(pid))
+        .collect()
+}
+
+/// A write under way when toolscript is SIGKILLed, made by a process its MCP server started (as
+/// `npx` starts `node`): the server and that process die with toolscript, so the write never
+/// lands after the kill, the resume says the call cannot still be running, and what the person
+/// sees when the resume asks is final: the write is made exactly once.
+#[test]
+fn a_killed_run_s_mcp_server_and_what_it_started_die_with_it() {
+    if !node_available() || !Path::new("/proc/self/stat").exists() {
+        return;
+    }
+    // Long enough that a write the kill did not stop lands well after it.
+    const WRITE_DELAY: Duration = Duration::from_secs(3);
+    let recorder = Recorder::with(
+        &format!(
+            "WRITE_HELPER = \"1\", WRITE_DELAY_MS = \"{}\"",
+            WRITE_DELAY.as_millis()
+        ),
+        "",
+    );
+    let dir = recorder.dir.path();
+    let (store, script) = (dir.join("store.sqlite3"), dir.join("one.rhai"));
+    std::fs::write(&script, "record(#{n: 1, seen: 0}); 7").unwrap();
+    let m = recorder.manifest.to_str().unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(["run", script.to_str().unwrap(), "--tools", m, "--json"])
+        .arg("--store")
+        .arg(&store)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The write is under way once the server and its helper have written their pids.
+    let started = std::time::Instant::now();
+    while recorder.pids().len() < 2 {
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "the run ended before its write was under way"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the write did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let tree = recorder.pids();
+    let group = group_of(tree[0]).unwrap();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let killed = std::time::Instant::now();
+
+    // Resumed at once, the run asks whether the write took effect; the person looks now.
+    let runs = json_of(&toolscript(&["runs", "--json"], &store));
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_string();
+    let resumed = toolscript(&["resume", &run_id, "--tools", m, "--json"], &store);
+    assert_eq!(resumed.code, Some(3), "{}", resumed.stderr);
+    let paused = json_of(&resumed);
+    assert_eq!(paused["pending"]["awaiting"], "resolve", "{paused}");
+    let seen = recorder.records_now().len();
+
+    // No process of the server's tree is left...
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while tree.iter().any(|&pid| running(pid)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let left: Vec<u32> = tree.iter().copied().filter(|&pid| running(pid)).collect();
+    assert!(
+        left.is_empty(),
+        "processes of the server's tree outlived toolscript: {left:?}"
+    );
+    // ...and no write lands after the person looked, once the write's delay has passed.
+    std::thread::sleep(
+        (killed + WRITE_DELAY + Duration::from_secs(1))
+            .saturating_duration_since(std::time::Instant::now()),
+    );
+    let records = recorder.records_now();
+    assert_eq!(
+        records.len(),
+        seen,
+        "a write landed after toolscript was killed: {records:?}"
+    );
+    // The server had a process group of its own, which is empty now.
+    assert_ne!(
+        Some(group),
+        group_of(std::process::id()),
+        "the server runs in a process group of its own"
+    );
+    assert_eq!(
+        members_of(group),
+        Vec::<u32>::new(),
+        "the server's group is empty"
+    );
+    assert_eq!(
+        paused["pending"]["uncertain"],
+        json!(false),
+        "every process the call could reach is known to have ended: {paused}"
+    );
+
+    let decision = if seen == 0 { "retry" } else { "done" };
+    let settled = toolscript(
+        &[
+            "resume",
+            &run_id,
+            "--resolve",
+            decision,
+            "--tools",
+            m,
+            "--json",
+        ],
+        &store,
+    );
+    assert_eq!(settled.code, Some(0), "{}", settled.stderr);
+    assert_eq!(json_of(&settled)["value"], json!(7));
+    let records = recorder.records();
+    assert_eq!(
+        records.len(),
+        1,
+        "the write is made exactly once: {records:?}"
+    );
 }
 
 /// What a trial saw.
