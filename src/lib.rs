@@ -32,6 +32,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `error`, `json`, `sync`, `schema`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; JSON Schemas generated from types; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
+//! | `children` | child processes that die with toolscript: a guard per child's process group (the one module with `unsafe`), the snapshot journaled with each intent, and whether a lost call may still run |
 //! | `store` | the store of durable runs behind the [`Store`] trait (runs, their journals, artifacts); its SQLite backend |
 //! | `policy` | result policies: the run's output bounded in tokens (behind a counter), artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
