@@ -119,6 +119,11 @@ impl Drop for ChildGuard {
     }
 }
 
+/// How many children of this process are live (started and not yet let go).
+pub(crate) fn live() -> usize {
+    lock(&LIVE).len()
+}
+
 /// This process and its live children, for a call's intent.
 pub(crate) fn snapshot() -> ProcessSnapshot {
     ProcessSnapshot {

@@ -655,7 +655,7 @@ fn upsert_write(
 }
 
 const SELECT_WRITE: &str =
-    "SELECT seq, tool, args, approved, retry, intent, outcome, processes FROM writes WHERE run_id = ?1";
+    "SELECT seq, tool, args, approved, retry, intent, outcome, processes, run_id FROM writes WHERE run_id = ?1";
 
 /// A row of `writes`, as [`SELECT_WRITE`] reads it.
 fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
@@ -670,11 +670,20 @@ fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
             intent: row.get(5)?,
         },
         outcome: outcome.map(|text| decode_outcome(&text)),
-        // Read for messages and a resume's caution only: one that does not parse is as good
-        // as none (the resume then says the call may still be running).
-        processes: row
-            .get::<_, Option<String>>(7)?
-            .and_then(|text| serde_json::from_str(&text).ok()),
+        // One that does not parse is an error naming the run and the field, never a default.
+        processes: match row.get::<_, Option<String>>(7)? {
+            None => None,
+            Some(text) => Some(
+                RunRecord::parse_field(&row.get::<_, String>(8)?, "processes", &text, true)
+                    .map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            7,
+                            rusqlite::types::Type::Text,
+                            e.into(),
+                        )
+                    })?,
+            ),
+        },
     })
 }
 
@@ -959,8 +968,9 @@ mod tests {
             let store = SqliteStore::open(&path).unwrap();
             store.create_run(record("r")).await.unwrap();
             let read = ReadRow::new(0, "get", "{}", 0, Arc::new(Ok(json!(1))));
-            let write =
+            let mut write =
                 JournaledWrite::new(0, "put", "{}", WriteState::new(false, false, true), None);
+            write.processes = Some(crate::children::snapshot());
             let rows = JournalRows::new(vec![write], vec![read.clone(), read]);
             store.append("r", rows).await.unwrap();
         }
@@ -969,6 +979,17 @@ mod tests {
         assert_eq!(rows.reads.len(), 1, "a read is journaled once");
         assert_eq!(rows.writes.len(), 1);
         assert!(rows.writes[0].state.intent && rows.writes[0].outcome.is_none());
+        assert_eq!(
+            rows.writes[0].processes,
+            Some(crate::children::snapshot()),
+            "the intent's processes are kept"
+        );
+        // A record of processes that does not parse is an error naming the run and the field.
+        lock(&store.conn)
+            .execute("UPDATE writes SET processes = '{\"pid\": -1}'", [])
+            .unwrap();
+        let e = store.load_journal("r").await.unwrap_err().report();
+        assert!(e.contains("run r") && e.contains("`processes`"), "{e}");
     }
 
     #[tokio::test]

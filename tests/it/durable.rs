@@ -1174,6 +1174,72 @@ fn a_killed_run_s_mcp_server_and_what_it_started_die_with_it() {
     );
 }
 
+/// Ctrl-C or SIGTERM during a write: the command stops gracefully. The call under way ends and
+/// its outcome is journaled, the MCP server has its stdin closed and exits (what it started
+/// with it), and the process exits with 130 or 143; a resume then goes on without asking
+/// anything, and the write is made once.
+#[test]
+fn a_signal_mid_call_stops_the_run_after_the_call_and_closes_its_servers() {
+    if !node_available() || !Path::new("/proc/self/stat").exists() {
+        return;
+    }
+    for (signal, status) in [("-TERM", 143), ("-INT", 130)] {
+        let recorder = Recorder::with("WRITE_HELPER = \"1\", WRITE_DELAY_MS = \"1000\"", "");
+        let dir = recorder.dir.path();
+        let (store, script) = (dir.join("store.sqlite3"), dir.join("one.rhai"));
+        std::fs::write(&script, "record(#{n: 1, seen: 0}); 7").unwrap();
+        let m = recorder.manifest.to_str().unwrap();
+        let mut run = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+            .args(["run", script.to_str().unwrap(), "--tools", m, "--json"])
+            .arg("--store")
+            .arg(&store)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while recorder.pids().len() < 2 {
+            assert!(
+                run.try_wait().unwrap().is_none(),
+                "{signal}: the run ended early"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{signal}: no write"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let sent = Command::new("kill")
+            .args([signal, &run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let out = run.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{signal}: {stderr}");
+        assert!(stderr.contains("stopped by a signal"), "{signal}: {stderr}");
+        // The server and its helper were closed before the process ended: nothing is left.
+        let left: Vec<u32> = recorder
+            .pids()
+            .into_iter()
+            .filter(|&pid| running(pid))
+            .collect();
+        assert!(left.is_empty(), "{signal}: {left:?} outlived toolscript");
+        let runs = json_of(&toolscript(&["runs", "--json"], &store));
+        let run_id = runs[0]["run_id"].as_str().unwrap().to_string();
+        let resumed = toolscript(&["resume", &run_id, "--tools", m, "--json"], &store);
+        assert_eq!(resumed.code, Some(0), "{signal}: {}", resumed.stderr);
+        assert_eq!(json_of(&resumed)["value"], json!(7));
+        assert_eq!(
+            recorder.records().len(),
+            1,
+            "{signal}: the write is made once"
+        );
+    }
+}
+
 /// What a trial saw.
 #[derive(Debug, Default)]
 struct Trial {
