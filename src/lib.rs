@@ -32,6 +32,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `error`, `json`, `sync`, `schema`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; JSON Schemas generated from types; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
+//! | `children` | child processes that die with toolscript: a guard per child's process group (the one module with `unsafe`), the snapshot journaled with each intent, and whether a lost call may still run |
 //! | `store` | the store of durable runs behind the [`Store`] trait (runs, their journals, artifacts); its SQLite backend |
 //! | `policy` | result policies: the run's output bounded in tokens (behind a counter), artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
@@ -63,13 +64,16 @@
 //! The default is `cli`. With no feature, scripts run over Rust tools with speculation,
 //! receipts and result policies; durable runs need a [`Store`] of the embedder's.
 
-#![forbid(unsafe_code)]
+// One module forks a process and needs `unsafe` (`children::guard`, with its safety argument);
+// everywhere else it is refused.
+#![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 // Errors carry a message, a hint and a position for the model that wrote the script; they are
 // returned once per failed call, so their size is not worth an allocation and a less plain API.
 #![allow(clippy::result_large_err)]
 
 pub mod bench;
+mod children;
 mod dispatch;
 mod effect;
 mod engine;
@@ -128,6 +132,7 @@ pub mod receipts {
 /// What a backend of [`Store`] implements against: the futures it returns, the rows of a
 /// run's journal, the end of a run, and why a run cannot be taken.
 pub mod stores {
+    pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
         JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture, StoredEnd,
         TakeDecision, TakeRefused, Verdict, WriteState,

@@ -79,16 +79,46 @@ impl Command {
 #[global_allocator]
 static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
 
+/// How long a command stopped by Ctrl-C or SIGTERM waits for its run and its MCP servers to
+/// end before the process exits.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn main() -> ExitCode {
     toolscript::set_memory_probe(|| ALLOCATOR.allocated());
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result = async_runtime().and_then(|rt| {
+        // `serve` stops on its own: over HTTP at a signal, over stdio when its client leaves.
+        let on_signal = !matches!(cli.command, Command::Serve(_));
         // MCP servers' connections live on this runtime: every command uses it.
-        let outcome = rt.block_on(cli.command.apply());
-        // Tools of MCP servers may still hold tasks; do not wait for them at exit.
-        rt.shutdown_background();
-        outcome
+        let outcome = rt.block_on(async {
+            if !on_signal {
+                return Ok(cli.command.apply().await);
+            }
+            let stop = cli::stop_signal();
+            tokio::select! {
+                outcome = cli.command.apply() => Ok(outcome),
+                status = stop => Err(status),
+            }
+        });
+        match outcome {
+            Ok(outcome) => {
+                // Tools of MCP servers may still hold tasks; do not wait for them at exit.
+                rt.shutdown_background();
+                outcome
+            }
+            Err(status) => {
+                // Ctrl-C or SIGTERM: the command was dropped. A durable run stops at its next
+                // operation (the call under way ends and is journaled); MCP servers, once no
+                // call holds them, get their stdin closed and a moment to exit. What still runs
+                // after the grace ends with the process (the servers' guards kill their
+                // process groups), and a run left `running` is resumed like a killed one's.
+                rt.block_on(toolscript::mcp::servers_closed(STOP_GRACE));
+                rt.shutdown_background();
+                eprintln!("toolscript: stopped by a signal; `toolscript runs` lists a durable run it left, and `toolscript resume RUN_ID` goes on with it");
+                Ok(ExitCode::from(status))
+            }
+        }
     });
     result.unwrap_or_else(|message| {
         eprintln!("toolscript: {message}");

@@ -1002,6 +1002,10 @@ impl Run {
         e.suggested_next_action = Some(match (&self.journal, pending.awaiting) {
             (None, _) => "this run has no store, so it cannot be resumed: run it with a store to pause and resume it".into(),
             (Some(_), Awaiting::Approval) => format!("toolscript resume {run_id} --approve (or --reject --reason TEXT)"),
+            (Some(_), Awaiting::Resolve) if pending.uncertain == Some(true) => format!(
+                "`{}` may still be running (see `why`): wait until the processes named there have ended (or end them), then check whether it took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",
+                pending.tool
+            ),
             (Some(_), Awaiting::Resolve) => format!(
                 "check whether `{}` took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",
                 pending.tool

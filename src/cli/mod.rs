@@ -240,3 +240,36 @@ fn exit_for(status: RunStatus) -> ExitCode {
         _ => ExitCode::from(1),
     }
 }
+
+/// Completes at Ctrl-C or SIGTERM with the exit status a process killed by it would have (130,
+/// 143). The handlers are in place when this returns, so no signal after that comes too early;
+/// from then on neither signal ends the process by itself.
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = u8> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => 143,
+                        _ = int.recv() => 130,
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    130
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+            130
+        }
+    }
+}

@@ -112,6 +112,13 @@ fn print_human(outcome: &RunOutcome) {
             },
             for_terminal(&pending.args.to_string(), err_terminal)
         );
+        if let Some(why) = pending
+            .why
+            .as_deref()
+            .filter(|_| pending.uncertain == Some(true))
+        {
+            eprintln!("  uncertain: {}", for_terminal(why, err_terminal));
+        }
     }
     match &outcome.result {
         Err(e) if outcome.pending.is_some() => {

@@ -87,7 +87,17 @@ impl Runs {
         );
         for r in &runs {
             let pending = r.pending.as_ref().map_or(String::new(), |p| {
-                format!("#{} {} (awaiting {})", p.seq, p.tool, p.awaiting.as_str())
+                let uncertain = if p.uncertain == Some(true) {
+                    ", may still be running"
+                } else {
+                    ""
+                };
+                format!(
+                    "#{} {} (awaiting {}{uncertain})",
+                    p.seq,
+                    p.tool,
+                    p.awaiting.as_str()
+                )
             });
             println!(
                 "{:<16}  {:<11}  {:<20}  {:<24}  {pending}",

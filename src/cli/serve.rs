@@ -45,42 +45,15 @@ impl Serve {
                 for host in self.allow_hosts {
                     options = options.allow_host(host);
                 }
-                let stop = stop_signal();
+                let stop = super::stop_signal();
+                let stop = async move {
+                    stop.await;
+                };
                 // The one line a user (or a test, with port 0) reads to find the server.
                 eprintln!("toolscript: serving MCP on http://{bound}{MCP_PATH}");
                 serve_http(runtime, listener, options, stop).await;
             }
         }
         Ok(ExitCode::SUCCESS)
-    }
-}
-
-/// Completes at Ctrl-C or SIGTERM: a server stops cleanly on either. The handlers are in place
-/// when this returns, before the server says it is listening, so no signal comes too early.
-fn stop_signal() -> impl std::future::Future<Output = ()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate());
-        let int = signal(SignalKind::interrupt());
-        async move {
-            match (term, int) {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
-                    }
-                }
-                _ => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
 }

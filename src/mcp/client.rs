@@ -7,6 +7,11 @@
 //! waits, then terminates it. The child is also spawned with `kill_on_drop`, so it dies even
 //! when the async runtime shuts down before that task gets to run.
 //!
+//! On Unix the server starts in a process group of its own, led by a guard
+//! ([`ChildGuard`](crate::children)): whatever the server started there (`npx` → `node`) is
+//! killed with it when the connection ends, and the whole group is killed when toolscript
+//! dies, however it dies, so that no call of a dead toolscript lands later.
+//!
 //! Invariants, phrased as absences:
 //! - the server's stderr is never inherited: it is drained into `tracing` (stdout is ours);
 //! - start-up (spawn, `initialize`, every page of `tools/list`) never waits past its timeout;
@@ -28,6 +33,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 
 use super::McpServerSpec;
+use crate::children::ChildGuard;
 use crate::error::{Cause, Error, ErrorKind, ToolError};
 use crate::sync::lock;
 use crate::tool::{check_name, Effect, Tool, ToolSpec, MAX_NAME_LEN};
@@ -53,6 +59,9 @@ struct Connection {
     /// The server's process: given a moment to exit on its own once its stdin is closed, then
     /// killed.
     child: Mutex<Option<tokio::process::Child>>,
+    /// The guard of the server's process group: dropped once the server has exited, it kills
+    /// what the server left in its group.
+    guard: Mutex<Option<ChildGuard>>,
     /// Bumped at every line the server wrote that is not JSON-RPC: a call waiting when one
     /// comes has lost its answer.
     faults: tokio::sync::watch::Receiver<(u64, String)>,
@@ -61,6 +70,7 @@ struct Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         let child = lock(&self.child).take();
+        let guard = lock(&self.guard).take();
         if let (Some(mut child), Ok(handle)) = (child, tokio::runtime::Handle::try_current()) {
             handle.spawn(async move {
                 if tokio::time::timeout(EXIT_GRACE, child.wait())
@@ -69,6 +79,7 @@ impl Drop for Connection {
                 {
                     let _ = child.kill().await;
                 }
+                drop(guard);
             });
         }
     }
@@ -134,7 +145,7 @@ async fn validate(
 /// the server does not have.
 pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
     let fail = |message: String| Error::mcp(&spec.name, message, None);
-    let (service, child, faults, listed) = start(spec).await?;
+    let (service, (child, guard), faults, listed) = start(spec).await?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     for (table, mut names) in [
         (
@@ -163,6 +174,7 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
         server: spec.name.clone(),
         service,
         child: Mutex::new(Some(child)),
+        guard: Mutex::new(Some(guard)),
         faults,
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(
@@ -205,10 +217,10 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
     Ok(tools)
 }
 
-/// A started server: the client, its process, its protocol faults, its tools.
+/// A started server: the client, its process and guard, its protocol faults, its tools.
 type Started = (
     Client,
-    tokio::process::Child,
+    (tokio::process::Child, ChildGuard),
     tokio::sync::watch::Receiver<(u64, String)>,
     Vec<rmcp::model::Tool>,
 );
@@ -232,6 +244,15 @@ async fn start(spec: &McpServerSpec) -> Result<Started, Error> {
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
+    let guard = ChildGuard::start(&format!("MCP server `{}`", spec.name)).map_err(|e| {
+        Error::mcp(
+            &spec.name,
+            "cannot start the guard that ends its processes with toolscript's",
+            Cause::from(e),
+        )
+    })?;
+    #[cfg(unix)]
+    command.process_group(guard.group() as i32);
     let mut child = command.spawn().map_err(|e| {
         let place = spec
             .cwd
@@ -244,6 +265,7 @@ async fn start(spec: &McpServerSpec) -> Result<Started, Error> {
             Cause::from(e),
         )
     })?;
+    guard.started(child.id());
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(fail("its stdin and stdout could not be opened".to_string()));
     };
@@ -269,7 +291,7 @@ async fn start(spec: &McpServerSpec) -> Result<Started, Error> {
     })
     .await;
     let message = match started {
-        Ok(Ok((service, tools))) => return Ok((service, child, faults, tools)),
+        Ok(Ok((service, tools))) => return Ok((service, (child, guard), faults, tools)),
         Ok(Err(message)) => message,
         Err(_) if initialised.load(std::sync::atomic::Ordering::SeqCst) => format!(
             "it answered `initialize` but did not finish listing its tools (`tools/list`) within {} s",

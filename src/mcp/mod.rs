@@ -26,6 +26,22 @@ pub use http::{serve_http, HttpOptions, MCP_PATH};
 #[cfg(feature = "mcp")]
 pub use server::serve_stdio;
 
+/// Waits until every MCP server this process started has been closed (its tools dropped, its
+/// process ended, what it left in its process group killed), or until `timeout`; whether they
+/// all were. A program that stops early (at Ctrl-C, say) drops its runtime and waits here, so
+/// that its servers get their stdin closed and a moment to exit before the process ends (its
+/// end kills whatever is left of them).
+pub async fn servers_closed(timeout: Duration) -> bool {
+    let deadline = crate::sync::deadline_after(std::time::Instant::now(), timeout);
+    while crate::children::live() > 0 {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
 /// One MCP server to start and take tools from: an `[[mcp]]` table of a manifest.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]

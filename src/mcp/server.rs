@@ -738,8 +738,9 @@ fn resume_run_tool() -> Tool {
         "Resume a paused run (`run_script` answered with status `paused` and a `pending` call), \
          or one whose server stopped while it ran. A run awaiting `approval` takes `approve` or \
          `reject` (with a `reason`); one awaiting `resolve` (a call whose outcome was lost) takes \
-         `done` (it took effect) or `retry` (make it again). Calls made before are not made \
-         again. Answers like `run_script`.",
+         `done` (it took effect) or `retry` (make it again); if its `pending` says `uncertain: \
+         true`, the call may still be running (`why` names what still runs): decide once that \
+         has ended. Calls made before are not made again. Answers like `run_script`.",
         schema::input::<ResumeRunArgs>(),
     )
     .with_annotations(

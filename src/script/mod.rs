@@ -156,7 +156,13 @@ impl Executor {
             // Made, and its outcome lost with the process: only a person (or an idempotent
             // tool, made again under the same key) may decide whether to make it again.
             if entry.state.intent && effect != Effect::Idempotent {
-                return Arc::new(Err(self.pause(&call, effect, Awaiting::Resolve)));
+                // Whether the call may still be running: its process is gone, but a process it
+                // may have reached is not known to have ended.
+                let why = crate::children::still_running(
+                    entry.processes.as_ref(),
+                    crate::children::GROUPS_GRACE,
+                );
+                return Arc::new(Err(self.pause_uncertain(&call, effect, why)));
             }
         }
         let result = self.dispatch(call.clone());
@@ -227,16 +233,42 @@ impl Executor {
         outcome
     }
 
+    /// Pauses the run at `call`, whose outcome was lost, for a person to resolve; `why` it
+    /// might still be running, if it might.
+    fn pause_uncertain(&self, call: &Call, effect: Effect, why: Option<String>) -> ToolError {
+        let still = why.as_ref().map_or(String::new(), |why| {
+            format!("; it may still be running: {why}")
+        });
+        self.pause_with(call, effect, Awaiting::Resolve, Some(why), &still)
+    }
+
     /// Pauses the run at `call`: it ends here, uncatchably, with `call` pending.
     fn pause(&self, call: &Call, effect: Effect, awaiting: Awaiting) -> ToolError {
+        self.pause_with(call, effect, awaiting, None, "")
+    }
+
+    /// Pauses the run at `call`, with what is known of whether it still runs (`Some` for a
+    /// call awaiting `resolve`), and `more` to say in the message.
+    fn pause_with(
+        &self,
+        call: &Call,
+        effect: Effect,
+        awaiting: Awaiting,
+        running: Option<Option<String>>,
+        more: &str,
+    ) -> ToolError {
         let seq = call.seq.unwrap_or_default();
-        *lock(&self.pending) = Some(PendingCall::new(
+        let mut pending = PendingCall::new(
             seq,
             call.tool.to_string(),
             effect,
             call.args.clone(),
             awaiting,
-        ));
+        );
+        if let Some(why) = running {
+            pending = pending.still_running(why);
+        }
+        *lock(&self.pending) = Some(pending);
         let what = match awaiting {
             Awaiting::Approval => "waits for a person's approval",
             Awaiting::Resolve => {
@@ -244,7 +276,7 @@ impl Executor {
             }
         };
         self.stop_with(format!(
-            "the run is paused: `{}` (call #{seq}) {what}",
+            "the run is paused: `{}` (call #{seq}) {what}{more}",
             call.tool
         ))
     }

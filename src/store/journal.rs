@@ -3,7 +3,8 @@
 //!
 //! - a non-read call's **intent**, committed before the call reaches its body, together with
 //!   every read journaled since the last commit, so that the reads a write's arguments may
-//!   depend on are durable before the write is made;
+//!   depend on are durable before the write is made, and with the process's live children
+//!   (`children::snapshot`), which a resume checks when the call's outcome was lost;
 //! - a non-read call's **outcome**, committed as soon as the executor has it;
 //! - the outcomes of the reads the executor used, keyed by (epoch, tool, canonical arguments,
 //!   occurrence), batched: committed with the next intent or outcome, every
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::{JournalRows, Store};
+use crate::children::ProcessSnapshot;
 use crate::error::{Error, Outcome, ToolError};
 use crate::sync::lock;
 
@@ -100,6 +102,10 @@ pub struct JournaledWrite {
     pub state: WriteState,
     /// `None`: not made yet, or made and its outcome lost.
     pub outcome: Option<Result<Value, ToolError>>,
+    /// The process that journaled its intent, and that process's children then: what a
+    /// resume checks to tell whether a call whose outcome was lost may still be running.
+    /// `None` before its intent, and in a journal written before it was kept.
+    pub processes: Option<ProcessSnapshot>,
 }
 
 impl JournaledWrite {
@@ -117,6 +123,7 @@ impl JournaledWrite {
             args: args.into(),
             state,
             outcome,
+            processes: None,
         }
     }
 }
@@ -220,9 +227,13 @@ impl Journal {
     ///
     /// Why the store could not commit it: the call must not be made.
     pub(crate) async fn intent(&self, seq: u64, tool: &str, args: &str) -> Result<(), String> {
-        self.update(seq, tool, args, |w| {
+        // What the call may reach outside this process, so that a resume after a crash can
+        // tell whether it may still be running.
+        let processes = crate::children::snapshot();
+        self.update(seq, tool, args, move |w| {
             w.state.intent = true;
             w.outcome = None;
+            w.processes = Some(processes);
         })
         .await
     }
@@ -262,6 +273,7 @@ impl Journal {
                 args: args.to_string(),
                 state: WriteState::default(),
                 outcome: None,
+                processes: None,
             });
             change(&mut entry);
             state.writes.insert(seq, entry.clone());

@@ -104,7 +104,8 @@ impl RunStatus {
 }
 
 /// The call a paused run waits at, as the store keeps it (JSON: `{seq, tool, effect, args,
-/// awaiting}`, the shape `run --json` prints as `pending`).
+/// awaiting}`, and for a call awaiting `resolve`, `uncertain` and its `why`: the shape
+/// `run --json` prints as `pending`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct PendingCall {
@@ -118,6 +119,16 @@ pub struct PendingCall {
     pub args: Value,
     /// What it waits for.
     pub awaiting: Awaiting,
+    /// For a call awaiting `resolve`: whether it might still be running, because the process
+    /// that made it is gone but a process it may have reached (an MCP server, or what that
+    /// server started) still runs or cannot be checked. `false`: every such process has ended,
+    /// so what a person sees now will not change. (`None`: awaiting approval, or paused by a
+    /// version that did not say.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertain: Option<bool>,
+    /// Why the call might still be running, when it might.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 impl PendingCall {
@@ -135,7 +146,17 @@ impl PendingCall {
             effect,
             args,
             awaiting,
+            uncertain: None,
+            why: None,
         }
+    }
+
+    /// The call, saying whether it might still be running: `Some(why)` if it might, `None` if
+    /// every process it could have reached has ended.
+    pub fn still_running(mut self, why: Option<String>) -> PendingCall {
+        self.uncertain = Some(why.is_some());
+        self.why = why;
+        self
     }
 }
 

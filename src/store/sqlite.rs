@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS writes (
     retry INTEGER NOT NULL DEFAULT 0,
     intent INTEGER NOT NULL DEFAULT 0,
     outcome TEXT,
+    processes TEXT,
     PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -228,13 +229,15 @@ impl SqliteStore {
                         tx.execute_batch("ALTER TABLE runs ADD COLUMN input TEXT;")?;
                     }
                     // Version 4 keeps each run's tool fingerprints, a large input as an
-                    // artifact, which runs refer to which artifacts, and where each page of an
-                    // artifact is (older artifacts have none, and are cut into pages when read).
+                    // artifact, which runs refer to which artifacts, where each page of an
+                    // artifact is (older artifacts have none, and are cut into pages when read),
+                    // and, with each intent, the processes the call might reach.
                     if (1..4).contains(&now) {
                         tx.execute_batch(
                             "ALTER TABLE runs ADD COLUMN catalog TEXT; \
                              ALTER TABLE runs ADD COLUMN input_artifact TEXT; \
-                             ALTER TABLE artifacts ADD COLUMN page_index BLOB;",
+                             ALTER TABLE artifacts ADD COLUMN page_index BLOB; \
+                             ALTER TABLE writes ADD COLUMN processes TEXT;",
                         )?;
                     }
                     tx.execute_batch(&format!(
@@ -805,11 +808,11 @@ fn upsert_write(
     write: &JournaledWrite,
 ) -> rusqlite::Result<usize> {
     conn.prepare_cached(
-        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome, processes) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
          ON CONFLICT (run_id, seq) DO UPDATE SET tool = excluded.tool, args = excluded.args, \
          approved = excluded.approved, retry = excluded.retry, intent = excluded.intent, \
-         outcome = excluded.outcome WHERE writes.outcome IS NULL",
+         outcome = excluded.outcome, processes = excluded.processes WHERE writes.outcome IS NULL",
     )?
     .execute(params![
         run_id,
@@ -820,11 +823,15 @@ fn upsert_write(
         write.state.retry,
         write.state.intent,
         write.outcome.as_ref().map(encode_outcome),
+        write
+            .processes
+            .as_ref()
+            .and_then(|p| serde_json::to_string(p).ok()),
     ])
 }
 
 const SELECT_WRITE: &str =
-    "SELECT seq, tool, args, approved, retry, intent, outcome FROM writes WHERE run_id = ?1";
+    "SELECT seq, tool, args, approved, retry, intent, outcome, processes, run_id FROM writes WHERE run_id = ?1";
 
 /// A row of `writes`, as [`SELECT_WRITE`] reads it.
 fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
@@ -839,6 +846,20 @@ fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
             intent: row.get(5)?,
         },
         outcome: outcome.map(|text| decode_outcome(&text)),
+        // One that does not parse is an error naming the run and the field, never a default.
+        processes: match row.get::<_, Option<String>>(7)? {
+            None => None,
+            Some(text) => Some(
+                RunRecord::parse_field(&row.get::<_, String>(8)?, "processes", &text, true)
+                    .map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            7,
+                            rusqlite::types::Type::Text,
+                            e.into(),
+                        )
+                    })?,
+            ),
+        },
     })
 }
 
@@ -1417,8 +1438,9 @@ mod tests {
             let store = SqliteStore::open(&path).unwrap();
             store.create_run(record("r")).await.unwrap();
             let read = ReadRow::new(0, "get", "{}", 0, Arc::new(Ok(json!(1))));
-            let write =
+            let mut write =
                 JournaledWrite::new(0, "put", "{}", WriteState::new(false, false, true), None);
+            write.processes = Some(crate::children::snapshot());
             let rows = JournalRows::new(vec![write], vec![read.clone(), read]);
             store.append("r", rows).await.unwrap();
         }
@@ -1427,6 +1449,17 @@ mod tests {
         assert_eq!(rows.reads.len(), 1, "a read is journaled once");
         assert_eq!(rows.writes.len(), 1);
         assert!(rows.writes[0].state.intent && rows.writes[0].outcome.is_none());
+        assert_eq!(
+            rows.writes[0].processes,
+            Some(crate::children::snapshot()),
+            "the intent's processes are kept"
+        );
+        // A record of processes that does not parse is an error naming the run and the field.
+        lock(&store.conn)
+            .execute("UPDATE writes SET processes = '{\"pid\": -1}'", [])
+            .unwrap();
+        let e = store.load_journal("r").await.unwrap_err().report();
+        assert!(e.contains("run r") && e.contains("`processes`"), "{e}");
     }
 
     #[tokio::test]
