@@ -100,6 +100,31 @@ async fn artifact_pages_across_runs_with_different_budgets_are_each_runs_own() {
     assert!(ids_seen.iter().all(|id| id.starts_with(&ids_seen[0][..32])));
 }
 
+/// A page is read from the content's bytes alone, where the stored index says it is; content
+/// cut short behind the store's back (another program, a bad disk) makes a page the index
+/// places past its end a clear store error, never a panic or a short page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_past_the_stored_bytes_is_a_clear_error() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let outcome = records_runtime(Arc::clone(&store), 200)
+        .run("records()")
+        .await;
+    let id = outcome.artifacts[0].id.clone();
+    let first = store.artifact_page(&id, 0).await.unwrap().unwrap();
+    assert!(stored_artifact_page(&first, 0).is_ok());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE artifacts SET content = substr(content, 1, 100) WHERE id = ?1",
+            [&id],
+        )
+        .unwrap();
+    let e = store.artifact_page(&id, 5).await.unwrap_err().to_string();
+    assert!(e.contains("page index names bytes"), "{e}");
+}
+
 /// A store of the previous version (3), with an artifact as that version stored it (an id of
 /// 32 hex digits, no page index), opens, is upgraded, and its artifact reads page by page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
