@@ -1332,12 +1332,15 @@ fn a_signal_mid_call_stops_the_run_after_the_call_and_closes_its_servers() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(status), "{signal}: {stderr}");
         assert!(stderr.contains("stopped by a signal"), "{signal}: {stderr}");
-        // The server and its helper were closed before the process ended: nothing is left.
-        let left: Vec<u32> = recorder
-            .pids()
-            .into_iter()
-            .filter(|&pid| running(pid))
-            .collect();
+        // The server was closed before the process ended, and what it started dies with its
+        // group when the guard's pipe closes, just after: nothing is left (awaited, not timed:
+        // a loaded machine may run the guard a moment late).
+        let pids = recorder.pids();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pids.iter().any(|&pid| running(pid)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left: Vec<u32> = pids.into_iter().filter(|&pid| running(pid)).collect();
         assert!(left.is_empty(), "{signal}: {left:?} outlived toolscript");
         let runs = json_of(&toolscript(&["runs", "--json"], &store));
         let run_id = runs[0]["run_id"].as_str().unwrap().to_string();
