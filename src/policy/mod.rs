@@ -496,18 +496,89 @@ impl<'a> Bounder<'a> {
     /// How many of the first `effects` fit in `cap` with the fields that say where the others
     /// are, and the artifact holding them all (none when all fit).
     fn bound_effects(&mut self, effects: &[Value], cap: usize) -> (usize, Option<String>) {
-        if fits(&effects_text_of(effects, None, 0), cap) {
+        // The effects' JSON, one at a time, as far as needed: while it fits in bytes (a token
+        // is at least a byte), then counted one by one to twice the cap. The sums estimate
+        // the lists' counts (a BPE may merge across a comma), and every answer is the count
+        // of the text it stands for; a list over twice the cap by the estimate does not fit.
+        let mut texts: Vec<String> = Vec::new();
+        let mut bytes = 2;
+        for effect in effects {
+            if bytes > cap {
+                break;
+            }
+            let text = key_json(effect);
+            bytes += text.len() + 1;
+            texts.push(text);
+        }
+        if texts.len() == effects.len() && bytes <= cap + 1 {
             return (effects.len(), None);
         }
-        let all = Value::Array(effects.to_vec());
-        let kept = self.keep(&all, None, ResultPolicy::Page, cap);
-        let id = kept.id.clone().unwrap_or_default();
+        let mut prefix = vec![1];
+        for i in 0..effects.len() {
+            let last = prefix[prefix.len() - 1];
+            if last > 2 * cap {
+                break;
+            }
+            if i == texts.len() {
+                texts.push(key_json(&effects[i]));
+            }
+            prefix.push(last + count(&texts[i]) + 1);
+        }
+        if prefix.len() > effects.len()
+            && prefix[effects.len()] <= 2 * cap
+            && fits(&format!("[{}]", texts.join(",")), cap)
+        {
+            return (effects.len(), None);
+        }
+        // With no store nothing kept could be read back: the effects are only left out.
+        let kept = match self.store {
+            Some(_) => {
+                self.keep(
+                    &Value::Array(effects.to_vec()),
+                    None,
+                    ResultPolicy::Page,
+                    cap,
+                )
+                .id
+            }
+            None => None,
+        };
+        let id = kept.clone().unwrap_or_default();
         let fit = |n: usize| {
             let text = effects_text_of(&effects[..n], Some(&id), effects.len() - n);
             fits(&text, cap)
         };
-        // The most that fit: fitting is monotone in the count.
+        let tail = count(&effects_text_of(&[], Some(&id), effects.len()));
+        let guess = prefix.iter().rposition(|&t| t + tail <= cap).unwrap_or(0);
+        // The most that fit: fitting is monotone in the count. From the guess, a step at a
+        // time, doubling, to bounds either side, then halving between them: every text
+        // counted is near the cap.
         let (mut lo, mut hi) = (0, effects.len());
+        let mut step = 1;
+        if fit(guess) {
+            lo = guess;
+            while lo < hi {
+                let probe = (lo + step).min(hi);
+                if fit(probe) {
+                    lo = probe;
+                    step *= 2;
+                } else {
+                    hi = probe - 1;
+                    break;
+                }
+            }
+        } else {
+            hi = guess.saturating_sub(1);
+            while hi > 0 {
+                let probe = hi.saturating_sub(step);
+                if fit(probe) {
+                    lo = probe;
+                    break;
+                }
+                hi = probe.saturating_sub(1);
+                step *= 2;
+            }
+        }
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if fit(mid) {
@@ -516,7 +587,7 @@ impl<'a> Bounder<'a> {
                 hi = mid - 1;
             }
         }
-        (lo, kept.id)
+        (lo, kept)
     }
 
     /// The logs within `cap`: the oldest and newest lines, and a line saying where the middle
@@ -1254,5 +1325,40 @@ mod tests {
         assert_eq!(keys, json!({"keys": ["a", "s"], "count": 2}));
         let first = summaries(&deep).next().unwrap();
         assert_eq!(first["s"]["chars"], 500);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, failure_persistence: None, ..Default::default() })]
+
+        /// The effects shown are the most that fit with the line saying where the rest are:
+        /// whatever their sizes (some alone over the cap, some merging across commas), and
+        /// whether or not all of them fit.
+        #[test]
+        fn the_effects_shown_are_the_most_that_fit(
+            sizes in proptest::collection::vec((0usize..400, 0usize..4), 0..300),
+            cap in 4usize..3000,
+        ) {
+            let effects: Vec<Value> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(n, kind))| match kind {
+                    0 => json!(i),
+                    1 => json!({"tool": "w", "args": {"s": "ab ".repeat(n)}}),
+                    2 => json!({"t": "}},{{".repeat(n)}),
+                    _ => json!(["é漢🙂".repeat(n / 4)]),
+                })
+                .collect();
+            if effects.is_empty() {
+                return Ok(());
+            }
+            let (n, id) = Bounder::new(None, "run", 0).bound_effects(&effects, cap);
+            proptest::prop_assert!(id.is_none());
+            let fit = |n: usize| {
+                let tail = (n < effects.len()).then_some("");
+                fits(&effects_text_of(&effects[..n], tail, effects.len() - n), cap)
+            };
+            proptest::prop_assert!(n == 0 || fit(n), "{n} shown do not fit in {cap}");
+            proptest::prop_assert!(n == effects.len() || !fit(n + 1), "{} would fit in {cap}, {n} shown", n + 1);
+        }
     }
 }
