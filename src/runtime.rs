@@ -930,12 +930,12 @@ impl Run {
                 self.run_id
             ));
         }
-        let effects = self.ctx.take_effects();
+        let effects = Arc::new(self.ctx.take_effects());
         let output = Output {
             result,
             logs: execution.logs,
             warnings: execution.warnings.list,
-            effects: effects.iter().map(|e| serde_json::json!(e)).collect(),
+            effects: Arc::clone(&effects),
             pending: execution.pending.clone(),
             results: execution.results,
             policy: self.policy,
@@ -951,7 +951,10 @@ impl Run {
             run_id: self.run_id.clone(),
             result: output.result,
             logs: output.logs,
-            effects,
+            effects: {
+                drop(output.effects);
+                Arc::try_unwrap(effects).unwrap_or_else(|shared| (*shared).clone())
+            },
             stats,
             receipts: self.ctx.take_receipts(),
             pending: execution.pending,
@@ -1033,8 +1036,8 @@ struct Output {
     logs: Vec<String>,
     /// Reads of missing fields.
     warnings: Vec<crate::Warning>,
-    /// The effects, each as its JSON.
-    effects: Vec<Value>,
+    /// The effects (the outcome holds them too).
+    effects: Arc<Vec<EffectRecord>>,
     /// The call a paused run waits at: its error is the pause, not shown as the run's error.
     pending: Option<PendingCall>,
     /// Results of tools with a result policy of their own.
@@ -1072,7 +1075,7 @@ impl Output {
             result: Err(error),
             logs: Vec::new(),
             warnings: Vec::new(),
-            effects: Vec::new(),
+            effects: Arc::default(),
             pending: None,
             results: Default::default(),
             policy: Default::default(),

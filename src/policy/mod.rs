@@ -111,8 +111,15 @@ const LEAST_PENDING: usize = 80;
 
 /// The effects as the output carries them: those shown, and when some are left out, how many
 /// and the artifact holding them all (`effects_left_out`, `effects_artifact`).
-fn effects_text_of(shown: &[Value], artifact: Option<&str>, left_out: usize) -> String {
-    let mut text = key_json(&Value::Array(shown.to_vec()));
+fn effects_text_of<E: Serialize>(shown: &[E], artifact: Option<&str>, left_out: usize) -> String {
+    let mut text = String::from("[");
+    for (i, effect) in shown.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&effect_json(effect));
+    }
+    text.push(']');
     if let Some(id) = artifact {
         text.push_str(&key_json(
             &json!({"effects_left_out": left_out, "effects_artifact": id}),
@@ -164,15 +171,20 @@ pub(crate) struct Bounded {
 
 /// What one run's output is made of, before it is bounded.
 #[derive(Default)]
-pub(crate) struct Parts<'a> {
+pub(crate) struct Parts<'a, E = Value> {
     /// The value, its policy, and the tool whose result it is.
     pub(crate) value: Option<(&'a Value, ResultPolicy, Option<&'a str>)>,
     pub(crate) logs: &'a [String],
     pub(crate) error: Option<RunError>,
     pub(crate) warnings: &'a [Warning],
-    /// The effects, each as its JSON.
-    pub(crate) effects: &'a [Value],
+    /// The effects, each written as its JSON when it is looked at.
+    pub(crate) effects: &'a [E],
     pub(crate) pending: Option<&'a PendingCall>,
+}
+
+/// One effect's canonical JSON.
+fn effect_json<E: Serialize>(effect: &E) -> String {
+    serde_json::to_value(effect).map_or_else(|_| "null".to_string(), |v| key_json(&v))
 }
 
 /// The warnings as the output carries them.
@@ -258,7 +270,7 @@ impl<'a> Bounder<'a> {
     ///
     /// Each share is also held to what the parts after it need at the least, so that the whole
     /// stays within the budget at its smallest.
-    pub(crate) fn bound(mut self, parts: Parts<'_>) -> Result<Bounded, Unbounded> {
+    pub(crate) fn bound<E: Serialize>(mut self, parts: Parts<'_, E>) -> Result<Bounded, Unbounded> {
         let Parts {
             value,
             logs,
@@ -270,7 +282,14 @@ impl<'a> Bounder<'a> {
         // A token is at least a byte: output that fits in bytes is not counted.
         let value_text = value.map(|(v, _, _)| key_json(v));
         let logs_text = key_json(&json!(logs));
-        let effects_text = key_json(&Value::Array(effects.to_vec()));
+        // The effects' bytes as far as the budget, one at a time: past it nothing fits whole.
+        let mut effects_bytes = 2;
+        for effect in effects {
+            if effects_bytes > self.budget {
+                break;
+            }
+            effects_bytes += effect_json(effect).len() + 1;
+        }
         let pending_text = pending.map(|p| key_json(&json!(p)));
         let error_bytes = error.as_ref().map_or(0, |e| {
             key_json(&e.to_json()).len() + if e.limit.is_some() { NAMING } else { 0 }
@@ -278,7 +297,7 @@ impl<'a> Bounder<'a> {
         let bytes = value_text.as_ref().map_or(0, String::len)
             + logs_text.len()
             + warnings_text(warnings).len()
-            + effects_text.len()
+            + effects_bytes
             + pending_text.as_ref().map_or(0, String::len)
             + error_bytes;
         if bytes <= self.budget {
@@ -495,7 +514,11 @@ impl<'a> Bounder<'a> {
 
     /// How many of the first `effects` fit in `cap` with the fields that say where the others
     /// are, and the artifact holding them all (none when all fit).
-    fn bound_effects(&mut self, effects: &[Value], cap: usize) -> (usize, Option<String>) {
+    fn bound_effects<E: Serialize>(
+        &mut self,
+        effects: &[E],
+        cap: usize,
+    ) -> (usize, Option<String>) {
         // The effects' JSON, one at a time, as far as needed: while it fits in bytes (a token
         // is at least a byte), then counted one by one to twice the cap. The sums estimate
         // the lists' counts (a BPE may merge across a comma), and every answer is the count
@@ -506,7 +529,7 @@ impl<'a> Bounder<'a> {
             if bytes > cap {
                 break;
             }
-            let text = key_json(effect);
+            let text = effect_json(effect);
             bytes += text.len() + 1;
             texts.push(text);
         }
@@ -520,7 +543,7 @@ impl<'a> Bounder<'a> {
                 break;
             }
             if i == texts.len() {
-                texts.push(key_json(&effects[i]));
+                texts.push(effect_json(&effects[i]));
             }
             prefix.push(last + count(&texts[i]) + 1);
         }
@@ -534,7 +557,7 @@ impl<'a> Bounder<'a> {
         let kept = match self.store {
             Some(_) => {
                 self.keep(
-                    &Value::Array(effects.to_vec()),
+                    &Value::Array(effects.iter().map(|e| json!(e)).collect()),
                     None,
                     ResultPolicy::Page,
                     cap,
@@ -548,7 +571,7 @@ impl<'a> Bounder<'a> {
             let text = effects_text_of(&effects[..n], Some(&id), effects.len() - n);
             fits(&text, cap)
         };
-        let tail = count(&effects_text_of(&[], Some(&id), effects.len()));
+        let tail = count(&effects_text_of::<E>(&[], Some(&id), effects.len()));
         let guess = prefix.iter().rposition(|&t| t + tail <= cap).unwrap_or(0);
         // The most that fit: fitting is monotone in the count. From the guess, a step at a
         // time, doubling, to bounds either side, then halving between them: every text
@@ -1259,7 +1282,7 @@ mod tests {
         let value = json!((0..20_000)
             .map(|i| json!({"id": i, "name": format!("user {i}")}))
             .collect::<Vec<_>>());
-        let parts = Parts {
+        let parts: Parts<'_> = Parts {
             value: Some((&value, ResultPolicy::Page, None)),
             ..Parts::default()
         };
