@@ -78,6 +78,7 @@ mod dispatch;
 mod effect;
 mod engine;
 mod error;
+pub mod guard;
 mod json;
 mod ledger;
 #[cfg(feature = "manifest")]

@@ -96,6 +96,9 @@ pub struct ToolSpec {
     /// What the body is made of, where the registry can see it (a script tool's text, an MCP
     /// server's command): part of the catalog's fingerprint.
     pub(crate) source: Option<BodySource>,
+    /// How the guard reads its calls: the arguments that name files, the command line a call
+    /// starts.
+    pub guard: crate::guard::GuardView,
 }
 
 /// What a tool's body is made of, fingerprinted: a change of it is a change of the catalog a
@@ -131,6 +134,7 @@ impl ToolSpec {
             origin: None,
             version: None,
             source: None,
+            guard: crate::guard::GuardView::default(),
         }
     }
 
@@ -335,6 +339,18 @@ pub struct ToolBuilder {
 }
 
 impl ToolBuilder {
+    /// Declares the arguments that name files, for the guard's path rules.
+    pub fn paths(mut self, paths: impl IntoIterator<Item = crate::guard::PathArg>) -> Self {
+        self.spec.guard.paths = paths.into_iter().collect();
+        self
+    }
+
+    /// Declares the command line a call starts, for the guard's command rules.
+    pub fn command_line(mut self, line: crate::guard::CommandLine) -> Self {
+        self.spec.guard.command = Some(line);
+        self
+    }
+
     /// Sets the description the model reads.
     pub fn description(mut self, text: impl Into<String>) -> Self {
         self.spec.description = text.into();

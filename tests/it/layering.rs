@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "effect", "json", "sync", "schema", "rhai_ast"],
     &["children"],
     &["store"],
-    &["policy"],
+    &["policy", "guard"],
     &["tool"],
     &["dispatch"],
     &["engine"],
