@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["store"],
     &["policy", "guard"],
     &["tool"],
+    &["files", "commands"],
     &["dispatch"],
     &["engine"],
     &["ledger"],
