@@ -110,6 +110,9 @@ pub(crate) struct RunContext {
     pub(crate) input: Option<Arc<Value>>,
     /// The value every tool body of the run is given (`ToolContext::context`).
     pub(crate) context: Option<Arc<Value>>,
+    /// The guard's rule and reason of the last call it asked a person about: what the pause
+    /// shows.
+    asked: Mutex<Option<(String, String)>>,
 }
 
 impl RunContext {
@@ -143,6 +146,7 @@ impl RunContext {
             journal: None,
             input: None,
             context: None,
+            asked: Mutex::new(None),
         }
     }
 
@@ -312,6 +316,16 @@ impl RunContext {
 
     pub(crate) fn take_receipts(&self) -> Vec<Receipt> {
         self.receipts.take()
+    }
+
+    /// Notes the rule and reason of a call the guard asks a person about.
+    pub(crate) fn note_asked(&self, rule: String, reason: String) {
+        *lock(&self.asked) = Some((rule, reason));
+    }
+
+    /// The rule and reason of the last call the guard asked about, taken.
+    pub(crate) fn take_asked(&self) -> Option<(String, String)> {
+        lock(&self.asked).take()
     }
 
     pub(crate) fn take_effects(&self) -> Vec<EffectRecord> {

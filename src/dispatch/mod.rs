@@ -5,6 +5,9 @@
 //!
 //! 1. resolve the tool;
 //! 2. check the caller may call it;
+//!    then authorize: the guard's policies decide whether the call may go on (`permission_denied`
+//!    naming the rule), or ask a person (the script's non-read call pauses, `paused`; any other
+//!    call a rule asks about is denied: the scout leaves it to the executor);
 //! 3. repeat guard;
 //! 4. approval gate: a call of the script to a tool that needs approval, not yet approved,
 //!    pauses the run (`paused`);
@@ -54,6 +57,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::guard::Decision;
 use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json};
 use crate::sync::lock;
 use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
@@ -326,6 +330,67 @@ fn ambiguous(tool: &str, why: &str) -> ToolError {
     .with_recoverable(false)
 }
 
+/// Step 2's second half: the guard decides. `Ask` pauses only the script's own non-read call,
+/// in a run that can pause (it has a journal) and unless a person approved that call; every
+/// other call a rule asks about is refused, closed (the scout's with a refusal the executor
+/// answers by making the call itself).
+fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Result<(), ToolError> {
+    let guard = ctx.registry.guard();
+    if !guard.is_active() {
+        return Ok(());
+    }
+    let denied = |rule: &str, reason: &str, next: &str| {
+        ToolError::new(
+            ErrorKind::PermissionDenied,
+            format!("the guard denies `{}`: {rule}: {reason}", spec.name),
+        )
+        .with_next_action(next)
+    };
+    match guard.authorize(&spec.name, spec.effect, &spec.guard, &call.args) {
+        Decision::Allow | Decision::Pass => Ok(()),
+        Decision::Deny { rule, reason } => Err(denied(
+            &rule,
+            &reason,
+            "do without this call, or ask the person who runs toolscript to change the guard's rules",
+        )),
+        Decision::Ask { rule, reason } => match &call.caller {
+            Caller::Scout(_) => Err(ToolError::new(
+                ErrorKind::Cancelled,
+                format!("the guard asks a person about `{}` ({rule}): the script's own call decides", spec.name),
+            )),
+            Caller::Composite { .. } => Err(denied(
+                &rule,
+                &format!("{reason} (a person would decide, and a composite's nested call cannot pause)"),
+                "call the tool from the script itself, where the run can pause for a person",
+            )),
+            Caller::Script => {
+                let Some(journal) = &ctx.journal else {
+                    return Err(denied(
+                        &rule,
+                        &format!("{reason} (a person would decide, and a run without a store cannot pause)"),
+                        "run with a store (--store) so that the run can pause for a person",
+                    ));
+                };
+                let Some(seq) = call.seq.filter(|_| spec.effect != Effect::Read) else {
+                    return Err(denied(
+                        &rule,
+                        &format!("{reason} (a person would decide, and a read cannot pause a run yet)"),
+                        "ask the person who runs toolscript for a rule that allows this read",
+                    ));
+                };
+                if journal.approved(seq) {
+                    return Ok(());
+                }
+                ctx.note_asked(rule.clone(), reason.clone());
+                Err(ToolError::new(
+                    ErrorKind::Paused,
+                    format!("the guard asks a person about `{}`: {rule}: {reason}", spec.name),
+                ))
+            }
+        },
+    }
+}
+
 /// Dispatches one call through the steps.
 pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value, ToolError> {
     ctx.count_dispatch();
@@ -374,6 +439,8 @@ async fn steps(
             ));
         }
     }
+    // 2. Authorize: the guard's policies, then its default.
+    authorize(ctx, spec, call)?;
     // 3. Repeat guard.
     ctx.repeat.check(spec, &call.args_key)?;
     // 4. Approval gate: the script's call waits for a person, unless one approved it.

@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod guard;
 mod latency;
 mod script_tool;
 
@@ -51,6 +52,8 @@ struct ManifestFile {
     limits: std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     /// How the store of runs is kept.
     store: Option<Spanned<StoreEntry>>,
+    /// What every call may touch.
+    guard: Option<Spanned<guard::GuardEntry>>,
 }
 
 /// A `[store]` table.
@@ -77,6 +80,8 @@ struct McpEntry {
     approval: std::collections::BTreeMap<String, Approval>,
     trust_annotations: Option<bool>,
     max_concurrency: Option<usize>,
+    #[serde(default)]
+    paths: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +129,8 @@ pub struct Manifests {
     limits: Limits,
     /// `[store] keep_days`: the last manifest loaded that sets it wins.
     keep_days: Option<u32>,
+    /// The `[guard]` tables loaded so far, merged in order.
+    guard: Option<guard::GuardConfig>,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -150,6 +157,7 @@ impl Manifests {
             host: Arc::new(ScriptHost::new()),
             limits: Limits::default(),
             keep_days: None,
+            guard: None,
         }
     }
 
@@ -220,6 +228,16 @@ impl Manifests {
                 }
             });
         }
+        let mut guard = self.guard.clone();
+        if let Some(entry) = parsed.guard {
+            let span = entry.span();
+            let folder = file
+                .parent()
+                .filter(|dir| dir.is_dir())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            guard::merge(&mut guard, entry.into_inner(), &folder)
+                .map_err(|message| error(Some(span), format!("`[guard]`: {message}")))?;
+        }
         for entry in parsed.mcp {
             let span = entry.span();
             let entry = entry.into_inner();
@@ -240,6 +258,7 @@ impl Manifests {
             }
             spec.effects = entry.effects;
             spec.approval = entry.approval;
+            spec.paths = entry.paths;
             spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
             if let Some(calls) = entry.max_concurrency {
                 if calls == 0 {
@@ -295,6 +314,7 @@ impl Manifests {
         }
         self.limits = limits;
         self.keep_days = keep_days;
+        self.guard = guard;
         Ok(())
     }
 
@@ -372,8 +392,18 @@ impl Manifests {
             });
         }
         let declared = self.declared;
+        let guard = match &self.guard {
+            Some(config) => config.build().map_err(|message| Error::Manifest {
+                file: config.file.clone(),
+                line: None,
+                message: format!("`[guard]`: {message}"),
+                source: None,
+            })?,
+            None => crate::guard::Guard::default(),
+        };
         Registry::builder()
             .tools(self.tools)
+            .guard(guard)
             .build()
             .map_err(|e| match e {
                 Error::Registry { tool, rule } => match declared.iter().rfind(|o| o.tool == tool) {

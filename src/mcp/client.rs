@@ -153,6 +153,10 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
             Box::new(spec.effects.keys()) as Box<dyn Iterator<Item = &String>>,
         ),
         ("approval", Box::new(spec.approval.keys())),
+        (
+            "paths",
+            Box::new(spec.paths.keys().filter(|name| name.as_str() != "*")),
+        ),
     ] {
         if let Some(unknown) = names.find(|name| !originals.contains(&name.as_str())) {
             let mut known = originals.clone();
@@ -200,6 +204,23 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
             tool_spec.timeout = spec.timeout;
             if let Some(&approval) = spec.approval.get(tool.name.as_ref()) {
                 tool_spec.approval = approval;
+            }
+            if let Some(args) = spec
+                .paths
+                .get(tool.name.as_ref())
+                .or_else(|| spec.paths.get("*"))
+            {
+                let access = match tool_spec.effect {
+                    Effect::Read => crate::guard::Access::Read,
+                    _ => crate::guard::Access::Write,
+                };
+                tool_spec.guard.paths = args
+                    .iter()
+                    .map(|arg| crate::guard::PathArg {
+                        arg: arg.clone(),
+                        access,
+                    })
+                    .collect();
             }
             tool_spec.origin = Some(format!("mcp:{}/{}", spec.name, tool.name));
             tool_spec.source = Some(crate::tool::BodySource::McpServer(server.clone()));

@@ -69,6 +69,10 @@ pub struct McpServerSpec {
     /// slot outside their timeout, so that speculation queues behind a server rather than
     /// overloading it into failing.
     pub max_concurrency: usize,
+    /// The arguments that name files, by the server's tool name (`"*"` for every tool not
+    /// named): the guard checks them against its path rules, a read tool's as reads, any
+    /// other's as writes. The server opens the files itself: the guard sees only the names.
+    pub paths: BTreeMap<String, Vec<String>>,
 }
 
 impl McpServerSpec {
@@ -94,6 +98,7 @@ impl McpServerSpec {
             approval: BTreeMap::new(),
             trust_annotations: true,
             max_concurrency: 16,
+            paths: BTreeMap::new(),
         }
     }
 }

@@ -268,11 +268,19 @@ impl Executor {
         if let Some(why) = running {
             pending = pending.still_running(why);
         }
+        let asked = self.ctx.take_asked();
+        if let (Awaiting::Approval, Some((rule, reason))) = (awaiting, &asked) {
+            pending.rule = Some(rule.clone());
+            pending.reason = Some(reason.clone());
+        }
         *lock(&self.pending) = Some(pending);
-        let what = match awaiting {
-            Awaiting::Approval => "waits for a person's approval",
-            Awaiting::Resolve => {
-                "was being made when the run's process stopped, and whether it took effect is unknown"
+        let what = match (awaiting, &asked) {
+            (Awaiting::Approval, Some((rule, reason))) => {
+                format!("waits for a person's approval: the guard asks ({rule}: {reason})")
+            }
+            (Awaiting::Approval, None) => "waits for a person's approval".to_string(),
+            (Awaiting::Resolve, _) => {
+                "was being made when the run's process stopped, and whether it took effect is unknown".to_string()
             }
         };
         self.stop_with(format!(

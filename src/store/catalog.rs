@@ -40,6 +40,10 @@ pub struct ToolPrint {
     /// Where the tool comes from (`mcp:SERVER/TOOL`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// SHA-256 of the guard's rules and of how the guard reads the tool's calls, when a guard
+    /// decides them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
 }
 
 /// The fingerprints of a catalog's tools, by name.
@@ -94,6 +98,9 @@ impl CatalogPrint {
             }
             if then.server != now.server {
                 parts.push("its MCP server's command".to_string());
+            }
+            if then.guard != now.guard {
+                parts.push("the guard's rules over it".to_string());
             }
             if then.origin != now.origin {
                 parts.push(named(

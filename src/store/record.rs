@@ -129,6 +129,12 @@ pub struct PendingCall {
     /// Why the call might still be running, when it might.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// For a call the guard asks a person about: the rule that asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Why the rule asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl PendingCall {
@@ -148,6 +154,8 @@ impl PendingCall {
             awaiting,
             uncertain: None,
             why: None,
+            rule: None,
+            reason: None,
         }
     }
 

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{Approval, Body, Effect, Tool, ToolSpec};
 use crate::error::{Error, ErrorKind, ToolError};
+use crate::guard::Guard;
 
 /// The longest tool name, in bytes (names are ASCII).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -86,6 +87,8 @@ pub struct Registry {
     tools: Vec<Arc<RegisteredTool>>,
     /// Names and aliases, to positions in `tools`.
     index: HashMap<String, usize>,
+    /// What every call of these tools may touch.
+    guard: Guard,
 }
 
 impl std::fmt::Debug for Registry {
@@ -115,9 +118,17 @@ impl Registry {
             body: Arc::clone(&t.body),
             slots: Some(Arc::clone(&t.slots)),
         });
-        let mut builder = RegistryBuilder::default().tools(tools).tool(tool);
+        let mut builder = RegistryBuilder::default()
+            .tools(tools)
+            .tool(tool)
+            .guard(self.guard.clone());
         builder.own = 1;
         builder.build()
+    }
+
+    /// The guard of this registry's calls.
+    pub fn guard(&self) -> &Guard {
+        &self.guard
     }
 
     /// The tool with this name or alias.
@@ -211,12 +222,20 @@ pub struct RegistryBuilder {
     tools: Vec<Tool>,
     /// How many of `tools`, at the end, are the runtime's own (their names start with `ts_`).
     own: usize,
+    guard: Guard,
 }
 
 impl RegistryBuilder {
     /// Adds one tool.
     pub fn tool(mut self, tool: Tool) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Sets the guard every call of these tools passes (by default, none: every call is
+    /// allowed).
+    pub fn guard(mut self, guard: Guard) -> Self {
+        self.guard = guard;
         self
     }
 
@@ -284,6 +303,7 @@ impl RegistryBuilder {
         Ok(Registry {
             tools: tools.into_iter().map(Arc::new).collect(),
             index,
+            guard: self.guard,
         })
     }
 }

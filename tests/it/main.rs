@@ -27,6 +27,7 @@ mod errors;
 #[cfg(feature = "cli")]
 mod extreme_limits;
 mod fuzz;
+mod guard;
 mod hardening;
 mod helpers;
 #[cfg(feature = "cli")]

@@ -1,0 +1,372 @@
+//! The guard in the dispatch path: rules, path rules and the default decide every call (the
+//! script's, the scout's, a composite's nested ones); `ask` pauses the script's non-read call
+//! of a durable run and denies everywhere else; a denied call gets a receipt and never
+//! reaches its tool or the breaker.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use toolscript::guard::{Guard, PathArg, Rule, Ruling};
+use toolscript::{
+    Awaiting, Decision, Effect, ErrorKind, Manifests, Mode, Registry, RunOptions, RunStatus,
+    Runtime, SqliteStore, Tool,
+};
+
+/// A read `get` and a write `refund` whose bodies count their calls by `id`, a read `cat`
+/// naming a file and a write `save` naming one, and a composite `both` nesting `refund`.
+fn tools(seen: &Arc<std::sync::Mutex<Vec<String>>>) -> Vec<Tool> {
+    let note = |name: &'static str| {
+        let seen = Arc::clone(seen);
+        move |args: Value| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(format!("{name} {args}"));
+                Ok(args)
+            }
+        }
+    };
+    let nested = {
+        let seen = Arc::clone(seen);
+        move |args: Value, ctx: toolscript::ToolContext| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(format!("both {args}"));
+                ctx.call("refund", args).await
+            }
+        }
+    };
+    vec![
+        Tool::builder("get", Effect::Read).handler(note("get")),
+        Tool::builder("refund", Effect::Write).handler(note("refund")),
+        Tool::builder("cat", Effect::Read)
+            .paths([PathArg::read("path")])
+            .handler(note("cat")),
+        Tool::builder("save", Effect::Write)
+            .paths([PathArg::write("path")])
+            .handler(note("save")),
+        Tool::builder("both", Effect::Write)
+            .nested(["refund"])
+            .composite(nested),
+    ]
+}
+
+fn guard(dir: &std::path::Path) -> Guard {
+    Guard::builder(dir)
+        .write(["out/**"], ["**/*.lock"])
+        .rule(
+            Rule::new(["refund"], Ruling::Ask, "refunds over $500 need a person")
+                .unwrap()
+                .when("args.amount_cents > 50000")
+                .unwrap(),
+        )
+        .rule(
+            Rule::new(
+                ["get"],
+                Ruling::Deny,
+                "id 3 and ids from 100 are off limits",
+            )
+            .unwrap()
+            .when("args.id == 3 || args.id >= 100")
+            .unwrap(),
+        )
+        .build()
+        .unwrap()
+}
+
+struct Setup {
+    _dir: TempDir,
+    runtime: Runtime,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn setup(durable: bool) -> Setup {
+    let dir = TempDir::new().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let registry = Registry::builder()
+        .tools(tools(&seen))
+        .guard(guard(dir.path()))
+        .build()
+        .unwrap();
+    let mut builder = Runtime::builder(registry);
+    if durable {
+        let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+        builder = builder.store(Arc::new(store));
+    }
+    Setup {
+        _dir: dir,
+        runtime: builder.build(),
+        seen,
+    }
+}
+
+fn error_message(outcome: &toolscript::RunOutcome) -> (ErrorKind, String) {
+    let e = outcome.result.as_ref().expect_err("the run failed");
+    (e.kind, e.message.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_names_its_rule_gets_a_receipt_and_never_reaches_the_tool_or_breaker() {
+    let s = setup(false);
+    // A denied call is no failure of the tool: after more denials than any breaker's
+    // threshold, calls still reach it.
+    let script = r#"
+        let denied = 0;
+        for i in 100..108 { try { get(#{id: i}); } catch (e) { denied += 1; } }
+        [denied, get(#{id: 4}).id]
+    "#;
+    let out = s.runtime.run(script).await;
+    assert_eq!(
+        out.result.clone().unwrap(),
+        json!([8, 4]),
+        "{:?}",
+        out.result
+    );
+    let seen = s.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [r#"get {"id":4}"#],
+        "the denied calls never reached the tool"
+    );
+    let denied: Vec<_> = out
+        .receipts
+        .iter()
+        .filter(|r| r.error_kind.as_deref() == Some("permission_denied"))
+        .collect();
+    assert_eq!(denied.len(), 8, "each denied call has its receipt");
+
+    let out = s.runtime.run("get(#{id: 3})").await;
+    let (kind, message) = error_message(&out);
+    assert_eq!(kind, ErrorKind::PermissionDenied);
+    assert!(message.contains("off limits"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_rules_deny_forbidden_and_unlisted_names_in_any_case() {
+    let s = setup(false);
+    for (script, rule) in [
+        (r#"cat(#{path: ".env"})"#, "forbidden"),
+        (r#"cat(#{path: "config/.ENV.local"})"#, "forbidden"),
+        (r#"cat(#{path: "../x"})"#, "root"),
+        (r#"cat(#{path: "/etc/passwd"})"#, "root"),
+        (r#"cat(#{path: "~/x"})"#, "root"),
+        (r#"save(#{path: "src/main.rs"})"#, "write.allow"),
+        (r#"save(#{path: "out/Cargo.LOCK"})"#, "write.deny"),
+        (r#"save(#{path: ["out/a", ".git/config"]})"#, "forbidden"),
+        (r#"save(#{path: 7})"#, "arguments"),
+    ] {
+        let out = s.runtime.run(script).await;
+        let (kind, message) = error_message(&out);
+        assert_eq!(kind, ErrorKind::PermissionDenied, "{script}: {message}");
+        assert!(message.contains(rule), "{script}: {message}");
+    }
+    assert!(s.seen.lock().unwrap().is_empty());
+    let out = s
+        .runtime
+        .run(r#"[cat(#{path: "README.md"}).path, save(#{path: "out/r.txt"}).path]"#)
+        .await;
+    assert_eq!(out.result.unwrap(), json!(["README.md", "out/r.txt"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_that_fails_to_evaluate_denies() {
+    let s = setup(false);
+    // `amount_cents` missing: `() > 50000` is an error, and an error denies.
+    let out = s.runtime.run("refund(#{id: 1})").await;
+    let (kind, message) = error_message(&out);
+    assert_eq!(kind, ErrorKind::PermissionDenied, "{message}");
+    assert!(message.contains("condition"), "{message}");
+    assert!(s.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_without_a_store_and_inside_a_composite_is_denied_closed() {
+    let s = setup(false);
+    let out = s.runtime.run("refund(#{amount_cents: 90000})").await;
+    let (kind, message) = error_message(&out);
+    assert_eq!(kind, ErrorKind::PermissionDenied, "{message}");
+    assert!(message.contains("cannot pause"), "{message}");
+    let s = setup(true);
+    let out = s.runtime.run("both(#{amount_cents: 90000})").await;
+    let (kind, message) = error_message(&out);
+    assert_eq!(kind, ErrorKind::PermissionDenied, "{message}");
+    assert!(message.contains("composite"), "{message}");
+    let seen = s.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only the composite's body ran: {seen:?}");
+    // Under the threshold the rule passes and the nested call is made.
+    let out = s
+        .runtime
+        .run("both(#{amount_cents: 100}).amount_cents")
+        .await;
+    assert_eq!(out.result.unwrap(), json!(100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_pauses_the_script_and_an_approval_makes_that_call_once() {
+    let s = setup(true);
+    let script = r#"
+        let small = refund(#{amount_cents: 100});
+        let big = refund(#{amount_cents: 90000});
+        [small.amount_cents, big.amount_cents]
+    "#;
+    let paused = s.runtime.run(script).await;
+    assert_eq!(paused.status(), RunStatus::Paused, "{:?}", paused.result);
+    let pending = paused.pending.clone().unwrap();
+    assert_eq!(pending.awaiting, Awaiting::Approval);
+    assert_eq!(pending.tool, "refund");
+    assert_eq!(pending.args, json!({"amount_cents": 90000}));
+    assert_eq!(
+        pending.reason.as_deref(),
+        Some("refunds over $500 need a person")
+    );
+    assert!(pending
+        .rule
+        .as_deref()
+        .unwrap()
+        .contains("refunds over $500"));
+    assert_eq!(
+        s.seen.lock().unwrap().len(),
+        1,
+        "only the small refund was made"
+    );
+    let json = paused.to_json();
+    assert_eq!(json["pending"]["reason"], "refunds over $500 need a person");
+
+    let done = s
+        .runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        done.result.clone().unwrap(),
+        json!([100, 90000]),
+        "{:?}",
+        done.result
+    );
+    let seen = s.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "each refund made once: {seen:?}");
+
+    // A rejection fails the call instead.
+    let paused = s.runtime.run(script).await;
+    let done = s
+        .runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Reject {
+                reason: Some("no".into()),
+            }),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(done.result.is_err());
+}
+
+/// The scout evaluates the guard as the executor would and never starts a denied call: the
+/// tool's side effect (its log of calls) holds no call the guard refused, speculative or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scout_never_starts_a_denied_call() {
+    for mode in [Mode::Speculative, Mode::Sequential] {
+        let s = setup(false);
+        let script = r#"
+            let out = [];
+            for i in 0..10 {
+                try { out.push(get(#{id: i}).id); } catch (e) { out.push(-1); }
+            }
+            out
+        "#;
+        let out = s
+            .runtime
+            .run_with(script, RunOptions::with_mode(mode))
+            .await;
+        assert_eq!(
+            out.result.unwrap(),
+            json!([0, 1, 2, -1, 4, 5, 6, 7, 8, 9]),
+            "{mode:?}"
+        );
+        let seen = s.seen.lock().unwrap().clone();
+        assert!(
+            !seen.iter().any(|c| c == r#"get {"id":3}"#),
+            "{mode:?}: the denied read was started: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn a_manifest_guard_merges_and_decides() {
+    let dir = TempDir::new().unwrap();
+    let manifest = |text: &str, name: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let a = manifest(
+        r#"
+[guard]
+root = "."
+write = { allow = ["out/**"] }
+
+[[guard.rule]]
+tools = ["pay*"]
+when = "args.cents > 100"
+decision = "deny"
+reason = "big payments are off"
+
+[[tool]]
+name = "pay"
+effect = "write"
+script = "args"
+"#,
+        "a.toml",
+    );
+    let b = manifest(
+        r#"
+[guard]
+forbidden = ["**/private/**"]
+"#,
+        "b.toml",
+    );
+    let mut m = Manifests::new();
+    m.load_file(&a).unwrap();
+    m.load_file(&b).unwrap();
+    let registry = m.into_registry().unwrap();
+    assert!(registry.guard().is_active());
+    assert!(registry.guard().hides("x/private/y"));
+    assert!(registry.guard().hides(".env"), "the default list stays");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Runtime::builder(registry).build();
+    let out = rt.block_on(runtime.run("pay(#{cents: 500})"));
+    let e = out.result.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(e.message.contains("big payments are off"), "{}", e.message);
+    let out = rt.block_on(runtime.run("pay(#{cents: 5}).cents"));
+    assert_eq!(out.result.unwrap(), json!(5));
+
+    for (bad, says) in [
+        ("[guard]\ndefault = \"maybe\"\n", "maybe"),
+        (
+            "[guard]\n[[guard.rule]]\ntools = []\ndecision = \"deny\"\n",
+            "names no tools",
+        ),
+        (
+            "[guard]\n[[guard.rule]]\ntools = [\"x\"]\nwhen = \"args.(\"\ndecision = \"deny\"\n",
+            "does not compile",
+        ),
+        ("[guard]\nread = { allow = [\"[\"] }\n", "not valid"),
+        ("[guard]\nroot = \"no/such/folder\"\n", "cannot be opened"),
+        ("[guard]\nsurprise = 1\n", "surprise"),
+    ] {
+        let path = manifest(bad, "bad.toml");
+        let mut m = Manifests::new();
+        let err = m
+            .load_file(&path)
+            .and_then(|()| m.into_registry().map(|_| ()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+}
