@@ -284,6 +284,9 @@ pub struct RunOutcome {
 pub enum Decision {
     /// Make the call that waits for approval.
     Approve,
+    /// Make the call the guard asked about, and every later call in this run that the same
+    /// rule asks about (never a blanket allow: other rules still ask).
+    ApproveRule,
     /// Do not make it: the call throws a catchable `rejected` error at its call site.
     Reject {
         /// Why, for the script (and the model) to read.
@@ -296,10 +299,19 @@ pub enum Decision {
     Retry,
 }
 
-/// What a decision on a call of `tool` journals.
-fn verdict(decision: &Decision, tool: &str) -> Verdict {
-    match decision {
+/// What a decision on the pending call journals; an error when the decision does not fit it.
+fn verdict(decision: &Decision, pending: &PendingCall) -> Result<Verdict, String> {
+    let tool = pending.tool.as_str();
+    Ok(match decision {
         Decision::Approve => Verdict::Approve,
+        Decision::ApproveRule => match &pending.rule {
+            Some(rule) => Verdict::ApproveRule(rule.clone()),
+            None => {
+                return Err(format!(
+                    "`{tool}` waits for its tool's own approval, not for a rule of the guard: approve it (--approve) or reject it"
+                ))
+            }
+        },
         Decision::Reject { reason } => {
             let reason = reason.as_deref().unwrap_or("no reason given");
             Verdict::Reject(
@@ -312,7 +324,7 @@ fn verdict(decision: &Decision, tool: &str) -> Verdict {
         }
         Decision::Done => Verdict::Done,
         Decision::Retry => Verdict::Retry,
-    }
+    })
 }
 
 /// What a paused run waits for, as a resume's refusal says it.
@@ -628,7 +640,7 @@ impl Runtime {
             .as_ref()
             .filter(|_| record.status == RunStatus::Paused);
         let take = match (&decision, seen) {
-            (Some(d), Some(p)) => Some(TakeDecision::new(p.seq, verdict(d, &p.tool))),
+            (Some(d), Some(p)) => Some(TakeDecision::new(p.seq, verdict(d, p).map_err(refuse)?)),
             (Some(_), None) => {
                 let busy = record
                     .owner_pid
@@ -1004,6 +1016,7 @@ impl Run {
         e.recoverable = true;
         e.suggested_next_action = Some(match (&self.journal, pending.awaiting) {
             (None, _) => "this run has no store, so it cannot be resumed: run it with a store to pause and resume it".into(),
+            (Some(_), Awaiting::Approval) if pending.rule.is_some() => format!("toolscript resume {run_id} --approve (this call), --approve-rule (this call and every later one this rule asks about in the run), or --reject --reason TEXT"),
             (Some(_), Awaiting::Approval) => format!("toolscript resume {run_id} --approve (or --reject --reason TEXT)"),
             (Some(_), Awaiting::Resolve) if pending.uncertain == Some(true) => format!(
                 "`{}` may still be running (see `why`): wait until the processes named there have ended (or end them), then check whether it took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",

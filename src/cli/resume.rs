@@ -15,8 +15,12 @@ pub(crate) struct Resume {
     /// The run's id (`run --json` prints it; `runs` lists them).
     run_id: String,
     /// Approve the call the run waits at: it is made, and the run goes on.
-    #[arg(long, conflicts_with_all = ["reject", "resolve"])]
+    #[arg(long, conflicts_with_all = ["reject", "resolve", "approve_rule"])]
     approve: bool,
+    /// Approve the call the guard asked about, and every later call in this run that the
+    /// same rule asks about (other rules still ask).
+    #[arg(long, conflicts_with_all = ["reject", "resolve"])]
+    approve_rule: bool,
     /// Reject the call the run waits at: it throws a catchable `rejected` error.
     #[arg(long, conflicts_with = "resolve")]
     reject: bool,
@@ -52,6 +56,7 @@ enum ResolveArg {
 impl Resume {
     pub(crate) async fn apply(self) -> Result<ExitCode, String> {
         let decision = match (self.approve, self.reject, self.resolve) {
+            _ if self.approve_rule => Some(Decision::ApproveRule),
             (true, _, _) => Some(Decision::Approve),
             (_, true, _) => Some(Decision::Reject {
                 reason: self.reason,

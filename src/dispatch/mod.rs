@@ -371,6 +371,9 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
                         "run with a store (--store) so that the run can pause for a person",
                     ));
                 };
+                if journal.rule_approved(&rule) {
+                    return Ok(());
+                }
                 let Some(seq) = call.seq.filter(|_| spec.effect != Effect::Read) else {
                     return Err(denied(
                         &rule,

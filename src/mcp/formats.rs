@@ -52,6 +52,8 @@ pub(super) struct ResumeRunArgs {
 #[serde(rename_all = "lowercase")]
 pub(super) enum DecisionArg {
     Approve,
+    #[serde(rename = "approve_rule")]
+    ApproveRule,
     Reject,
     Done,
     Retry,

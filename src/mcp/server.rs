@@ -455,6 +455,7 @@ impl Server {
         };
         let decision = args.decision.map(|decision| match decision {
             DecisionArg::Approve => Decision::Approve,
+            DecisionArg::ApproveRule => Decision::ApproveRule,
             DecisionArg::Reject => Decision::Reject {
                 reason: args.reason,
             },

@@ -106,6 +106,9 @@ pub struct JournaledWrite {
     /// resume checks to tell whether a call whose outcome was lost may still be running.
     /// `None` before its intent, and in a journal written before it was kept.
     pub processes: Option<ProcessSnapshot>,
+    /// The guard's rule a person approved with this call (`--approve-rule`): every later call
+    /// that rule asks about in the run is approved too.
+    pub approved_rule: Option<String>,
 }
 
 impl JournaledWrite {
@@ -124,6 +127,7 @@ impl JournaledWrite {
             state,
             outcome,
             processes: None,
+            approved_rule: None,
         }
     }
 }
@@ -216,6 +220,14 @@ impl Journal {
             .is_some_and(|w| w.state.approved)
     }
 
+    /// Whether a person approved the guard's `rule` for the rest of the run.
+    pub(crate) fn rule_approved(&self, rule: &str) -> bool {
+        lock(&self.state)
+            .writes
+            .values()
+            .any(|w| w.approved_rule.as_deref() == Some(rule))
+    }
+
     /// The journal's entry for the non-read call `seq`.
     pub(crate) fn write(&self, seq: u64) -> Option<JournaledWrite> {
         lock(&self.state).writes.get(&seq).cloned()
@@ -274,6 +286,7 @@ impl Journal {
                 state: WriteState::default(),
                 outcome: None,
                 processes: None,
+                approved_rule: None,
             });
             change(&mut entry);
             state.writes.insert(seq, entry.clone());

@@ -330,6 +330,9 @@ impl TakeDecision {
 pub enum Verdict {
     /// Approved: the call is made when the run reaches it.
     Approve,
+    /// Approved with the guard's rule that asked about it: the call, and every later call the
+    /// rule asks about in the run.
+    ApproveRule(String),
     /// Rejected: the call's outcome is this error, and it is never made.
     Reject(crate::error::ToolError),
     /// Its lost outcome took effect: the outcome is a null result.
@@ -342,7 +345,7 @@ impl Verdict {
     /// What a run must wait for to take this verdict.
     pub fn answers(&self) -> Awaiting {
         match self {
-            Verdict::Approve | Verdict::Reject(_) => Awaiting::Approval,
+            Verdict::Approve | Verdict::ApproveRule(_) | Verdict::Reject(_) => Awaiting::Approval,
             Verdict::Done | Verdict::Retry => Awaiting::Resolve,
         }
     }
@@ -351,6 +354,10 @@ impl Verdict {
     pub fn apply(&self, entry: &mut JournaledWrite) {
         match self {
             Verdict::Approve => entry.state.approved = true,
+            Verdict::ApproveRule(rule) => {
+                entry.state.approved = true;
+                entry.approved_rule = Some(rule.clone());
+            }
             Verdict::Reject(error) => entry.outcome = Some(Err(error.clone())),
             Verdict::Done => entry.outcome = Some(Ok(Value::Null)),
             Verdict::Retry => {

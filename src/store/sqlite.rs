@@ -22,7 +22,7 @@ use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -82,6 +82,7 @@ CREATE TABLE IF NOT EXISTS writes (
     intent INTEGER NOT NULL DEFAULT 0,
     outcome TEXT,
     processes TEXT,
+    approved_rule TEXT,
     PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -239,6 +240,10 @@ impl SqliteStore {
                              ALTER TABLE artifacts ADD COLUMN page_index BLOB; \
                              ALTER TABLE writes ADD COLUMN processes TEXT;",
                         )?;
+                    }
+                    // Version 5 keeps the guard's rule a person approved with a call.
+                    if (1..5).contains(&now) {
+                        tx.execute_batch("ALTER TABLE writes ADD COLUMN approved_rule TEXT;")?;
                     }
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
@@ -836,11 +841,12 @@ fn upsert_write(
     write: &JournaledWrite,
 ) -> rusqlite::Result<usize> {
     conn.prepare_cached(
-        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome, processes) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+        "INSERT INTO writes (run_id, seq, tool, args, approved, retry, intent, outcome, processes, approved_rule) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
          ON CONFLICT (run_id, seq) DO UPDATE SET tool = excluded.tool, args = excluded.args, \
          approved = excluded.approved, retry = excluded.retry, intent = excluded.intent, \
-         outcome = excluded.outcome, processes = excluded.processes WHERE writes.outcome IS NULL",
+         outcome = excluded.outcome, processes = excluded.processes, \
+         approved_rule = excluded.approved_rule WHERE writes.outcome IS NULL",
     )?
     .execute(params![
         run_id,
@@ -855,11 +861,12 @@ fn upsert_write(
             .processes
             .as_ref()
             .and_then(|p| serde_json::to_string(p).ok()),
+        write.approved_rule,
     ])
 }
 
 const SELECT_WRITE: &str =
-    "SELECT seq, tool, args, approved, retry, intent, outcome, processes, run_id FROM writes WHERE run_id = ?1";
+    "SELECT seq, tool, args, approved, retry, intent, outcome, processes, run_id, approved_rule FROM writes WHERE run_id = ?1";
 
 /// A row of `writes`, as [`SELECT_WRITE`] reads it.
 fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
@@ -874,6 +881,7 @@ fn read_write(row: &rusqlite::Row<'_>) -> rusqlite::Result<JournaledWrite> {
             intent: row.get(5)?,
         },
         outcome: outcome.map(|text| decode_outcome(&text)),
+        approved_rule: row.get(9)?,
         // One that does not parse is an error naming the run and the field, never a default.
         processes: match row.get::<_, Option<String>>(7)? {
             None => None,

@@ -32,11 +32,7 @@ pub(crate) fn fingerprint(registry: &Registry) -> CatalogPrint {
             server,
             origin: spec.origin.clone(),
             guard: registry.guard().is_active().then(|| {
-                crate::json::sha256_hex(format!(
-                    "{}\n{:?}",
-                    registry.guard().summary(),
-                    spec.guard
-                ))
+                crate::json::sha256_hex(format!("{}\n{:?}", registry.guard().summary(), spec.guard))
             }),
         };
         (spec.name.clone(), print)

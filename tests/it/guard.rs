@@ -370,3 +370,68 @@ forbidden = ["**/private/**"]
         assert!(err.contains(says), "{bad:?}: {err}");
     }
 }
+
+/// `--approve-rule` approves the call and every later call of the same rule in the run; a
+/// call another rule asks about still pauses; a tool's own approval cannot be answered with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_rule_passes_later_calls_of_that_rule_only() {
+    let dir = TempDir::new().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let guard = Guard::builder(dir.path())
+        .rule(
+            Rule::new(["refund"], Ruling::Ask, "refunds need a person")
+                .unwrap()
+                .named("refunds"),
+        )
+        .rule(
+            Rule::new(["save"], Ruling::Ask, "saves need a person")
+                .unwrap()
+                .named("saves"),
+        )
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .tools(tools(&seen))
+        .guard(guard)
+        .build()
+        .unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+    let runtime = Runtime::builder(registry).store(Arc::new(store)).build();
+    let script = r#"
+        let a = refund(#{n: 1});
+        let b = refund(#{n: 2});
+        let c = refund(#{n: 3});
+        let d = save(#{path: "out/x"});
+        [a.n, b.n, c.n, d.path]
+    "#;
+    let paused = runtime.run(script).await;
+    let pending = paused.pending.clone().unwrap();
+    assert_eq!((pending.seq, pending.rule.as_deref()), (0, Some("refunds")));
+    let e = paused.result.as_ref().unwrap_err();
+    assert!(
+        e.suggested_next_action
+            .as_deref()
+            .unwrap()
+            .contains("--approve-rule"),
+        "{e:?}"
+    );
+    let next = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::ApproveRule),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    // Both later refunds passed; the save's own rule asks.
+    let pending = next.pending.clone().expect("paused at the save");
+    assert_eq!((pending.seq, pending.tool.as_str()), (3, "save"));
+    assert_eq!(pending.rule.as_deref(), Some("saves"));
+    assert_eq!(seen.lock().unwrap().len(), 3, "three refunds, each once");
+    let done = runtime
+        .resume(&next.run_id, Some(Decision::Approve), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.result.unwrap(), json!([1, 2, 3, "out/x"]));
+    assert_eq!(seen.lock().unwrap().len(), 4);
+}
