@@ -536,6 +536,39 @@ fn random_scripts_give_the_same_result() {
     );
 }
 
+/// The random catalog under a guard that denies some reads (and a composite's nested read),
+/// and asks about some writes (denied: a run with no store cannot pause), by their arguments.
+fn guarded_catalog() -> Runtime {
+    use toolscript::guard::{Guard, Rule, Ruling};
+    let rule = |tools: &[&str], when: &str, ruling: Ruling| {
+        Rule::new(tools, ruling, format!("{tools:?} when {when}"))
+            .unwrap()
+            .when(when)
+            .unwrap()
+    };
+    let guard = Guard::builder(std::env::temp_dir())
+        .rule(rule(&["get"], "args.id % 5 == 4", Ruling::Deny))
+        .rule(rule(&["list"], "args.n == 3", Ruling::Deny))
+        .rule(rule(&["put*"], "args.k > 10", Ruling::Ask))
+        .rule(rule(&["find"], "args.name.len() > 2", Ruling::Deny))
+        .build()
+        .unwrap();
+    Runtime::new(
+        Registry::builder()
+            .tools(random_tools())
+            .guard(guard)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Under a guard the scout evaluates the rules as the executor does: what it refuses, and
+/// what it leaves to the executor, changes nothing.
+#[test]
+fn random_scripts_under_a_guard_give_the_same_result() {
+    same_in_both_modes(script_strategy(), &guarded_catalog);
+}
+
 /// Random scripts whose script functions and closures branch, return early, loop, recurse,
 /// write and read: the scout runs their bodies rewritten, and speculation still changes nothing.
 #[test]
