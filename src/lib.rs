@@ -78,6 +78,8 @@ mod dispatch;
 mod effect;
 mod engine;
 mod error;
+#[cfg(feature = "files")]
+pub mod files;
 pub mod guard;
 mod json;
 mod ledger;

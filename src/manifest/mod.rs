@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod files;
 mod latency;
 mod script_tool;
 
@@ -51,6 +52,8 @@ struct ManifestFile {
     limits: std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     /// How the store of runs is kept.
     store: Option<Spanned<StoreEntry>>,
+    /// The built-in file tools (`manifest::files`).
+    files: Option<Spanned<files::FilesEntry>>,
 }
 
 /// A `[store]` table.
@@ -264,6 +267,18 @@ impl Manifests {
                     line: line_of(text, span.start),
                 },
             ));
+        }
+        if let Some(entry) = &parsed.files {
+            let span = entry.span();
+            let tools = files::tools(entry.get_ref(), file, |m| error(Some(span.clone()), m))?;
+            for tool in tools {
+                self.declared.push(Declared {
+                    tool: tool.spec().name.clone(),
+                    file: file.to_path_buf(),
+                    line: line_of(text, span.start),
+                });
+                self.tools.push(tool);
+            }
         }
         for entry in parsed.tool {
             let span = entry.span();
