@@ -187,15 +187,34 @@ impl Jail {
     ///
     /// As [`parse`]; `permission_denied` for a hidden path.
     pub(crate) fn check(&self, path: &str) -> Result<Rel, ToolError> {
+        self.check_as(path, true)
+    }
+
+    /// As [`Jail::check`], for a call on the entry itself (a symlink is deleted or moved, not
+    /// what it points at): only its folder is resolved.
+    pub(crate) fn check_entry(&self, path: &str) -> Result<Rel, ToolError> {
+        self.check_as(path, false)
+    }
+
+    fn check_as(&self, path: &str, follow: bool) -> Result<Rel, ToolError> {
         let rel = parse(path)?;
         if self.is_hidden(rel.as_str()) {
             return Err(hidden_error(path));
         }
+        let (mut probe, mut rest) = match (follow, rel.parent()) {
+            (true, _) => (Some(rel.clone()), String::new()),
+            (false, parent) => (
+                Some(parent.unwrap_or_else(Rel::root)),
+                rel.as_str()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+        };
         // The resolved path, through the handle: it never leaves the root. A swap after this
         // check can only point at another file inside the root; the guard's own rules and this
         // check both see names, the jail alone sees handles.
-        let mut probe = Some(rel.clone());
-        let mut rest = String::new();
         while let Some(at) = probe {
             match self.dir.canonicalize(at.fs()) {
                 Ok(resolved) => {

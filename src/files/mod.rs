@@ -255,11 +255,15 @@ const SPECS: &[Spec] = &[
     Spec {
         name: "edit",
         effect: Effect::Write,
-        description: "Replaces the text `old` by `new` in a file under the root. `old` must occur exactly once (overlaps counted), else the call fails with kind `conflict` and changes nothing. Returns #{path, line, size}: the line where `old` began and the file's new size.",
+        description: "Replaces the text `old_text` by `new_text` in a file under the root. `old_text` must occur exactly once (overlaps counted), else the call fails with kind `conflict` and changes nothing. Returns #{path, line, size}: the line where `old_text` began and the file's new size.",
         args: &[
             PATH,
-            ("old", "string: the exact text to replace, whitespace included", true),
-            ("new", "string: the text to put in its place", true),
+            (
+                "old_text",
+                "string: the exact text to replace, whitespace included",
+                true,
+            ),
+            ("new_text", "string: the text to put in its place", true),
         ],
         paths: &[("path", Access::Write)],
         op: ops::edit,

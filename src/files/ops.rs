@@ -139,9 +139,15 @@ pub(crate) fn read(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
 /// Creates the folders above `rel`, through the handle.
 fn make_parents(jail: &Jail, rel: &Rel, path: &str) -> Result<(), ToolError> {
     if let Some(parent) = rel.parent() {
-        jail.dir
-            .create_dir_all(parent.fs())
-            .map_err(|e| io_error(path, &e))?;
+        jail.dir.create_dir_all(parent.fs()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                ToolError::invalid_input(format!(
+                    "`{path}`: a part of its folder is not a folder (a file, or a symlink that does not lead to a folder inside the root)"
+                ))
+            } else {
+                io_error(path, &e)
+            }
+        })?;
     }
     Ok(())
 }
@@ -210,11 +216,11 @@ fn occurrences(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
 /// `fs_edit`.
 pub(crate) fn edit(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
     let path = string_arg(args, "path")?;
-    let old = string_arg(args, "old")?;
-    let new = string_arg(args, "new")?;
+    let old = string_arg(args, "old_text")?;
+    let new = string_arg(args, "new_text")?;
     if old.is_empty() {
         return Err(ToolError::invalid_input(
-            "`old` is empty: give the exact text to replace",
+            "`old_text` is empty: give the exact text to replace",
         ));
     }
     let rel = jail.check(path)?;
@@ -244,7 +250,7 @@ pub(crate) fn edit(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
         [] => {
             return Err(ToolError::new(
                 ErrorKind::Conflict,
-                format!("`old` does not occur in `{path}`: nothing was changed"),
+                format!("`old_text` does not occur in `{path}`: nothing was changed"),
             )
             .with_next_action(
                 "read the file (fs_read) and copy the exact text, whitespace included",
@@ -253,10 +259,10 @@ pub(crate) fn edit(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
         _ => {
             return Err(ToolError::new(
                 ErrorKind::Conflict,
-                format!("`old` occurs more than once in `{path}`: nothing was changed"),
+                format!("`old_text` occurs more than once in `{path}`: nothing was changed"),
             )
             .with_next_action(
-                "give more of the surrounding text in `old`, so that it occurs once",
+                "give more of the surrounding text in `old_text`, so that it occurs once",
             ))
         }
     };
@@ -568,7 +574,7 @@ impl Search<'_> {
 /// `fs_delete`.
 pub(crate) fn delete(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
     let path = string_arg(args, "path")?;
-    let rel = jail.check(path)?;
+    let rel = jail.check_entry(path)?;
     not_root(&rel, path)?;
     // The entry itself, not what a symlink points at: a link is removed, never its target.
     let meta = match jail.dir.symlink_metadata(rel.fs()) {
@@ -596,8 +602,8 @@ pub(crate) fn delete(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
 pub(crate) fn rename(jail: &Jail, args: &Value) -> Result<Value, ToolError> {
     let source = string_arg(args, "source")?;
     let destination = string_arg(args, "destination")?;
-    let from = jail.check(source)?;
-    let to = jail.check(destination)?;
+    let from = jail.check_entry(source)?;
+    let to = jail.check_entry(destination)?;
     not_root(&from, source)?;
     not_root(&to, destination)?;
     if to.as_str().starts_with(&format!("{}/", from.as_str())) {

@@ -120,26 +120,26 @@ fn write_append_edit_delete_and_move() {
     let f = dir.path().join("new/deep/f.txt");
     assert_eq!(fs::read_to_string(&f).unwrap(), "hi hi ho");
 
-    // `old` twice, or not at all: a conflict, and the file unchanged.
+    // `old_text` twice, or not at all: a conflict, and the file unchanged.
     let twice = ops::edit(
         &j,
-        &json!({"path": "new/deep/f.txt", "old": "hi", "new": "x"}),
+        &json!({"path": "new/deep/f.txt", "old_text": "hi", "new_text": "x"}),
     );
     assert_eq!(kind(twice), ErrorKind::Conflict);
     let none = ops::edit(
         &j,
-        &json!({"path": "new/deep/f.txt", "old": "zz", "new": "x"}),
+        &json!({"path": "new/deep/f.txt", "old_text": "zz", "new_text": "x"}),
     );
     assert_eq!(kind(none), ErrorKind::Conflict);
     assert_eq!(fs::read_to_string(&f).unwrap(), "hi hi ho");
     let empty = ops::edit(
         &j,
-        &json!({"path": "new/deep/f.txt", "old": "", "new": "x"}),
+        &json!({"path": "new/deep/f.txt", "old_text": "", "new_text": "x"}),
     );
     assert_eq!(kind(empty), ErrorKind::InvalidInput);
     let e = ops::edit(
         &j,
-        &json!({"path": "new/deep/f.txt", "old": "ho", "new": "hum!"}),
+        &json!({"path": "new/deep/f.txt", "old_text": "ho", "new_text": "hum!"}),
     )
     .unwrap();
     assert_eq!(
@@ -152,7 +152,7 @@ fn write_append_edit_delete_and_move() {
     assert_eq!(
         kind(ops::edit(
             &j,
-            &json!({"path": "aaa", "old": "aa", "new": "b"})
+            &json!({"path": "aaa", "old_text": "aa", "new_text": "b"})
         )),
         ErrorKind::Conflict
     );
@@ -160,7 +160,7 @@ fn write_append_edit_delete_and_move() {
     fs::write(dir.path().join("long"), "0123456789\nend").unwrap();
     ops::edit(
         &j,
-        &json!({"path": "long", "old": "0123456789", "new": "x"}),
+        &json!({"path": "long", "old_text": "0123456789", "new_text": "x"}),
     )
     .unwrap();
     assert_eq!(
