@@ -10,6 +10,8 @@ use crate::tool::Tool;
 /// A `[files]` table.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+// Without the `files` feature the table is parsed (its keys checked) and refused as a whole.
+#[cfg_attr(not(feature = "files"), allow(dead_code))]
 pub(super) struct FilesEntry {
     /// The folder the tools work in, relative to the manifest's folder (`.` by default).
     root: Option<String>,
