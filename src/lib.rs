@@ -36,6 +36,7 @@
 //! | `store` | the store of durable runs behind the [`Store`] trait (runs, their journals, artifacts); its SQLite backend |
 //! | `policy` | result policies: the run's output bounded in tokens (behind a counter), artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
+//! | `files` | the built-in file tools ([`files::Files`]) in a jail of directory handles |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
 //! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
 //! | `ledger` | the run ledger: epochs, reads de-duplicated per epoch, the scout's entries and their claims, the executor's write log |
@@ -59,6 +60,7 @@
 //! | `mcp` | tools from MCP servers, and the MCP server (`mcp::serve_stdio`) | `rmcp` |
 //! | `http` | the MCP server over Streamable HTTP (`mcp::serve_http`); implies `mcp` | `hyper`, `hyper-util`, `http-body-util` |
 //! | `manifest` | TOML manifests ([`Manifests`]), script tools, [`demo_catalog`] | `toml` |
+//! | `files` | the built-in file tools, [`files::Files`] (`docs/files.md`) | `cap-std`, `ignore`, `regex`, `globset` |
 //! | `cli` | the `toolscript` binary; implies all of the above | `clap`, `tracing-subscriber`, `indicatif`, `cap` |
 //!
 //! The default is `cli`. With no feature, scripts run over Rust tools with speculation,
@@ -78,6 +80,8 @@ mod dispatch;
 mod effect;
 mod engine;
 mod error;
+#[cfg(feature = "files")]
+pub mod files;
 pub mod guard;
 mod json;
 mod ledger;

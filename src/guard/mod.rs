@@ -15,6 +15,9 @@ use paths::{AccessRules, Globs, PathRules};
 pub use paths::DEFAULT_FORBIDDEN;
 pub use view::{Access, Argv, CommandLine, GuardView, PathArg};
 
+/// A predicate over a path relative to the root: whether listings leave it out.
+pub type Hider = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// What a policy says of a call. The first answer of a chain that is not [`Decision::Pass`]
 /// decides; when every policy passes, the guard's default does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -269,6 +272,12 @@ impl Guard {
         self.inner
             .as_ref()
             .is_some_and(|i| i.forbidden.covering(relative).is_some())
+    }
+
+    /// [`Guard::hides`] as a shared predicate: what the file tools' listings leave out.
+    pub fn hider(&self) -> Hider {
+        let guard = self.clone();
+        Arc::new(move |path: &str| guard.hides(path))
     }
 
     /// What the guard was built from, in a stable text: part of the catalog a paused run

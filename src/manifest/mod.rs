@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod files;
 mod guard;
 mod latency;
 mod script_tool;
@@ -54,6 +55,8 @@ struct ManifestFile {
     store: Option<Spanned<StoreEntry>>,
     /// What every call may touch.
     guard: Option<Spanned<guard::GuardEntry>>,
+    /// The built-in file tools (`manifest::files`).
+    files: Option<Spanned<files::FilesEntry>>,
 }
 
 /// A `[store]` table.
@@ -131,6 +134,11 @@ pub struct Manifests {
     keep_days: Option<u32>,
     /// The `[guard]` tables loaded so far, merged in order.
     guard: Option<guard::GuardConfig>,
+    /// The guard the registry was built with: what the file tools' listings leave out.
+    built_guard: Arc<std::sync::OnceLock<crate::guard::Guard>>,
+    /// The root of each `[files]` table: a guard's root must be theirs, so that its rules
+    /// read the names the tools open.
+    files_roots: Vec<(PathBuf, Declared)>,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -158,6 +166,8 @@ impl Manifests {
             limits: Limits::default(),
             keep_days: None,
             guard: None,
+            built_guard: Arc::default(),
+            files_roots: Vec::new(),
         }
     }
 
@@ -284,6 +294,33 @@ impl Manifests {
                 },
             ));
         }
+        if let Some(entry) = &parsed.files {
+            let span = entry.span();
+            // What the tools' listings leave out: the guard's forbidden names, once the
+            // registry is built with the guard of every manifest loaded by then.
+            let guard = Arc::clone(&self.built_guard);
+            let hidden: crate::guard::Hider =
+                Arc::new(move |path: &str| guard.get().is_some_and(|g| g.hides(path)));
+            let tools = files::tools(entry.get_ref(), file, hidden, |m| {
+                error(Some(span.clone()), m)
+            })?;
+            self.files_roots.push((
+                files::root_of(entry.get_ref(), file),
+                Declared {
+                    tool: String::new(),
+                    file: file.to_path_buf(),
+                    line: line_of(text, span.start),
+                },
+            ));
+            for tool in tools {
+                self.declared.push(Declared {
+                    tool: tool.spec().name.clone(),
+                    file: file.to_path_buf(),
+                    line: line_of(text, span.start),
+                });
+                self.tools.push(tool);
+            }
+        }
         for entry in parsed.tool {
             let span = entry.span();
             let entry = entry.into_inner();
@@ -401,6 +438,23 @@ impl Manifests {
             })?,
             None => crate::guard::Guard::default(),
         };
+        if let Some(root) = guard.root() {
+            for (files, origin) in &self.files_roots {
+                if files.canonicalize().ok().as_deref() != Some(root) {
+                    return Err(Error::Manifest {
+                        file: origin.file.clone(),
+                        line: Some(origin.line),
+                        message: format!(
+                            "`[files]` `root` ({}) is not the guard's root ({}): the guard's rules name files relative to its root, so the file tools must work in it",
+                            files.display(),
+                            root.display()
+                        ),
+                        source: None,
+                    });
+                }
+            }
+        }
+        let guard = self.built_guard.get_or_init(|| guard).clone();
         Registry::builder()
             .tools(self.tools)
             .guard(guard)

@@ -223,6 +223,10 @@ pub struct RegistryBuilder {
     /// How many of `tools`, at the end, are the runtime's own (their names start with `ts_`).
     own: usize,
     guard: Guard,
+    /// The first error met while adding tools (a tool set whose resource could not be
+    /// opened), given back by [`RegistryBuilder::build`].
+    #[cfg_attr(not(feature = "files"), allow(dead_code))]
+    failed: Option<Error>,
 }
 
 impl RegistryBuilder {
@@ -245,14 +249,26 @@ impl RegistryBuilder {
         self
     }
 
+    /// Remembers an error met while adding tools: [`RegistryBuilder::build`] returns the first.
+    #[cfg_attr(not(feature = "files"), allow(dead_code))]
+    pub(crate) fn fail(mut self, error: Error) -> Self {
+        self.failed.get_or_insert(error);
+        self
+    }
+
     /// Validates every tool and compiles its schemas.
     ///
     /// # Errors
     ///
     /// [`Error::Registry`] naming the first tool that breaks a rule, and the rule: a malformed or
     /// reserved name, a duplicate name or alias, `retries` on a write or external tool, a zero
-    /// timeout, or a schema that does not compile (remote references are never fetched).
+    /// timeout, or a schema that does not compile (remote references are never fetched). An
+    /// error met while adding tools comes first ([`Error::Io`] for a file tools' root that
+    /// cannot be opened).
     pub fn build(self) -> Result<Registry, Error> {
+        if let Some(error) = self.failed {
+            return Err(error);
+        }
         let mut tools: Vec<RegisteredTool> = Vec::with_capacity(self.tools.len());
         let mut index: HashMap<String, usize> = HashMap::new();
         let first_own = self.tools.len() - self.own.min(self.tools.len());

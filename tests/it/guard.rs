@@ -435,3 +435,73 @@ async fn approve_rule_passes_later_calls_of_that_rule_only() {
     assert_eq!(done.result.unwrap(), json!([1, 2, 3, "out/x"]));
     assert_eq!(seen.lock().unwrap().len(), 4);
 }
+
+/// The file tools of a manifest with a `[guard]`: listings leave out what the guard forbids,
+/// a read of it is denied by the guard before the tool, writes go only where `write` allows.
+#[test]
+fn file_tools_under_a_manifest_guard() {
+    let dir = TempDir::new().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("private")).unwrap();
+    std::fs::write(root.join("src/a.rs"), "fn a() {}\n").unwrap();
+    std::fs::write(root.join(".env"), "TOKEN=1\n").unwrap();
+    std::fs::write(root.join("private/k.txt"), "k\n").unwrap();
+    std::fs::write(
+        root.join("tools.toml"),
+        "[guard]\nforbidden = [\"private/**\"]\nwrite = { allow = [\"out/**\"] }\n\n[files]\n",
+    )
+    .unwrap();
+    let mut m = Manifests::new();
+    m.load_file(&root.join("tools.toml")).unwrap();
+    let registry = m.into_registry().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Runtime::new(registry);
+    let out = rt.block_on(runtime.run(r#"fs_glob(#{pattern: "**"}).paths"#));
+    let paths = out.result.unwrap();
+    assert!(
+        paths.as_array().unwrap().contains(&json!("src/a.rs")),
+        "{paths}"
+    );
+    for hidden in [".env", "private/k.txt"] {
+        assert!(
+            !paths.as_array().unwrap().contains(&json!(hidden)),
+            "{paths}"
+        );
+    }
+    for (script, rule) in [
+        (r#"fs_read(#{path: ".env"})"#, "forbidden"),
+        (r#"fs_read(#{path: "private/k.txt"})"#, "forbidden"),
+        (
+            r#"fs_write(#{path: "src/b.rs", content: "x"})"#,
+            "write.allow",
+        ),
+    ] {
+        let e = rt.block_on(runtime.run(script)).result.unwrap_err();
+        assert_eq!(
+            e.kind,
+            ErrorKind::PermissionDenied,
+            "{script}: {}",
+            e.message
+        );
+        assert!(e.message.contains(rule), "{script}: {}", e.message);
+    }
+    let out = rt.block_on(runtime.run(r#"fs_write(#{path: "out/r.txt", content: "ok"}).created"#));
+    assert_eq!(out.result.unwrap(), json!(true));
+    assert_eq!(
+        std::fs::read_to_string(root.join("out/r.txt")).unwrap(),
+        "ok"
+    );
+    assert!(!root.join("src/b.rs").exists());
+
+    // File tools in another folder than the guard's root would be checked by the wrong names.
+    std::fs::write(
+        root.join("other.toml"),
+        "[guard]\n\n[files]\nroot = \"src\"\n",
+    )
+    .unwrap();
+    let mut m = Manifests::new();
+    m.load_file(&root.join("other.toml")).unwrap();
+    let err = m.into_registry().unwrap_err().to_string();
+    assert!(err.contains("not the guard's root"), "{err}");
+}

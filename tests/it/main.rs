@@ -26,6 +26,7 @@ mod equivalence;
 mod errors;
 #[cfg(feature = "cli")]
 mod extreme_limits;
+mod files;
 mod fuzz;
 mod guard;
 mod hardening;
