@@ -505,3 +505,46 @@ fn file_tools_under_a_manifest_guard() {
     let err = m.into_registry().unwrap_err().to_string();
     assert!(err.contains("not the guard's root"), "{err}");
 }
+
+/// The worked example of docs/guard.md, on a repository of 240 files: both modes give the same
+/// value, the report is written under `out/`, and the forbidden file is neither listed nor read.
+#[test]
+fn the_worked_example_runs_the_same_in_both_modes() {
+    let dir = TempDir::new().unwrap();
+    let root = dir.path();
+    let example = root.join("examples/guard");
+    std::fs::create_dir_all(&example).unwrap();
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/guard");
+    for name in ["tools.toml", "report.rhai"] {
+        std::fs::copy(here.join(name), example.join(name)).unwrap();
+    }
+    for i in 0..240 {
+        let folder = root.join(format!("src/m{}", i % 12));
+        std::fs::create_dir_all(&folder).unwrap();
+        let todo = if i % 40 == 0 { "// TODO: more\n" } else { "" };
+        std::fs::write(
+            folder.join(format!("f{i}.rs")),
+            format!("{todo}fn f{i}() {{}}\n").repeat(1 + i % 5),
+        )
+        .unwrap();
+    }
+    std::fs::write(root.join(".env.rs"), "// TODO: never read\n").unwrap();
+    let script = std::fs::read_to_string(example.join("report.rhai")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut values = Vec::new();
+    for mode in [Mode::Speculative, Mode::Sequential] {
+        let mut m = Manifests::new();
+        m.load_file(&example.join("tools.toml")).unwrap();
+        let runtime = Runtime::new(m.into_registry().unwrap());
+        let out = rt.block_on(runtime.run_with(&script, RunOptions::with_mode(mode)));
+        values.push(out.result.clone().unwrap());
+        std::fs::remove_dir_all(root.join("out")).unwrap();
+    }
+    assert_eq!(values[0], values[1]);
+    assert_eq!(
+        values[0]["files"],
+        json!(241),
+        "240 sources and the manifest, not .env.rs"
+    );
+    assert_eq!(values[0]["todo"], json!(6), "{}", values[0]);
+}
