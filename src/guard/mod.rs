@@ -1,8 +1,10 @@
 //! The guard: what every call may touch. A call passes a chain of policies in the dispatch
 //! path, right after its tool is resolved (see `docs/guard.md`).
 
+mod commands;
 mod view;
 
+pub use commands::CommandRules;
 pub use view::{Access, Argv, CommandLine, GuardView, PathArg};
 
 /// What a policy says of a call. The first answer of a chain that is not [`Decision::Pass`]
