@@ -74,6 +74,8 @@
 
 pub mod bench;
 mod children;
+#[cfg(feature = "commands")]
+pub mod commands;
 mod dispatch;
 mod effect;
 mod engine;
