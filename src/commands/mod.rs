@@ -538,6 +538,77 @@ mod tests {
         ));
     }
 
+    /// Whether the process `pid` is gone (or a zombie, which runs nothing).
+    #[cfg(target_os = "linux")]
+    fn gone(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s == "Z"))
+                .unwrap_or(true),
+        }
+    }
+
+    /// The dispatch path's timeout, or a cancelled run, drops the call's future: the group
+    /// dies with it, though the command's own timeout is far off.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_call_kills_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let runner = Runner {
+            name: "slow".into(),
+            root: std::fs::canonicalize(dir.path()).unwrap(),
+            line: CommandLine::Template {
+                argv: [
+                    "sh",
+                    "-c",
+                    "sleep 60 & echo $! > pids; echo $$ >> pids; wait",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+                cwd: None,
+            },
+            env_pass: vec!["PATH".into()],
+            env: BTreeMap::new(),
+            timeout: Duration::from_secs(600),
+            max_output_bytes: 10,
+            read: Vec::new(),
+        };
+        let pids = dir.path().join("pids");
+        let args = json!({});
+        // Boxed, so that dropping it drops the future itself (`tokio::pin!` would not).
+        let mut call = Box::pin(runner.run(&args));
+        // Polls the call until both pids are written, then drops it.
+        let written = async {
+            loop {
+                let text = std::fs::read_to_string(&pids).unwrap_or_default();
+                if text.lines().count() == 2 {
+                    return text;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let text = tokio::select! {
+            text = written => text,
+            ended = &mut call => panic!("the call ended: {ended:?}"),
+        };
+        drop(call);
+        let pids: Vec<u32> = text.lines().map(|l| l.trim().parse().unwrap()).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !pids.iter().all(|p| gone(*p)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a process of the group survived: {pids:?} {:?}",
+                pids.iter()
+                    .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     #[tokio::test]
     async fn output_is_cut_at_its_bound() {
         let (stream, cut) = capture(Some(&b"0123456789"[..]), 4).await;

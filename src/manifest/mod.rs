@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod command_tool;
 mod latency;
 mod script_tool;
 
@@ -85,7 +86,8 @@ struct ToolEntry {
     name: String,
     #[serde(default)]
     description: String,
-    effect: Effect,
+    /// Required of a script tool; a command tool's is `write` by default.
+    effect: Option<Effect>,
     #[serde(default)]
     latency_ms: u64,
     timeout_ms: Option<u64>,
@@ -96,13 +98,17 @@ struct ToolEntry {
     speculate: Option<bool>,
     input: Option<Value>,
     output: Option<Value>,
-    script: Spanned<String>,
+    /// A script tool's body; a command tool has none.
+    script: Option<Spanned<String>>,
     #[serde(default)]
     nested: Vec<String>,
     #[serde(default)]
     approval: Approval,
     #[serde(default)]
     result: crate::policy::ResultPolicy,
+    /// `kind = "command"` and the command tool's own fields (`command_tool.rs`).
+    #[serde(flatten)]
+    command: command_tool::CommandFields,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -268,11 +274,35 @@ impl Manifests {
         for entry in parsed.tool {
             let span = entry.span();
             let entry = entry.into_inner();
-            let script_span = entry.script.span();
+            if entry.command.kind.is_some() {
+                let tool = command_tool::build(entry, file)
+                    .map_err(|message| error(Some(span.clone()), message))?;
+                self.declared.push(Declared {
+                    tool: tool.spec().name.clone(),
+                    file: file.to_path_buf(),
+                    line: line_of(text, span.start),
+                });
+                self.tools.push(tool);
+                continue;
+            }
+            command_tool::refuse_fields(&entry)
+                .map_err(|message| error(Some(span.clone()), message))?;
+            let (Some(script), Some(_)) = (&entry.script, entry.effect) else {
+                let missing = if entry.script.is_none() {
+                    "script"
+                } else {
+                    "effect"
+                };
+                return Err(error(
+                    Some(span),
+                    format!("tool `{}`: missing field `{missing}`", entry.name),
+                ));
+            };
+            let script_span = script.span();
             let ast = self
                 .host
                 .engine
-                .compile(&*crate::rhai_ast::mark_escapes(entry.script.get_ref()))
+                .compile(&*crate::rhai_ast::mark_escapes(script.get_ref()))
                 .map_err(|e| {
                     let first = body_first_line(text, script_span.start);
                     Error::Manifest {
@@ -390,7 +420,7 @@ impl Manifests {
     }
 
     fn script_tool(&self, entry: ToolEntry, ast: AST) -> Tool {
-        let mut spec = ToolSpec::new(entry.name, entry.effect);
+        let mut spec = ToolSpec::new(entry.name, entry.effect.unwrap_or(Effect::Write));
         spec.description = entry.description;
         if let Some(input) = entry.input {
             spec.input_schema = input;
@@ -405,8 +435,9 @@ impl Manifests {
         spec.nested = entry.nested;
         spec.approval = entry.approval;
         spec.result = entry.result;
+        let script = entry.script.as_ref().map(|s| s.get_ref().as_str());
         spec.source = Some(BodySource::Script(crate::json::sha256_hex(
-            entry.script.get_ref(),
+            script.unwrap_or_default(),
         )));
         self.host
             .tool(spec, ast, Duration::from_millis(entry.latency_ms))

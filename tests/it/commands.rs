@@ -366,3 +366,26 @@ async fn landlock_confines_a_command_to_its_root_or_the_result_says_it_did_not()
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_s_command_tool_runs_beneath_the_manifest_s_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/a.txt"), "one\ntwo\n").unwrap();
+    let manifest = dir.path().join("tools.toml");
+    std::fs::write(
+        &manifest,
+        "[[tool]]\nkind = \"command\"\nname = \"count\"\nargv = [\"wc\", \"-l\", \"--\", \"{file}\"]\ncwd = \"sub\"\neffect = \"read\"\n",
+    )
+    .unwrap();
+    let mut manifests = toolscript::Manifests::new();
+    manifests.load_file(&manifest).unwrap();
+    let runtime = Runtime::new(manifests.into_registry().unwrap());
+    let out = runtime
+        .run(r#"count(#{file: "a.txt"})"#)
+        .await
+        .result
+        .unwrap();
+    assert_eq!(out["stdout"], "2 a.txt\n", "{out}");
+    assert_eq!(out["status"], 0);
+}
