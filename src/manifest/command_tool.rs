@@ -116,6 +116,7 @@ pub(super) fn build(entry: ToolEntry, file: &Path) -> Result<Tool, String> {
 }
 
 /// What a command tool's table sets besides its name, root and argv.
+#[cfg_attr(not(feature = "commands"), allow(dead_code))]
 struct Options {
     cwd: Option<String>,
     env_pass: Option<Vec<String>>,

@@ -389,3 +389,45 @@ async fn a_manifest_s_command_tool_runs_beneath_the_manifest_s_folder() {
     assert_eq!(out["stdout"], "2 a.txt\n", "{out}");
     assert_eq!(out["status"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_command_runs_a_given_argv_beneath_its_root_and_shows_it_to_the_guard() {
+    use toolscript::guard::Decision;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(root.path().join("sub")).unwrap();
+    let tool = toolscript::commands::run_command(root.path()).unwrap();
+    // The guard reads the call's argv from the tool's spec, as the dispatch path will.
+    let line = tool.spec().guard.command.clone().unwrap();
+    let rules = the_rules();
+    let path = std::env::var("PATH").ok();
+    let seen = |args: Value| {
+        let argv = line.argv(&args).unwrap();
+        rules.decide(&argv, root.path(), path.as_deref())
+    };
+    assert_eq!(seen(json!({"argv": ["echo", "hi"]})), Decision::Allow);
+    assert!(matches!(
+        seen(json!({"argv": ["/usr/bin/env", "rm", "-rf", "."], "cwd": "sub"})),
+        Decision::Deny { .. }
+    ));
+    let out = run(
+        vec![tool.clone()],
+        r#"run_command(#{argv: ["pwd"], cwd: "sub"})"#,
+    )
+    .await
+    .unwrap();
+    let real = std::fs::canonicalize(root.path().join("sub")).unwrap();
+    assert_eq!(out["stdout"], format!("{}\n", real.display()), "{out}");
+    for cwd in ["..", "/", "sub/../.."] {
+        let (kind, message) = run(
+            vec![tool.clone()],
+            &format!("run_command(#{{argv: [\"pwd\"], cwd: {}}})", json!(cwd)),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(kind, "permission_denied", "{cwd}: {message}");
+    }
+    let (kind, _) = run(vec![tool], r#"run_command(#{argv: ["no-such-program-x"]})"#)
+        .await
+        .unwrap_err();
+    assert_eq!(kind, "failed");
+}
