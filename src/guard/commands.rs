@@ -601,10 +601,10 @@ fn parse_options(args: &[Arg], spec: &Options) -> Parsed {
 /// The layers of a command: itself, then what each wrapper runs.
 fn unwrap(resolver: &Resolver<'_>, written: &str, args: Vec<Arg>, open: bool) -> Vec<Layer> {
     let mut layers = Vec::new();
-    let mut next = Some((written.to_string(), args, open));
+    let mut next = Some((written.to_string(), args, open, true));
     // Each step takes at least the program off the argv, so this ends; the bound is a guard
     // against a very long chain all the same.
-    while let Some((written, args, open)) = next.take() {
+    while let Some((written, args, open, resolvable)) = next.take() {
         if layers.len() > 64 {
             if let Some(last) = layers.last_mut() {
                 let last: &mut Layer = last;
@@ -612,7 +612,11 @@ fn unwrap(resolver: &Resolver<'_>, written: &str, args: Vec<Arg>, open: bool) ->
             }
             break;
         }
-        let program = resolver.program(&written);
+        let mut program = resolver.program(&written);
+        if !resolvable {
+            // Its name alone: `deny` and `ask` still see it, `allow` cannot vouch for it.
+            program.real = None;
+        }
         let mut layer = Layer {
             program,
             written,
@@ -633,7 +637,9 @@ fn unwrap(resolver: &Resolver<'_>, written: &str, args: Vec<Arg>, open: bool) ->
 
 /// What one layer runs: the next layer (a wrapper's command), and commands it runs besides
 /// (`find -exec`). Marks the layer a runner where what it runs cannot be read.
-type Inner = Option<(String, Vec<Arg>, bool)>;
+/// The next layer: its program as written, its arguments, whether more are added, and whether
+/// its program is found where the guard looks.
+type Inner = Option<(String, Vec<Arg>, bool, bool)>;
 
 fn step(layer: &mut Layer) -> (Inner, Vec<(String, Vec<Arg>)>) {
     let names: Vec<String> = layer.program.names.iter().map(|n| family(n)).collect();
@@ -679,12 +685,41 @@ fn step(layer: &mut Layer) -> (Inner, Vec<(String, Vec<Arg>)>) {
                 layer.runner = Some(why);
                 (None, Vec::new())
             }
+            Err(Refusal::RunnerOver(why, inner)) => {
+                layer.runner = Some(why);
+                (inner, Vec::new())
+            }
             Err(Refusal::Unreadable(why)) => {
                 layer.unreadable = Some(why);
                 (None, Vec::new())
             }
         },
     }
+}
+
+/// Whether setting the variable `name` makes a program load or run code of the caller's
+/// choosing (`LD_PRELOAD`, `BASH_ENV`, `GIT_SSH_COMMAND`, ...).
+fn loads_code(name: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "BASH_ENV",
+        "ENV",
+        "PYTHONSTARTUP",
+        "PYTHONPATH",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "PAGER",
+        "EDITOR",
+        "VISUAL",
+        "SHELL",
+        "PROMPT_COMMAND",
+        "IFS",
+    ];
+    NAMES.contains(&name)
+        || name.starts_with("LD_")
+        || name.starts_with("DYLD_")
+        || name.starts_with("GIT_")
 }
 
 /// The wrappers whose command is unwrapped.
@@ -700,6 +735,9 @@ enum Refusal {
     Runner(String),
     /// Where its command starts cannot be told.
     Unreadable(String),
+    /// It makes its command run other code (`env LD_PRELOAD=...`): a runner, whose command is
+    /// checked as a layer all the same.
+    RunnerOver(String, Inner),
 }
 
 /// The command a wrapper runs, or why it cannot be known.
@@ -964,13 +1002,27 @@ fn wrapper_command(wrapper: &str, args: &[Arg], open: bool) -> Result<Inner, Ref
         _ => {}
     }
     let mut at = at;
+    // Whether the next program is found where the guard looks for it: not when the wrapper
+    // changes `PATH`, the folder or the root first.
+    let mut resolvable = match wrapper {
+        "env" => !(has("C") || has("chdir") || has("i") || has("ignore-environment")),
+        "sudo" => !(has("D") || has("chdir")),
+        "chroot" => false,
+        _ => true,
+    };
+    let mut loads = None;
     if wrapper == "env" || wrapper == "sudo" {
         while let Some(Arg::Known(a)) = args.get(at) {
-            if a.contains('=') && !a.starts_with('=') {
-                at += 1;
-            } else {
+            let Some((name, _)) = a.split_once('=').filter(|(n, _)| !n.is_empty()) else {
                 break;
+            };
+            if loads_code(name) && loads.is_none() {
+                loads = Some(format!(
+                    "sets `{name}`, which makes the command load or run other code"
+                ));
             }
+            resolvable &= name != "PATH";
+            at += 1;
         }
     }
     // Positional arguments before the command (`timeout DURATION`, `chrt PRIORITY`).
@@ -979,19 +1031,43 @@ fn wrapper_command(wrapper: &str, args: &[Arg], open: bool) -> Result<Inner, Ref
         at += 1;
     }
     let xargs = wrapper == "xargs";
+    let inner = command_at(
+        args,
+        at,
+        open,
+        xargs,
+        has("I") || has("i") || has("replace"),
+        resolvable,
+    )?;
+    match loads {
+        // A runner whose command is known all the same: it is checked too.
+        Some(why) => Err(Refusal::RunnerOver(why, inner)),
+        None => Ok(inner),
+    }
+}
+
+/// The command a wrapper runs from `args[at]` on.
+fn command_at(
+    args: &[Arg],
+    at: usize,
+    open: bool,
+    xargs: bool,
+    replaces: bool,
+    resolvable: bool,
+) -> Result<Inner, Refusal> {
     match args.get(at) {
-        None if xargs => Ok(Some(("echo".into(), Vec::new(), true))),
+        None if xargs => Ok(Some(("echo".into(), Vec::new(), true, true))),
         None => Ok(None),
         Some(Arg::Unknown) => Err(Refusal::Unreadable(
             "runs a command filled in when it runs".into(),
         )),
         Some(Arg::Known(program)) => {
             let mut rest: Vec<Arg> = args[at + 1..].to_vec();
-            if xargs && (has("I") || has("i") || has("replace")) {
+            if xargs && replaces {
                 // `-I {}` puts the input into the arguments: any of them may be anything.
                 rest = rest.into_iter().map(|_| Arg::Unknown).collect();
             }
-            Ok(Some((program.clone(), rest, open || xargs)))
+            Ok(Some((program.clone(), rest, open || xargs, resolvable)))
         }
     }
 }
@@ -1234,6 +1310,43 @@ mod tests {
             );
         }
         assert_eq!(decide(&r, &["git", "log", "-p"]), Decision::Allow);
+    }
+
+    #[test]
+    fn a_wrapper_that_changes_where_programs_are_found_is_not_vouched_for() {
+        let r = rules(&["echo *", "env *"], &[], &["rm *"]);
+        assert_eq!(decide(&r, &["env", "A=1", "echo", "hi"]), Decision::Allow);
+        // `echo` is not the allowed file when PATH or the folder changes first.
+        assert_eq!(
+            decide(&r, &["env", "PATH=./bin", "echo", "hi"]),
+            Decision::Pass
+        );
+        assert_eq!(
+            decide(&r, &["env", "-C", "sub", "echo", "hi"]),
+            Decision::Pass
+        );
+        // Deny still sees the name.
+        assert!(matches!(
+            decide(&r, &["env", "PATH=./bin", "rm", "x"]),
+            Decision::Deny { .. }
+        ));
+        // Variables that load code make a runner, unless a rule names it.
+        for var in ["LD_PRELOAD=./x.so", "BASH_ENV=./x", "GIT_SSH_COMMAND=rm"] {
+            let r = rules(&["echo *", "env A=1 *"], &[], &[]);
+            assert!(
+                matches!(
+                    decide(&r, &["env", var, "echo", "hi"]),
+                    Decision::Deny { .. }
+                ),
+                "{var}"
+            );
+        }
+        // Named, its command is still checked.
+        let r = rules(&["env *"], &[], &["rm *"]);
+        assert!(matches!(
+            decide(&r, &["env", "LD_PRELOAD=x", "rm", "y"]),
+            Decision::Deny { .. }
+        ));
     }
 
     #[test]
