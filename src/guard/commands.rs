@@ -216,6 +216,7 @@ impl CommandRules {
         let resolver = Resolver {
             cwd: &cwd,
             path_env,
+            root,
         };
         let args = argv.argv[1..].iter().cloned().map(Arg::Known).collect();
         let layers = unwrap(&resolver, first, args, false);
@@ -322,21 +323,45 @@ fn show(layer: &Layer, layers: &[Layer]) -> String {
 struct Resolver<'a> {
     cwd: &'a Path,
     path_env: &'a str,
+    /// The guard's root: a rule's relative program path is relative to it.
+    root: &'a Path,
 }
 
 impl Resolver<'_> {
     /// The program `written` is: its real file, where it resolves, and its names.
     fn program(&self, written: &str) -> Program {
-        let invoked = base_name(written);
         let found = if written.contains('/') {
             Some(self.cwd.join(written))
         } else {
+            // An empty entry is the current folder, as `execvp` reads it.
             self.path_env
                 .split(':')
-                .filter(|d| !d.is_empty())
+                .map(|d| if d.is_empty() { "." } else { d })
                 .map(|d| self.cwd.join(d).join(written))
                 .find(|p| p.is_file())
         };
+        self.identify(written, found)
+    }
+
+    /// A rule's program: found through the absolute folders of `PATH` alone, so that a file
+    /// the call's folder holds is never taken for the program a rule names; a relative path
+    /// is relative to the root.
+    fn rule_program(&self, written: &str) -> Program {
+        let found = if written.contains('/') {
+            Some(self.root.join(written))
+        } else {
+            self.path_env
+                .split(':')
+                .filter(|d| d.starts_with('/'))
+                .map(|d| Path::new(d).join(written))
+                .find(|p| p.is_file())
+        };
+        self.identify(written, found)
+    }
+
+    /// The program `written`, found at `found`.
+    fn identify(&self, written: &str, found: Option<PathBuf>) -> Program {
+        let invoked = base_name(written);
         let real = found.and_then(|p| std::fs::canonicalize(p).ok());
         let mut names = vec![invoked.clone()];
         let real = real.map(|path| {
@@ -398,7 +423,7 @@ impl Rule {
     }
 
     fn matches_program(&self, resolver: &Resolver<'_>, program: &Program, mode: Mode) -> bool {
-        let mine = resolver.program(&self.program);
+        let mine = resolver.rule_program(&self.program);
         if let (Some(a), Some(b)) = (&mine.real, &program.real) {
             if a == b {
                 return true;
@@ -1347,6 +1372,26 @@ mod tests {
             decide(&r, &["env", "LD_PRELOAD=x", "rm", "y"]),
             Decision::Deny { .. }
         ));
+    }
+
+    #[test]
+    fn an_empty_path_entry_is_the_command_s_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("echo"), "#!/bin/sh\n").unwrap();
+        let r = rules(&["echo *"], &[], &[]);
+        let argv = Argv {
+            argv: vec!["echo".into(), "hi".into()],
+            cwd: ".".into(),
+        };
+        // `./echo` is found first, and it is not the allowed `echo`.
+        assert_eq!(
+            r.decide(&argv, dir.path(), Some(":/usr/bin:/bin")),
+            Decision::Pass
+        );
+        assert_eq!(
+            r.decide(&argv, dir.path(), Some("/usr/bin:/bin")),
+            Decision::Allow
+        );
     }
 
     #[test]
