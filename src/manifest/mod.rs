@@ -106,9 +106,14 @@ struct ToolEntry {
     approval: Approval,
     #[serde(default)]
     result: crate::policy::ResultPolicy,
-    /// `kind = "command"` and the command tool's own fields (`command_tool.rs`).
-    #[serde(flatten)]
-    command: command_tool::CommandFields,
+    /// `"command"`: a command tool (`command_tool.rs`), with the fields below.
+    kind: Option<String>,
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    env_pass: Option<Vec<String>>,
+    env: Option<std::collections::BTreeMap<String, String>>,
+    max_output_bytes: Option<usize>,
+    read_paths: Option<Vec<String>>,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -274,7 +279,7 @@ impl Manifests {
         for entry in parsed.tool {
             let span = entry.span();
             let entry = entry.into_inner();
-            if entry.command.kind.is_some() {
+            if entry.kind.is_some() {
                 let tool = command_tool::build(entry, file)
                     .map_err(|message| error(Some(span.clone()), message))?;
                 self.declared.push(Declared {
