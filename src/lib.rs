@@ -32,11 +32,12 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `error`, `json`, `sync`, `schema`, `rhai_ast` | error kinds and errors; canonical JSON (the frozen key form, and RFC 8785 for receipts) and SHA-256; locks that survive a panic; JSON Schemas generated from types; Rhai's syntax tree (the one module naming Rhai's internal AST types: walks, the scout's and the catch rewrites, running a body one call deeper) |
-//! | `children` | child processes that die with toolscript: a guard per child's process group (the one module with `unsafe`), the snapshot journaled with each intent, and whether a lost call may still run |
+//! | `children` | child processes that die with toolscript: a guard per child's process group (with `unsafe`), the snapshot journaled with each intent, and whether a lost call may still run |
 //! | `store` | the store of durable runs behind the [`Store`] trait (runs, their journals, artifacts); its SQLite backend |
 //! | `policy` | result policies: the run's output bounded in tokens (behind a counter), artifacts and their pages |
 //! | `tool` | tool specs, effects, names, the registry and its validation, catalog rendering |
 //! | `files` | the built-in file tools ([`files::Files`]) in a jail of directory handles |
+//! | `commands` | command tools: a program run beneath a root, with a cleared environment, bounded output, a timeout that kills its process group, Landlock on Linux (feature `commands`) |
 //! | `dispatch` | the one dispatch path and its steps: budget, breaker, schema, repeat guard, retries, receipts; a run's shared context and the claim of a speculative outcome |
 //! | `engine` | the engine toolkit: the locked-down Rhai engine, [`Limits`], values, errors across the script boundary, tools as script functions, script threads |
 //! | `ledger` | the run ledger: epochs, reads de-duplicated per epoch, the scout's entries and their claims, the executor's write log |
@@ -60,14 +61,16 @@
 //! | `mcp` | tools from MCP servers, and the MCP server (`mcp::serve_stdio`) | `rmcp` |
 //! | `http` | the MCP server over Streamable HTTP (`mcp::serve_http`); implies `mcp` | `hyper`, `hyper-util`, `http-body-util` |
 //! | `manifest` | TOML manifests ([`Manifests`]), script tools, [`demo_catalog`] | `toml` |
-//! | `files` | the built-in file tools, [`files::Files`] (`docs/files.md`) | `cap-std`, `ignore`, `regex`, `globset` |
+//! | `files` | the built-in file tools, [`files::Files`] (`docs/files.md`) | `cap-std`, `ignore`, `regex` |
+//! | `commands` | command tools ([`commands`]), confined by Landlock on Linux | `landlock` (Linux) |
 //! | `cli` | the `toolscript` binary; implies all of the above | `clap`, `tracing-subscriber`, `indicatif`, `cap` |
 //!
 //! The default is `cli`. With no feature, scripts run over Rust tools with speculation,
 //! receipts and result policies; durable runs need a [`Store`] of the embedder's.
 
-// One module forks a process and needs `unsafe` (`children::guard`, with its safety argument);
-// everywhere else it is refused.
+// Two modules need `unsafe`, each with its safety argument: `children::guard` forks a process,
+// `commands::pre_exec` restricts a child before it runs its program; everywhere else it is
+// refused.
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 // Errors carry a message, a hint and a position for the model that wrote the script; they are
@@ -76,6 +79,8 @@
 
 pub mod bench;
 mod children;
+#[cfg(feature = "commands")]
+pub mod commands;
 mod dispatch;
 mod effect;
 mod engine;

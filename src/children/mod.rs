@@ -1,6 +1,7 @@
 //! Child processes that die with toolscript, and what a resume can know of them.
 //!
-//! Every process toolscript starts (today: MCP servers, `src/mcp/client.rs`) is started in a
+//! Every process toolscript starts (MCP servers, `src/mcp/client.rs`; command tools,
+//! `src/commands/`) is started in a
 //! process group of its own led by a [`guard`] (Unix), which kills the whole group — the
 //! server and whatever it started there (`npx` → `node`) — when toolscript dies, however it
 //! dies. [`ChildGuard::start`] makes the guard and keeps the child in a list of this process's
@@ -74,7 +75,7 @@ impl ChildGuard {
     /// # Errors
     ///
     /// The guard cannot be started (no process can be forked).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "mcp", feature = "commands")), allow(dead_code))]
     pub(crate) fn start(name: &str) -> std::io::Result<ChildGuard> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         #[cfg(unix)]
@@ -99,13 +100,13 @@ impl ChildGuard {
 
     /// The process group to start the child in (Unix).
     #[cfg(unix)]
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "mcp", feature = "commands")), allow(dead_code))]
     pub(crate) fn group(&self) -> u32 {
         self.guard.group()
     }
 
     /// Records the child's pid, once it is started.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "mcp", feature = "commands")), allow(dead_code))]
     pub(crate) fn started(&self, pid: Option<u32>) {
         if let Some(entry) = lock(&LIVE).iter_mut().find(|(id, _)| *id == self.id) {
             entry.1.pid = pid.unwrap_or(0);

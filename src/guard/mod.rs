@@ -1,6 +1,7 @@
 //! The guard: what every call may touch. A call passes a chain of policies in the dispatch
 //! path, right after its tool is resolved (see `docs/guard.md`).
 
+mod commands;
 mod paths;
 mod view;
 
@@ -12,8 +13,39 @@ use serde_json::Value;
 use crate::effect::Effect;
 use paths::{AccessRules, Globs, PathRules};
 
+pub use commands::CommandRules;
 pub use paths::DEFAULT_FORBIDDEN;
 pub use view::{Access, Argv, CommandLine, GuardView, PathArg};
+
+/// The command rules as a policy, over the argv of a call that starts a program (the
+/// program found through this process's `PATH`, which a command tool passes on by default).
+/// Like the path rules' allow lists, `allow` is the list of what may run: a command line no
+/// rule names is denied when the list is not empty.
+#[derive(Debug)]
+struct CommandPolicy {
+    rules: CommandRules,
+    root: PathBuf,
+    allow: Vec<String>,
+}
+
+impl Policy for CommandPolicy {
+    fn decide(&self, call: &CallView<'_>) -> Decision {
+        let Some(argv) = call.argv else {
+            return Decision::Pass;
+        };
+        let path = std::env::var("PATH").ok();
+        match self.rules.decide(argv, &self.root, path.as_deref()) {
+            Decision::Pass if !self.allow.is_empty() => Decision::Deny {
+                rule: "commands.allow".to_string(),
+                reason: format!(
+                    "{:?} is under none of commands.allow {:?}",
+                    argv.argv, self.allow
+                ),
+            },
+            decided => decided,
+        }
+    }
+}
 
 /// A predicate over a path relative to the root: whether listings leave it out.
 pub type Hider = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -232,8 +264,10 @@ struct Inner {
     root: PathBuf,
     /// The path rules: they deny or pass, never allow (a rule after them may still ask).
     paths: PathRules,
-    /// The rules, then the custom policies.
+    /// The rules, the command rules, then the custom policies.
     chain: Vec<Arc<dyn Policy>>,
+    /// Whether command rules exist: where they do, `run_command` may be offered.
+    has_commands: bool,
     default: Ruling,
     /// The forbidden globs, for what file tools list.
     forbidden: Globs,
@@ -252,6 +286,7 @@ impl Guard {
             read: (vec!["**".into()], Vec::new()),
             write: (vec!["**".into()], Vec::new()),
             rules: Vec::new(),
+            commands: Default::default(),
             policies: Vec::new(),
         }
     }
@@ -259,6 +294,11 @@ impl Guard {
     /// Whether this guard has anything to decide (the default guard does not).
     pub fn is_active(&self) -> bool {
         self.inner.is_some()
+    }
+
+    /// Whether the guard has command rules (a manifest offers `run_command` only then).
+    pub fn has_command_rules(&self) -> bool {
+        self.inner.as_ref().is_some_and(|i| i.has_commands)
     }
 
     /// The jail's root, for a guard that has one.
@@ -357,10 +397,26 @@ pub struct GuardBuilder {
     read: (Vec<String>, Vec<String>),
     write: (Vec<String>, Vec<String>),
     rules: Vec<Rule>,
+    commands: [Vec<String>; 3],
     policies: Vec<Arc<dyn Policy>>,
 }
 
 impl GuardBuilder {
+    /// The command rules: patterns over the parsed argv (see [`CommandRules`]) that allow,
+    /// ask about or deny a command line (deny first, then ask, then allow).
+    pub fn commands<S: Into<String>>(
+        mut self,
+        allow: impl IntoIterator<Item = S>,
+        ask: impl IntoIterator<Item = S>,
+        deny: impl IntoIterator<Item = S>,
+    ) -> Self {
+        let [a, q, d] = &mut self.commands;
+        a.extend(allow.into_iter().map(Into::into));
+        q.extend(ask.into_iter().map(Into::into));
+        d.extend(deny.into_iter().map(Into::into));
+        self
+    }
+
     /// What the guard does when every policy passes.
     pub fn default_decision(mut self, default: Ruling) -> Self {
         self.default = default;
@@ -436,6 +492,7 @@ impl GuardBuilder {
                 "name": r.name, "tools": r.tools.texts(), "when": r.when.as_ref().map(|w| &w.text),
                 "decision": r.decision, "reason": r.reason,
             })).collect::<Vec<_>>(),
+            "commands": self.commands,
             "policies": self.policies.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
         })
         .to_string();
@@ -445,12 +502,22 @@ impl GuardBuilder {
                 .into_iter()
                 .map(|r| Arc::new(r) as Arc<dyn Policy>),
         );
+        let [allow, ask, deny] = &self.commands;
+        let has_commands = !(allow.is_empty() && ask.is_empty() && deny.is_empty());
+        if has_commands {
+            chain.push(Arc::new(CommandPolicy {
+                rules: CommandRules::new(allow, ask, deny)?,
+                root: root.clone(),
+                allow: allow.clone(),
+            }));
+        }
         chain.extend(self.policies);
         Ok(Guard {
             inner: Some(Arc::new(Inner {
                 root,
                 paths,
                 chain,
+                has_commands,
                 default: self.default,
                 forbidden,
                 summary,

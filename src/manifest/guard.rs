@@ -140,9 +140,6 @@ pub(super) fn merge(
 impl GuardConfig {
     /// The guard. An error names a root that cannot be opened or a glob that does not compile.
     pub(super) fn build(&self) -> Result<Guard, String> {
-        if self.commands.is_some() {
-            return Err("`commands` rules are not in this build yet: remove them, or the guard would not apply them".to_string());
-        }
         let all = || vec!["**".to_string()];
         let mut builder = Guard::builder(&self.root)
             .default_decision(self.default)
@@ -157,6 +154,9 @@ impl GuardConfig {
             );
         for rule in &self.rules {
             builder = builder.rule(rule.clone());
+        }
+        if let Some(c) = &self.commands {
+            builder = builder.commands(c.allow.clone(), c.ask.clone(), c.deny.clone());
         }
         builder.build()
     }

@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod command_tool;
 mod files;
 mod guard;
 mod latency;
@@ -93,7 +94,8 @@ struct ToolEntry {
     name: String,
     #[serde(default)]
     description: String,
-    effect: Effect,
+    /// Required of a script tool; a command tool's is `write` by default.
+    effect: Option<Effect>,
     #[serde(default)]
     latency_ms: u64,
     timeout_ms: Option<u64>,
@@ -104,13 +106,22 @@ struct ToolEntry {
     speculate: Option<bool>,
     input: Option<Value>,
     output: Option<Value>,
-    script: Spanned<String>,
+    /// A script tool's body; a command tool has none.
+    script: Option<Spanned<String>>,
     #[serde(default)]
     nested: Vec<String>,
     #[serde(default)]
     approval: Approval,
     #[serde(default)]
     result: crate::policy::ResultPolicy,
+    /// `"command"`: a command tool (`command_tool.rs`), with the fields below.
+    kind: Option<String>,
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    env_pass: Option<Vec<String>>,
+    env: Option<std::collections::BTreeMap<String, String>>,
+    max_output_bytes: Option<usize>,
+    read_paths: Option<Vec<String>>,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -136,9 +147,9 @@ pub struct Manifests {
     guard: Option<guard::GuardConfig>,
     /// The guard the registry was built with: what the file tools' listings leave out.
     built_guard: Arc<std::sync::OnceLock<crate::guard::Guard>>,
-    /// The root of each `[files]` table: a guard's root must be theirs, so that its rules
-    /// read the names the tools open.
-    files_roots: Vec<(PathBuf, Declared)>,
+    /// The root of each `[files]` table and command tool: a guard's root must be theirs, so
+    /// that its rules read the names the tools open and the folders they run in.
+    rooted: Vec<(PathBuf, Declared, String)>,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -167,7 +178,7 @@ impl Manifests {
             keep_days: None,
             guard: None,
             built_guard: Arc::default(),
-            files_roots: Vec::new(),
+            rooted: Vec::new(),
         }
     }
 
@@ -304,13 +315,14 @@ impl Manifests {
             let tools = files::tools(entry.get_ref(), file, hidden, |m| {
                 error(Some(span.clone()), m)
             })?;
-            self.files_roots.push((
+            self.rooted.push((
                 files::root_of(entry.get_ref(), file),
                 Declared {
                     tool: String::new(),
                     file: file.to_path_buf(),
                     line: line_of(text, span.start),
                 },
+                "`[files]` `root`".to_string(),
             ));
             for tool in tools {
                 self.declared.push(Declared {
@@ -324,11 +336,45 @@ impl Manifests {
         for entry in parsed.tool {
             let span = entry.span();
             let entry = entry.into_inner();
-            let script_span = entry.script.span();
+            if entry.kind.is_some() {
+                let tool = command_tool::build(entry, file)
+                    .map_err(|message| error(Some(span.clone()), message))?;
+                let declared = Declared {
+                    tool: tool.spec().name.clone(),
+                    file: file.to_path_buf(),
+                    line: line_of(text, span.start),
+                };
+                let folder = file
+                    .parent()
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                self.rooted.push((
+                    folder.to_path_buf(),
+                    declared.clone(),
+                    format!("command tool `{}`", declared.tool),
+                ));
+                self.declared.push(declared);
+                self.tools.push(tool);
+                continue;
+            }
+            command_tool::refuse_fields(&entry)
+                .map_err(|message| error(Some(span.clone()), message))?;
+            let (Some(script), Some(_)) = (&entry.script, entry.effect) else {
+                let missing = if entry.script.is_none() {
+                    "script"
+                } else {
+                    "effect"
+                };
+                return Err(error(
+                    Some(span),
+                    format!("tool `{}`: missing field `{missing}`", entry.name),
+                ));
+            };
+            let script_span = script.span();
             let ast = self
                 .host
                 .engine
-                .compile(&*crate::rhai_ast::mark_escapes(entry.script.get_ref()))
+                .compile(&*crate::rhai_ast::mark_escapes(script.get_ref()))
                 .map_err(|e| {
                     let first = body_first_line(text, script_span.start);
                     Error::Manifest {
@@ -439,14 +485,14 @@ impl Manifests {
             None => crate::guard::Guard::default(),
         };
         if let Some(root) = guard.root() {
-            for (files, origin) in &self.files_roots {
-                if files.canonicalize().ok().as_deref() != Some(root) {
+            for (folder, origin, what) in &self.rooted {
+                if folder.canonicalize().ok().as_deref() != Some(root) {
                     return Err(Error::Manifest {
                         file: origin.file.clone(),
                         line: Some(origin.line),
                         message: format!(
-                            "`[files]` `root` ({}) is not the guard's root ({}): the guard's rules name files relative to its root, so the file tools must work in it",
-                            files.display(),
+                            "{what} works in {}, which is not the guard's root ({}): the guard's rules name files relative to its root, so the tools must work in it (declare them in a manifest in the guard's root)",
+                            folder.display(),
                             root.display()
                         ),
                         source: None,
@@ -455,8 +501,15 @@ impl Manifests {
             }
         }
         let guard = self.built_guard.get_or_init(|| guard).clone();
+        #[cfg_attr(not(feature = "commands"), allow(unused_mut))]
+        let mut tools = self.tools;
+        // `run_command` exists only where command rules decide its every call.
+        #[cfg(feature = "commands")]
+        if let (true, Some(root)) = (guard.has_command_rules(), guard.root()) {
+            tools.push(crate::commands::run_command(root)?);
+        }
         Registry::builder()
-            .tools(self.tools)
+            .tools(tools)
             .guard(guard)
             .build()
             .map_err(|e| match e {
@@ -474,7 +527,7 @@ impl Manifests {
     }
 
     fn script_tool(&self, entry: ToolEntry, ast: AST) -> Tool {
-        let mut spec = ToolSpec::new(entry.name, entry.effect);
+        let mut spec = ToolSpec::new(entry.name, entry.effect.unwrap_or(Effect::Write));
         spec.description = entry.description;
         if let Some(input) = entry.input {
             spec.input_schema = input;
@@ -489,8 +542,9 @@ impl Manifests {
         spec.nested = entry.nested;
         spec.approval = entry.approval;
         spec.result = entry.result;
+        let script = entry.script.as_ref().map(|s| s.get_ref().as_str());
         spec.source = Some(BodySource::Script(crate::json::sha256_hex(
-            entry.script.get_ref(),
+            script.unwrap_or_default(),
         )));
         self.host
             .tool(spec, ast, Duration::from_millis(entry.latency_ms))

@@ -548,3 +548,55 @@ fn the_worked_example_runs_the_same_in_both_modes() {
     );
     assert_eq!(values[0]["todo"], json!(6), "{}", values[0]);
 }
+
+/// `[guard] commands` decide command tools and `run_command` (which a manifest offers only
+/// with command rules): a denied program is denied through any wrapper; an allowed one runs
+/// in the root with nothing of the parent's environment.
+#[test]
+fn command_rules_from_a_manifest_decide_command_tools() {
+    let dir = TempDir::new().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("victim.txt"), "keep me\n").unwrap();
+    let toml = r#"
+[guard]
+commands = { allow = ["echo *", "ls *"], ask = ["touch *"], deny = ["rm *"] }
+
+[[tool]]
+name = "say"
+kind = "command"
+argv = ["echo", "{text}"]
+effect = "read"
+"#;
+    std::fs::write(root.join("tools.toml"), toml).unwrap();
+    let mut m = Manifests::new();
+    m.load_file(&root.join("tools.toml")).unwrap();
+    let registry = m.into_registry().unwrap();
+    assert!(registry.guard().has_command_rules());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Runtime::new(registry);
+    let out = rt.block_on(runtime.run(r#"say(#{text: "; rm -rf /"}).stdout"#));
+    assert_eq!(out.result.unwrap(), json!("; rm -rf /\n"));
+    for (argv, rule) in [
+        (r#"["rm", "victim.txt"]"#, "commands.deny"),
+        (r#"["/bin/rm", "victim.txt"]"#, "commands.deny"),
+        (
+            r#"["env", "nice", "timeout", "5", "rm", "victim.txt"]"#,
+            "commands.deny",
+        ),
+        (r#"["sh", "-c", "rm victim.txt"]"#, "sh"),
+        (r#"["find", ".", "-delete"]"#, "find"),
+        (r#"["touch", "x"]"#, "cannot pause"),
+        (r#"["cat", "victim.txt"]"#, "commands.allow"),
+    ] {
+        let script = format!("run_command(#{{argv: {argv}}})");
+        let e = rt.block_on(runtime.run(&script)).result.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PermissionDenied, "{argv}: {}", e.message);
+        assert!(e.message.contains(rule), "{argv}: {}", e.message);
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("victim.txt")).unwrap(),
+        "keep me\n"
+    );
+    let out = rt.block_on(runtime.run(r#"run_command(#{argv: ["ls", "."]}).stdout"#));
+    assert!(out.result.unwrap().as_str().unwrap().contains("victim.txt"));
+}

@@ -14,6 +14,8 @@ mod api;
 mod check_corpus;
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "commands")]
+mod commands;
 mod composites;
 mod dispatch_path;
 mod docs;
