@@ -706,3 +706,56 @@ async fn a_protocol_fault_fails_the_waiting_call_at_once() {
         "the write's outcome is unknown"
     );
 }
+
+/// server-filesystem behind `[[mcp]] paths` and a `[guard]`: the guard reads the names in the
+/// server's arguments, so `.env` (named directly, by a relative name, in another case, or
+/// through a link inside the root) is denied before the server sees the call, and the rest
+/// reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_denies_server_filesystem_the_forbidden_names() {
+    let Some(dir) = servers() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::write(root_path.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(root_path.join(".env"), "TOKEN=secret\n").unwrap();
+    std::os::unix::fs::symlink(".env", root_path.join("notes.txt")).unwrap();
+    let manifest = format!(
+        "[guard]\nroot = \".\"\n\n[[mcp]]\nname = \"files\"\ncommand = [\"node\", {}, {}]\npaths = {{ move_file = [\"source\", \"destination\"], \"*\" = [\"path\", \"paths\"] }}\n",
+        quoted(
+            dir.join("server-filesystem/dist/index.js")
+                .to_string_lossy()
+        ),
+        quoted(root_path.to_string_lossy())
+    );
+    let mut manifests = Manifests::new();
+    manifests
+        .load_str(&root_path.join("tools.toml"), &manifest)
+        .unwrap();
+    let runtime = Runtime::new(manifests.build().await.unwrap());
+    let root_text = root_path.to_string_lossy().to_string();
+    for name in [
+        format!("{root_text}/.env"),
+        ".env".to_string(),
+        format!("{root_text}/.ENV"),
+        format!("{root_text}/notes.txt"),
+        "/etc/passwd".to_string(),
+    ] {
+        let script = format!("read_text_file(#{{ path: {} }})", quoted(&name));
+        let outcome = runtime.run(&script).await;
+        let error = error_of(&outcome);
+        assert_eq!(error.kind_name(), "permission_denied", "{name}: {error:?}");
+    }
+    let script = format!(
+        "read_multiple_files(#{{ paths: [{}, {}] }})",
+        quoted(format!("{root_text}/a.txt")),
+        quoted(format!("{root_text}/.env"))
+    );
+    let outcome = runtime.run(&script).await;
+    assert_eq!(error_of(&outcome).kind_name(), "permission_denied");
+    let script = format!(
+        "read_text_file(#{{ path: {} }}).content",
+        quoted(format!("{root_text}/a.txt"))
+    );
+    let outcome = runtime.run(&script).await;
+    assert_eq!(value_of(&outcome), &serde_json::json!("alpha\n"));
+}
