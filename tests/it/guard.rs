@@ -543,8 +543,8 @@ fn the_worked_example_runs_the_same_in_both_modes() {
     assert_eq!(values[0], values[1]);
     assert_eq!(
         values[0]["files"],
-        json!(241),
-        "240 sources and the manifest, not .env.rs"
+        json!(242),
+        "240 sources, the manifest and the script, not .env.rs"
     );
     assert_eq!(values[0]["todo"], json!(6), "{}", values[0]);
 }
