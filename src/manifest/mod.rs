@@ -475,15 +475,28 @@ impl Manifests {
             });
         }
         let declared = self.declared;
-        let guard = match &self.guard {
-            Some(config) => config.build().map_err(|message| Error::Manifest {
-                file: config.file.clone(),
-                line: None,
-                message: format!("`[guard]`: {message}"),
-                source: None,
-            })?,
-            None => crate::guard::Guard::default(),
-        };
+        let guard =
+            match &self.guard {
+                Some(config) => config.build().map_err(|message| Error::Manifest {
+                    file: config.file.clone(),
+                    line: None,
+                    message: format!("`[guard]`: {message}"),
+                    source: None,
+                })?,
+                // File and command tools never go unguarded: with no `[guard]`, the default one
+                // over their folder (its forbidden list, reads and writes anywhere in it).
+                None => match self.rooted.first() {
+                    Some((folder, origin, _)) => crate::guard::Guard::builder(folder)
+                        .build()
+                        .map_err(|message| Error::Manifest {
+                            file: origin.file.clone(),
+                            line: Some(origin.line),
+                            message,
+                            source: None,
+                        })?,
+                    None => crate::guard::Guard::default(),
+                },
+            };
         if let Some(root) = guard.root() {
             for (folder, origin, what) in &self.rooted {
                 if folder.canonicalize().ok().as_deref() != Some(root) {

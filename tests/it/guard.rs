@@ -600,3 +600,27 @@ effect = "read"
     let out = rt.block_on(runtime.run(r#"run_command(#{argv: ["ls", "."]}).stdout"#));
     assert!(out.result.unwrap().as_str().unwrap().contains("victim.txt"));
 }
+
+/// File tools without a `[guard]` still have the default one over their folder: `.env` is
+/// neither listed nor read.
+#[test]
+fn file_tools_without_a_guard_keep_the_forbidden_list() {
+    let dir = TempDir::new().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join(".env"), "TOKEN=1\n").unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    std::fs::write(root.join("tools.toml"), "[files]\n").unwrap();
+    let mut m = Manifests::new();
+    m.load_file(&root.join("tools.toml")).unwrap();
+    let registry = m.into_registry().unwrap();
+    assert!(registry.guard().is_active());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Runtime::new(registry);
+    let out = rt.block_on(runtime.run(r#"fs_glob(#{pattern: "*"}).paths"#));
+    assert_eq!(out.result.unwrap(), json!(["a.txt", "tools.toml"]));
+    let e = rt
+        .block_on(runtime.run(r#"fs_read(#{path: ".env"})"#))
+        .result
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied, "{}", e.message);
+}
