@@ -71,10 +71,7 @@ pub(super) fn build(entry: ToolEntry, file: &Path) -> Result<Tool, String> {
             "tool `{name}`: a command tool needs `argv`: its program and arguments, with `{{name}}` for the call's arguments"
         ));
     };
-    let root = file
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let root = super::folder_of(file);
     build_tool(
         name,
         root,

@@ -56,11 +56,7 @@ pub(super) fn tools(
 
 /// The folder a `[files]` table of the manifest `file` names.
 pub(super) fn root_of(entry: &FilesEntry, file: &Path) -> std::path::PathBuf {
-    let folder = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    folder.join(entry.root.as_deref().unwrap_or("."))
+    super::folder_of(file).join(entry.root.as_deref().unwrap_or("."))
 }
 
 /// Without the `files` feature, a `[files]` table is an error that says so.

@@ -344,12 +344,8 @@ impl Manifests {
                     file: file.to_path_buf(),
                     line: line_of(text, span.start),
                 };
-                let folder = file
-                    .parent()
-                    .filter(|dir| !dir.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."));
                 self.rooted.push((
-                    folder.to_path_buf(),
+                    folder_of(file).to_path_buf(),
                     declared.clone(),
                     format!("command tool `{}`", declared.tool),
                 ));
@@ -562,6 +558,13 @@ impl Manifests {
         self.host
             .tool(spec, ast, Duration::from_millis(entry.latency_ms))
     }
+}
+
+/// The folder of the manifest `file`: what its relative roots are relative to.
+fn folder_of(file: &Path) -> &Path {
+    file.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// The 1-based line of a byte offset.
