@@ -121,7 +121,7 @@ pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{prune, Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
 pub use script::{Awaiting, Problem, Severity};
 pub use store::{
-    CatalogPrint, PendingCall, PruneRule, Pruned, RunPage, RunQuery, RunRecord, RunStatus,
+    CatalogPrint, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord, RunStatus,
     RunSummary, Store, StoredArtifact, ToolPrint,
 };
 #[cfg(feature = "sqlite")]
@@ -144,8 +144,8 @@ pub mod receipts {
 pub mod stores {
     pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
-        JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture, StoredEnd,
-        TakeDecision, TakeRefused, Verdict, WriteState,
+        ApprovedRead, JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture,
+        StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
     };
 }
 

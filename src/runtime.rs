@@ -354,8 +354,8 @@ fn stale(now: &RunRecord, asked: Option<u64>) -> String {
         .filter(|_| now.status == RunStatus::Paused);
     match (pending, asked) {
         (Some(p), Some(seq)) if p.seq != seq => format!(
-            "the run moved on; it now waits at #{} `{}` for {}",
-            p.seq,
+            "the run moved on; it now waits at {} `{}` for {}",
+            p.place(),
             p.tool,
             waits_for(p.awaiting)
         ),
@@ -640,7 +640,7 @@ impl Runtime {
             .as_ref()
             .filter(|_| record.status == RunStatus::Paused);
         let take = match (&decision, seen) {
-            (Some(d), Some(p)) => Some(TakeDecision::new(p.seq, verdict(d, p).map_err(refuse)?)),
+            (Some(d), Some(p)) => Some(TakeDecision::on(p, verdict(d, p).map_err(refuse)?)),
             (Some(_), None) => {
                 let busy = record
                     .owner_pid

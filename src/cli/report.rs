@@ -102,10 +102,10 @@ fn print_human(outcome: &RunOutcome) {
     let mut out = std::io::stdout().lock();
     if let Some(pending) = &outcome.pending {
         eprintln!(
-            "paused: run {} waits at `{}` (call #{}, {}) with {}",
+            "paused: run {} waits at `{}` ({}, {}) with {}",
             outcome.run_id,
             pending.tool,
-            pending.seq,
+            pending.place(),
             match pending.awaiting {
                 toolscript::Awaiting::Approval => "awaiting approval",
                 _ => "awaiting resolve: its outcome was lost",

@@ -93,8 +93,8 @@ impl Runs {
                     ""
                 };
                 format!(
-                    "#{} {} (awaiting {}{uncertain})",
-                    p.seq,
+                    "{} {} (awaiting {}{uncertain})",
+                    p.place().replacen("call ", "", 1),
                     p.tool,
                     p.awaiting.as_str()
                 )

@@ -6,7 +6,7 @@
 //! 1. resolve the tool;
 //! 2. check the caller may call it;
 //!    then authorize: the guard's policies decide whether the call may go on (`permission_denied`
-//!    naming the rule), or ask a person (the script's non-read call pauses, `paused`; any other
+//!    naming the rule), or ask a person (the script's own call pauses, `paused`; any other
 //!    call a rule asks about is denied: the scout leaves it to the executor);
 //! 3. repeat guard;
 //! 4. approval gate: a call of the script to a tool that needs approval, not yet approved,
@@ -59,6 +59,7 @@ use tracing::Instrument;
 use crate::error::{ErrorKind, ToolError};
 use crate::guard::Decision;
 use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json};
+use crate::store::ReadAt;
 use crate::sync::lock;
 use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
 use breaker::{Admission, Health};
@@ -146,6 +147,9 @@ pub(crate) struct Call {
     /// (the journal's key), and the idempotency key its tool sees.
     pub(crate) seq: Option<u64>,
     pub(crate) idempotency_key: Option<String>,
+    /// For a read of the script: its epoch and occurrence (the journal's key of the read, and
+    /// of a person's approval of it).
+    pub(crate) read_at: Option<ReadAt>,
 }
 
 impl Call {
@@ -158,6 +162,7 @@ impl Call {
             caller,
             seq: None,
             idempotency_key: None,
+            read_at: None,
         }
     }
 
@@ -165,6 +170,12 @@ impl Call {
     pub(crate) fn at_seq(mut self, run_id: &str, seq: u64) -> Call {
         self.seq = Some(seq);
         self.idempotency_key = Some(format!("{run_id}:{seq}"));
+        self
+    }
+
+    /// Makes this the script's read `at`.
+    pub(crate) fn read_at(mut self, at: ReadAt) -> Call {
+        self.read_at = Some(at);
         self
     }
 
@@ -330,10 +341,10 @@ fn ambiguous(tool: &str, why: &str) -> ToolError {
     .with_recoverable(false)
 }
 
-/// Step 2's second half: the guard decides. `Ask` pauses only the script's own non-read call,
-/// in a run that can pause (it has a journal) and unless a person approved that call; every
-/// other call a rule asks about is refused, closed (the scout's with a refusal the executor
-/// answers by making the call itself).
+/// Step 2's second half: the guard decides. `Ask` pauses the script's own call, in a run that
+/// can pause (it has a journal), unless a person approved that call or the rule; every other
+/// call a rule asks about is refused, closed (the scout's with a refusal the executor answers
+/// by making the call itself, unless a person approved the rule).
 fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Result<(), ToolError> {
     let guard = ctx.registry.guard();
     if !guard.is_active() {
@@ -346,51 +357,74 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
         )
         .with_next_action(next)
     };
-    match guard.authorize(&spec.name, spec.effect, &spec.guard, &call.args) {
-        Decision::Allow | Decision::Pass => Ok(()),
-        Decision::Deny { rule, reason } => Err(denied(
-            &rule,
-            &reason,
-            "do without this call, or ask the person who runs toolscript to change the guard's rules",
-        )),
-        Decision::Ask { rule, reason } => match &call.caller {
-            Caller::Scout(_) => Err(ToolError::new(
-                ErrorKind::Cancelled,
-                format!("the guard asks a person about `{}` ({rule}): the script's own call decides", spec.name),
-            )),
-            Caller::Composite { .. } => Err(denied(
+    let (rule, reason) = match guard.authorize(&spec.name, spec.effect, &spec.guard, &call.args) {
+        Decision::Allow | Decision::Pass => return Ok(()),
+        Decision::Deny { rule, reason } => {
+            return Err(denied(
                 &rule,
-                &format!("{reason} (a person would decide, and a composite's nested call cannot pause)"),
-                "call the tool from the script itself, where the run can pause for a person",
-            )),
-            Caller::Script => {
-                let Some(journal) = &ctx.journal else {
-                    return Err(denied(
-                        &rule,
-                        &format!("{reason} (a person would decide, and a run without a store cannot pause)"),
-                        "run with a store (--store) so that the run can pause for a person",
-                    ));
+                &reason,
+                "do without this call, or ask the person who runs toolscript to change the guard's rules",
+            ))
+        }
+        Decision::Ask { rule, reason } => (rule, reason),
+    };
+    let journal = ctx.journal.as_ref();
+    match &call.caller {
+        Caller::Scout(_) if journal.is_some_and(|j| j.rule_approved(&rule)) => Ok(()),
+        Caller::Scout(_) => Err(ToolError::new(
+            ErrorKind::Cancelled,
+            format!(
+                "the guard asks a person about `{}` ({rule}): the script's own call decides",
+                spec.name
+            ),
+        )),
+        Caller::Composite { .. } => Err(denied(
+            &rule,
+            &format!(
+                "{reason} (a person would decide, and a composite's nested call cannot pause)"
+            ),
+            "call the tool from the script itself, where the run can pause for a person",
+        )),
+        Caller::Script => {
+            let Some(journal) = journal else {
+                return Err(denied(
+                    &rule,
+                    &format!(
+                        "{reason} (a person would decide, and a run without a store cannot pause)"
+                    ),
+                    "run with a store (--store) so that the run can pause for a person",
+                ));
+            };
+            let approved = journal.rule_approved(&rule)
+                || match (call.seq, call.read_at) {
+                    (Some(seq), _) => journal.approved(seq),
+                    (None, Some(at)) => {
+                        journal.read_approved(at.epoch, &spec.name, &call.args_key, at.occurrence)
+                    }
+                    // Every call of the script is one or the other; one that is neither is
+                    // denied, closed.
+                    (None, None) => {
+                        return Err(denied(
+                            &rule,
+                            &format!(
+                                "{reason} (a person would decide, and this call cannot pause)"
+                            ),
+                            "ask the person who runs toolscript for a rule that allows this call",
+                        ))
+                    }
                 };
-                if journal.rule_approved(&rule) {
-                    return Ok(());
-                }
-                let Some(seq) = call.seq.filter(|_| spec.effect != Effect::Read) else {
-                    return Err(denied(
-                        &rule,
-                        &format!("{reason} (a person would decide, and a read cannot pause a run yet)"),
-                        "ask the person who runs toolscript for a rule that allows this read",
-                    ));
-                };
-                if journal.approved(seq) {
-                    return Ok(());
-                }
-                ctx.note_asked(rule.clone(), reason.clone());
-                Err(ToolError::new(
-                    ErrorKind::Paused,
-                    format!("the guard asks a person about `{}`: {rule}: {reason}", spec.name),
-                ))
+            if approved {
+                return Ok(());
             }
-        },
+            ctx.note_asked(rule.clone(), reason.clone());
+            Err(ToolError::new(
+                ErrorKind::Paused,
+                format!(
+                    "the guard asks a person about `{}`: {rule}: {reason}",
+                    spec.name
+                ),
+            ))
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use crate::engine::{self, block_on, Limits, RunControls, ToolCall};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Outcome, Read, ReadKey, RunLedger, WriteRecord};
 use crate::policy::ResultPolicy;
-use crate::store::PendingCall;
+use crate::store::{PendingCall, ReadAt};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -247,6 +247,17 @@ impl Executor {
         self.pause_with(call, effect, awaiting, None, "")
     }
 
+    /// Pauses the run at the script's read `call`, at `at`, which the guard asks a person about.
+    fn pause_read(&self, call: &Call, at: ReadAt) -> ToolError {
+        self.pause_with(
+            &call.clone().read_at(at),
+            Effect::Read,
+            Awaiting::Approval,
+            None,
+            "",
+        )
+    }
+
     /// Pauses the run at `call`, with what is known of whether it still runs (`Some` for a
     /// call awaiting `resolve`), and `more` to say in the message.
     fn pause_with(
@@ -257,7 +268,10 @@ impl Executor {
         running: Option<Option<String>>,
         more: &str,
     ) -> ToolError {
-        let seq = call.seq.unwrap_or_default();
+        let seq = call
+            .seq
+            .or(call.read_at.map(|at| at.epoch))
+            .unwrap_or_default();
         let mut pending = PendingCall::new(
             seq,
             call.tool.to_string(),
@@ -268,11 +282,13 @@ impl Executor {
         if let Some(why) = running {
             pending = pending.still_running(why);
         }
+        pending.read = call.read_at;
         let asked = self.ctx.take_asked();
         if let (Awaiting::Approval, Some((rule, reason))) = (awaiting, &asked) {
             pending.rule = Some(rule.clone());
             pending.reason = Some(reason.clone());
         }
+        let which = pending.place();
         *lock(&self.pending) = Some(pending);
         let what = match (awaiting, &asked) {
             (Awaiting::Approval, Some((rule, reason))) => {
@@ -284,7 +300,7 @@ impl Executor {
             }
         };
         self.stop_with(format!(
-            "the run is paused: `{}` (call #{seq}) {what}{more}",
+            "the run is paused: `{}` ({which}) {what}{more}",
             call.tool
         ))
     }
@@ -321,7 +337,11 @@ impl Executor {
             lock(&self.counts).replayed += 1;
             return outcome;
         }
-        let result = self.dispatch(call);
+        let at = ReadAt::new(key.epoch, key.n);
+        let result = self.dispatch(call.clone().read_at(at));
+        if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
+            return Arc::new(Err(self.pause_read(&call, at)));
+        }
         self.ledger.used(&key, &result);
         Arc::new(result)
     }
@@ -344,7 +364,16 @@ impl Executor {
                 outcome
             }
             Read::Dispatch(cell) => {
-                cell.set(self.dispatch(call));
+                let at = ReadAt::new(key.epoch, key.n);
+                let result = self.dispatch(call.clone().read_at(at));
+                // The guard asked a person: the run pauses here, and the read, never made, is
+                // not journaled.
+                if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
+                    let paused = Err(self.pause_read(&call, at));
+                    cell.set(paused.clone());
+                    return Arc::new(paused);
+                }
+                cell.set(result);
                 // Only the executor sets the cell of its own read: the outcome is the one just
                 // set, shared with the ledger rather than copied.
                 let outcome = cell.wait_blocking();

@@ -454,6 +454,7 @@ impl Scout {
                         caller: Caller::Scout(speculation),
                         seq: None,
                         idempotency_key: None,
+                        read_at: None,
                     };
                     out.set(dispatch(&ctx, call).await);
                     ledger.landed(&tool);

@@ -65,6 +65,44 @@ impl ReadRow {
     }
 }
 
+/// A person's approval of one of the script's reads that the guard asked about (the run paused
+/// at it): the read is made when the run reaches it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovedRead {
+    /// The executor's epoch at the read.
+    pub epoch: u64,
+    /// The tool.
+    pub tool: String,
+    /// The call's canonical arguments.
+    pub args: String,
+    /// Which occurrence of the read in its epoch.
+    pub n: u64,
+    /// The guard's rule a person approved with it (`--approve-rule`): every later call that
+    /// rule asks about in the run is approved too.
+    pub rule: Option<String>,
+}
+
+impl ApprovedRead {
+    /// The approval of the `n`th read of `tool` with `args` in `epoch`, with the rule approved
+    /// with it, if any.
+    pub fn new(
+        epoch: u64,
+        tool: impl Into<String>,
+        args: impl Into<String>,
+        n: u64,
+        rule: Option<String>,
+    ) -> ApprovedRead {
+        ApprovedRead {
+            epoch,
+            tool: tool.into(),
+            args: args.into(),
+            n,
+            rule,
+        }
+    }
+}
+
 /// What is known of a non-read call besides its outcome.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -150,6 +188,9 @@ pub(crate) struct Journal {
     /// journaled by this process are never looked up here (the run ledger has them), so this
     /// never changes, and is read without a lock.
     loaded: HashMap<ReadId, Outcome>,
+    /// The reads a person approved (the run paused at each), with the rule approved with each;
+    /// only a resume adds them, so this never changes either.
+    approved_reads: HashMap<ReadId, Option<String>>,
     state: Mutex<State>,
     /// Held through each commit, so that commits reach the store one at a time and in order.
     committing: tokio::sync::Mutex<()>,
@@ -184,6 +225,11 @@ impl Journal {
                 .reads
                 .into_iter()
                 .map(|r| ((r.epoch, r.tool, r.args, r.n), r.outcome))
+                .collect(),
+            approved_reads: rows
+                .approved_reads
+                .into_iter()
+                .map(|r| ((r.epoch, r.tool, r.args, r.n), r.rule))
                 .collect(),
             state: Mutex::new(state),
             committing: tokio::sync::Mutex::new(()),
@@ -220,12 +266,23 @@ impl Journal {
             .is_some_and(|w| w.state.approved)
     }
 
+    /// Whether a person approved the `n`th read of `tool` with `args` in `epoch`.
+    pub(crate) fn read_approved(&self, epoch: u64, tool: &str, args: &str, n: u64) -> bool {
+        !self.approved_reads.is_empty()
+            && self
+                .approved_reads
+                .contains_key(&(epoch, tool.to_string(), args.to_string(), n))
+    }
+
     /// Whether a person approved the guard's `rule` for the rest of the run.
     pub(crate) fn rule_approved(&self, rule: &str) -> bool {
-        lock(&self.state)
-            .writes
+        self.approved_reads
             .values()
-            .any(|w| w.approved_rule.as_deref() == Some(rule))
+            .any(|r| r.as_deref() == Some(rule))
+            || lock(&self.state)
+                .writes
+                .values()
+                .any(|w| w.approved_rule.as_deref() == Some(rule))
     }
 
     /// The journal's entry for the non-read call `seq`.

@@ -17,10 +17,10 @@ mod sqlite;
 
 pub use catalog::{CatalogPrint, ToolPrint};
 pub(crate) use journal::Journal;
-pub use journal::{JournaledWrite, ReadRow, WriteState};
+pub use journal::{ApprovedRead, JournaledWrite, ReadRow, WriteState};
 pub use record::{
-    Awaiting, Mode, PendingCall, PruneRule, Pruned, RunPage, RunQuery, RunRecord, RunStatus,
-    RunSummary,
+    Awaiting, Mode, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord,
+    RunStatus, RunSummary,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, STORE_ENV};
@@ -95,7 +95,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// again, owned by this process; the record is as it was before it was taken.
     ///
     /// The decision is checked and journaled in the same transaction that takes the run: the
-    /// run must still be paused at `decision.seq`, waiting for what the decision answers, and
+    /// run must still be paused at `decision.seq` (and `decision.read`), waiting for what the decision answers, and
     /// the journal must hold no outcome of that call (an outcome is never replaced). Anything
     /// else is refused ([`TakeRefused::Stale`], [`TakeRefused::Settled`]) and nothing changes.
     fn take_run<'a>(
@@ -181,12 +181,18 @@ pub struct JournalRows {
     pub writes: Vec<JournaledWrite>,
     /// Reads the executor used.
     pub reads: Vec<ReadRow>,
+    /// Reads of the script a person approved after the guard asked about them.
+    pub approved_reads: Vec<ApprovedRead>,
 }
 
 impl JournalRows {
     /// Rows of non-read calls and reads.
     pub fn new(writes: Vec<JournaledWrite>, reads: Vec<ReadRow>) -> JournalRows {
-        JournalRows { writes, reads }
+        JournalRows {
+            writes,
+            reads,
+            approved_reads: Vec::new(),
+        }
     }
 }
 
@@ -313,14 +319,29 @@ pub enum TakeRefused {
 pub struct TakeDecision {
     /// The call the decision is for: the run must still wait at it.
     pub seq: u64,
+    /// For a read the run waits at: where it is (`seq` is then its epoch).
+    pub read: Option<ReadAt>,
     /// The decision.
     pub verdict: Verdict,
 }
 
 impl TakeDecision {
-    /// A decision on the call `seq`.
+    /// A decision on the non-read call `seq`.
     pub fn new(seq: u64, verdict: Verdict) -> TakeDecision {
-        TakeDecision { seq, verdict }
+        TakeDecision {
+            seq,
+            read: None,
+            verdict,
+        }
+    }
+
+    /// A decision on the call `pending` (a non-read call, or a read the guard asked about).
+    pub fn on(pending: &PendingCall, verdict: Verdict) -> TakeDecision {
+        TakeDecision {
+            seq: pending.seq,
+            read: pending.read,
+            verdict,
+        }
     }
 }
 

@@ -103,17 +103,36 @@ impl RunStatus {
     }
 }
 
+/// Where one of the script's reads is in its run: what a read's pause is keyed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ReadAt {
+    /// The non-read calls completed before it.
+    pub epoch: u64,
+    /// Which occurrence of the same read (tool and arguments) in its epoch, from 0.
+    pub occurrence: u64,
+}
+
+impl ReadAt {
+    /// The `occurrence`th read of its kind in `epoch`.
+    pub fn new(epoch: u64, occurrence: u64) -> ReadAt {
+        ReadAt { epoch, occurrence }
+    }
+}
+
 /// The call a paused run waits at, as the store keeps it (JSON: `{seq, tool, effect, args,
-/// awaiting}`, and for a call awaiting `resolve`, `uncertain` and its `why`: the shape
-/// `run --json` prints as `pending`).
+/// awaiting}`, and for a call awaiting `resolve`, `uncertain` and its `why`; for a call the
+/// guard asks about, `rule` and `reason`; for a read, `read`: the shape `run --json` prints
+/// as `pending`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct PendingCall {
-    /// Its position among the script's non-read calls: the journal's key of the call.
+    /// Its position among the script's non-read calls: the journal's key of the call. (For a
+    /// read, the non-read calls before it: its epoch.)
     pub seq: u64,
     /// The tool.
     pub tool: String,
-    /// The tool's effect (`write`, `idempotent` or `external`: a read never waits).
+    /// The tool's effect (a read waits only for a person the guard asks).
     pub effect: Effect,
     /// The call's arguments.
     pub args: Value,
@@ -135,6 +154,9 @@ pub struct PendingCall {
     /// Why the rule asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For one of the script's reads (the guard asked about it): where it is in the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<ReadAt>,
 }
 
 impl PendingCall {
@@ -156,6 +178,16 @@ impl PendingCall {
             why: None,
             rule: None,
             reason: None,
+            read: None,
+        }
+    }
+
+    /// Where the call is, as a person reads it: `call #3` (a non-read call), or `a read at
+    /// epoch 1, occurrence 0`.
+    pub fn place(&self) -> String {
+        match self.read {
+            Some(at) => format!("a read at epoch {}, occurrence {}", at.epoch, at.occurrence),
+            None => format!("call #{}", self.seq),
         }
     }
 

@@ -12,17 +12,17 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
-use super::journal::{decode_outcome, encode_outcome};
+use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
 use super::{
     now_ms, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive, PageIndex, PruneRule, Pruned,
     ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoreFuture,
-    StoredArtifact, StoredEnd, TakeDecision, TakeRefused, WriteState,
+    StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -31,11 +31,12 @@ const APPLICATION_ID: i32 = 0x5453_6372;
 /// The tables a store of any version may hold: a file whose tables are these (with `runs`
 /// among them) and whose `user_version` is a store's, but that has no application id, is a
 /// store written before stores were stamped.
-const STORE_TABLES: [&str; 8] = [
+const STORE_TABLES: [&str; 9] = [
     "runs",
     "writes",
     "artifacts",
     "reads",
+    "approved_reads",
     "artifact_refs",
     "artifact_refs_by_artifact",
     "runs_by_start",
@@ -101,6 +102,15 @@ CREATE TABLE IF NOT EXISTS reads (
     args TEXT NOT NULL,
     n INTEGER NOT NULL,
     outcome TEXT NOT NULL,
+    PRIMARY KEY (run_id, epoch, tool, args, n)
+);
+CREATE TABLE IF NOT EXISTS approved_reads (
+    run_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    args TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    rule TEXT,
     PRIMARY KEY (run_id, epoch, tool, args, n)
 );
 CREATE TABLE IF NOT EXISTS artifact_refs (
@@ -245,6 +255,8 @@ impl SqliteStore {
                     if (1..5).contains(&now) {
                         tx.execute_batch("ALTER TABLE writes ADD COLUMN approved_rule TEXT;")?;
                     }
+                    // Version 6 keeps the reads a person approved (`approved_reads`, which
+                    // the schema below creates).
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
                          PRAGMA application_id = {APPLICATION_ID};"
@@ -545,31 +557,42 @@ impl Store for SqliteStore {
                 .filter(|_| record.status == RunStatus::Paused);
             match (&decision, paused) {
                 (None, None) => {}
-                (Some(d), Some(p)) if p.seq == d.seq && p.awaiting == d.verdict.answers() => {
-                    let stored = tx
-                        .query_row(
-                            &format!("{SELECT_WRITE} AND seq = ?2"),
-                            params![run_id, p.seq as i64],
-                            read_write,
-                        )
-                        .optional()
-                        .map_err(|e| fail.of(e))?;
-                    let mut entry = stored.unwrap_or_else(|| {
-                        JournaledWrite::new(
-                            p.seq,
-                            p.tool.clone(),
-                            crate::json::key_json(&p.args),
-                            WriteState::default(),
-                            None,
-                        )
-                    });
-                    // A decision never replaces an outcome, nor approves a call already made.
-                    let made = entry.state.intent && p.awaiting == crate::store::Awaiting::Approval;
-                    if entry.outcome.is_some() || made {
-                        return Ok(Err(TakeRefused::Settled(p.seq)));
+                (Some(d), Some(p))
+                    if p.seq == d.seq && p.read == d.read && p.awaiting == d.verdict.answers() =>
+                {
+                    if let Some(at) = p.read {
+                        let decided =
+                            decide_read(&tx, &run_id, p, at, &d.verdict).map_err(|e| fail.of(e))?;
+                        if !decided {
+                            return Ok(Err(TakeRefused::Settled(p.seq)));
+                        }
+                    } else {
+                        let stored = tx
+                            .query_row(
+                                &format!("{SELECT_WRITE} AND seq = ?2"),
+                                params![run_id, p.seq as i64],
+                                read_write,
+                            )
+                            .optional()
+                            .map_err(|e| fail.of(e))?;
+                        let mut entry = stored.unwrap_or_else(|| {
+                            JournaledWrite::new(
+                                p.seq,
+                                p.tool.clone(),
+                                crate::json::key_json(&p.args),
+                                WriteState::default(),
+                                None,
+                            )
+                        });
+                        // A decision never replaces an outcome, nor approves a call already made.
+                        let made =
+                            entry.state.intent && p.awaiting == crate::store::Awaiting::Approval;
+                        if entry.outcome.is_some() || made {
+                            return Ok(Err(TakeRefused::Settled(p.seq)));
+                        }
+                        d.verdict.apply(&mut entry);
+                        upsert_write(&tx, &run_id, &entry).map_err(|e| fail.of(e))?;
                     }
-                    d.verdict.apply(&mut entry);
-                    upsert_write(&tx, &run_id, &entry).map_err(|e| fail.of(e))?;
                 }
                 _ => return Ok(Err(TakeRefused::Stale(Box::new(record)))),
             }
@@ -636,7 +659,25 @@ impl Store for SqliteStore {
                 .map_err(|e| fail.of(e))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| fail.of(e))?;
-            Ok(JournalRows { writes, reads })
+            let mut approved = conn
+                .prepare("SELECT epoch, tool, args, n, rule FROM approved_reads WHERE run_id = ?1")
+                .map_err(|e| fail.of(e))?;
+            let approved_reads = approved
+                .query_map([&run_id], |row| {
+                    Ok(ApprovedRead::new(
+                        row.get::<_, i64>(0)? as u64,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, i64>(3)? as u64,
+                        row.get(4)?,
+                    ))
+                })
+                .map_err(|e| fail.of(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| fail.of(e))?;
+            let mut rows = JournalRows::new(writes, reads);
+            rows.approved_reads = approved_reads;
+            Ok(rows)
         })
     }
 
@@ -821,6 +862,9 @@ fn append(
                 ])
                 .map_err(|e| fail.of(e))?;
         }
+        for approved in &rows.approved_reads {
+            approve_read(&tx, run_id, approved).map_err(|e| fail.of(e))?;
+        }
         for write in &rows.writes {
             if upsert_write(&tx, run_id, write).map_err(|e| fail.of(e))? == 0 {
                 return Err(fail.say(format!(
@@ -832,6 +876,82 @@ fn append(
         }
     }
     tx.commit().map_err(|e| fail.of(e))
+}
+
+/// Journals a person's decision on the read `pending` (at `at`) a paused run waits at: an
+/// approval (with its rule), or a rejection as the read's outcome. `false`, and nothing
+/// written, when the journal already holds the read's outcome or an approval of it.
+fn decide_read(
+    tx: &Connection,
+    run_id: &str,
+    pending: &crate::store::PendingCall,
+    at: crate::store::ReadAt,
+    verdict: &Verdict,
+) -> rusqlite::Result<bool> {
+    let args = crate::json::key_json(&pending.args);
+    let key = params![
+        run_id,
+        at.epoch as i64,
+        pending.tool,
+        args,
+        at.occurrence as i64
+    ];
+    let known = |table: &str| -> rusqlite::Result<bool> {
+        tx.prepare_cached(&format!(
+            "SELECT 1 FROM {table} WHERE run_id = ?1 AND epoch = ?2 AND tool = ?3 AND args = ?4 AND n = ?5"
+        ))?
+        .exists(key)
+    };
+    if known("reads")? || known("approved_reads")? {
+        return Ok(false);
+    }
+    let approve = |rule: Option<String>| {
+        let read = ApprovedRead::new(
+            at.epoch,
+            pending.tool.clone(),
+            args.clone(),
+            at.occurrence,
+            rule,
+        );
+        approve_read(tx, run_id, &read)
+    };
+    match verdict {
+        Verdict::Approve => approve(None)?,
+        Verdict::ApproveRule(rule) => approve(Some(rule.clone()))?,
+        Verdict::Reject(error) => tx
+            .prepare_cached(
+                "INSERT INTO reads (run_id, epoch, tool, args, n, outcome) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                run_id,
+                at.epoch as i64,
+                pending.tool,
+                args,
+                at.occurrence as i64,
+                encode_outcome(&Err(error.clone())),
+            ])?,
+        // A read never waits for a word on a lost outcome: `take_run` matched the verdict
+        // against what the run waits for.
+        Verdict::Done | Verdict::Retry => return Ok(false),
+    };
+    Ok(true)
+}
+
+/// Journals a person's approval of a read (one already journaled is kept as it is).
+fn approve_read(conn: &Connection, run_id: &str, read: &ApprovedRead) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO approved_reads (run_id, epoch, tool, args, n, rule) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        run_id,
+        read.epoch as i64,
+        read.tool,
+        read.args,
+        read.n as i64,
+        read.rule,
+    ])
 }
 
 /// Writes a non-read call's row, unless the stored one has an outcome; the rows changed.
@@ -1232,7 +1352,7 @@ fn prune(
             pruned.kept_alive += 1;
             continue;
         }
-        for table in ["writes", "reads", "artifact_refs", "runs"] {
+        for table in ["writes", "reads", "approved_reads", "artifact_refs", "runs"] {
             tx.prepare_cached(&format!("DELETE FROM {table} WHERE run_id = ?1"))
                 .and_then(|mut s| s.execute([&run_id]))
                 .map_err(|e| fail.of(e))?;

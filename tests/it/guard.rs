@@ -1,6 +1,6 @@
 //! The guard in the dispatch path: rules, path rules and the default decide every call (the
-//! script's, the scout's, a composite's nested ones); `ask` pauses the script's non-read call
-//! of a durable run and denies everywhere else; a denied call gets a receipt and never
+//! script's, the scout's, a composite's nested ones); `ask` pauses the script's own call (a
+//! read too, keyed by its epoch and occurrence) of a durable run and denies everywhere else; a denied call gets a receipt and never
 //! reaches its tool or the breaker.
 
 use std::sync::Arc;
@@ -623,4 +623,163 @@ fn file_tools_without_a_guard_keep_the_forbidden_list() {
         .result
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::PermissionDenied, "{}", e.message);
+}
+
+/// A registry whose read `get` a rule asks about for ids from 50 (the rule `big ids`), beside
+/// the write `refund`, over a store.
+fn asking_reads(dir: &std::path::Path, seen: &Arc<std::sync::Mutex<Vec<String>>>) -> Runtime {
+    let guard = Guard::builder(dir)
+        .rule(
+            Rule::new(["get"], Ruling::Ask, "big ids are private")
+                .unwrap()
+                .named("big ids")
+                .when("args.id >= 50")
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .tools(tools(seen))
+        .guard(guard)
+        .build()
+        .unwrap();
+    let store = SqliteStore::open(&dir.join("store.sqlite3")).unwrap();
+    Runtime::builder(registry).store(Arc::new(store)).build()
+}
+
+fn calls_of(seen: &Arc<std::sync::Mutex<Vec<String>>>, call: &str) -> usize {
+    seen.lock().unwrap().iter().filter(|c| *c == call).count()
+}
+
+/// A read of the script that a rule asks about pauses the run (keyed by its epoch and
+/// occurrence), whichever the mode: the read is made only once a person approves it, an
+/// approval is for that read alone (the same read in a later epoch asks again),
+/// `--approve-rule` lets every later call of the rule through, and the scout never starts
+/// the read before a person decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_a_rule_asks_about_pauses_and_resumes_on_approval() {
+    for mode in [Mode::Speculative, Mode::Sequential] {
+        let dir = TempDir::new().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let runtime = asking_reads(dir.path(), &seen);
+        let script = r#"
+            let a = get(#{id: 1}).id;
+            let b = get(#{id: 60}).id;
+            refund(#{amount_cents: 5});
+            let c = get(#{id: 60}).id;
+            let d = get(#{id: 61}).id;
+            [a, b, c, d]
+        "#;
+        let options = || RunOptions::with_mode(mode);
+        let paused = runtime.run_with(script, options()).await;
+        assert_eq!(
+            paused.status(),
+            RunStatus::Paused,
+            "{mode:?}: {:?}",
+            paused.result
+        );
+        let pending = paused.pending.clone().unwrap();
+        assert_eq!(pending.effect, Effect::Read);
+        assert_eq!(pending.read, Some(toolscript::ReadAt::new(0, 0)));
+        assert_eq!(pending.rule.as_deref(), Some("big ids"));
+        assert_eq!(pending.args, json!({"id": 60}));
+        let json = paused.to_json();
+        assert_eq!(
+            json["pending"]["read"],
+            json!({"epoch": 0, "occurrence": 0})
+        );
+        assert_eq!(
+            calls_of(&seen, r#"get {"id":60}"#),
+            0,
+            "{mode:?}: made before a person decided"
+        );
+        assert_eq!(
+            calls_of(&seen, r#"get {"id":61}"#),
+            0,
+            "{mode:?}: the scout crossed the pause"
+        );
+
+        // An approval makes that read; the same read after the refund asks again.
+        let next = runtime
+            .resume(&paused.run_id, Some(Decision::Approve), options())
+            .await
+            .unwrap();
+        let pending = next.pending.clone().expect("paused again");
+        assert_eq!(
+            pending.read,
+            Some(toolscript::ReadAt::new(1, 0)),
+            "{mode:?}"
+        );
+        assert_eq!(calls_of(&seen, r#"get {"id":60}"#), 1);
+        assert_eq!(
+            calls_of(&seen, r#"get {"id":1}"#),
+            1,
+            "the first read is replayed"
+        );
+
+        // The rule, approved: the last read passes without a pause.
+        let done = runtime
+            .resume(&next.run_id, Some(Decision::ApproveRule), options())
+            .await
+            .unwrap();
+        assert_eq!(
+            done.result.clone().unwrap(),
+            json!([1, 60, 60, 61]),
+            "{mode:?}"
+        );
+        assert_eq!(calls_of(&seen, r#"get {"id":60}"#), 2);
+        assert_eq!(calls_of(&seen, r#"get {"id":61}"#), 1);
+        assert_eq!(
+            calls_of(&seen, r#"refund {"amount_cents":5}"#),
+            1,
+            "{mode:?}: the write made once"
+        );
+
+        // A decision for the read is not one for anything else: the run is over.
+        let again = runtime
+            .resume(&done.run_id, Some(Decision::Approve), options())
+            .await;
+        assert!(again.is_err());
+    }
+}
+
+/// A rejected read throws `rejected` where the script made it (a script may catch it), and a
+/// resume replays the rejection: the read is never made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_read_throws_where_the_script_made_it() {
+    let dir = TempDir::new().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let runtime = asking_reads(dir.path(), &seen);
+    let script = r#"
+        let b = 0;
+        try { b = get(#{id: 70}).id; } catch (e) { b = e.kind; }
+        b
+    "#;
+    let paused = runtime.run(script).await;
+    assert_eq!(paused.status(), RunStatus::Paused);
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Reject {
+                reason: Some("not this one".into()),
+            }),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.result.unwrap(), json!("rejected"));
+    assert_eq!(calls_of(&seen, r#"get {"id":70}"#), 0);
+    // Uncaught, the rejection fails the run naming the tool.
+    let paused = runtime.run("get(#{id: 71})").await;
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Reject { reason: None }),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let e = done.result.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Rejected, "{e:?}");
+    assert_eq!(calls_of(&seen, r#"get {"id":71}"#), 0);
 }
