@@ -505,6 +505,12 @@ impl RunLedger {
     /// run journals it.
     pub(crate) fn used(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) {
         if let Some(journal) = &self.ctx.journal {
+            // A read that holds a secret or a redacted value is kept without it: not at all,
+            // and a resume makes it again.
+            let masks = self.ctx.masks();
+            if !masks.is_empty() && (masks.holds_text(&key.args) || masks.holds_outcome(outcome)) {
+                return;
+            }
             journal.record_read(crate::store::ReadRow::new(
                 key.epoch,
                 key.tool.to_string(),

@@ -99,6 +99,7 @@ mod rhai_ast;
 mod runtime;
 mod schema;
 mod script;
+pub mod secrets;
 mod speculate;
 mod store;
 mod sync;

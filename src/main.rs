@@ -121,6 +121,9 @@ fn main() -> ExitCode {
         }
     });
     result.unwrap_or_else(|message| {
+        let message = toolscript::secrets::process_mask()
+            .text(&message)
+            .into_owned();
         eprintln!("toolscript: {message}");
         ExitCode::from(cli::USAGE)
     })
@@ -147,10 +150,27 @@ fn init_tracing(verbose: u8) {
         );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| MaskedStderr)
         // Colours only for a person at a terminal; never escape codes in a client's log.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+}
+
+/// Standard error with every secret this process fetched masked: each log event is written
+/// whole by one call, so a secret is never split across two.
+struct MaskedStderr;
+
+impl std::io::Write for MaskedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let masked = toolscript::secrets::process_mask().text(&text);
+        std::io::stderr().write_all(masked.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 fn async_runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -461,6 +461,12 @@ impl RunOutcome {
 }
 
 impl Runtime {
+    /// Whether a run's journal keeps keyed digests: its tools may hand it a secret (the
+    /// registry has some, or this process fetched some) or a redacted value.
+    fn keyed(&self) -> bool {
+        !self.registry.secrets().is_empty() || !crate::secrets::process_mask().is_empty()
+    }
+
     /// A runtime over `registry` with default limits and breakers.
     pub fn new(registry: Registry) -> Runtime {
         Runtime::builder(registry).build()
@@ -577,7 +583,7 @@ impl Runtime {
                 record.input = options.input.as_deref().cloned();
                 record.catalog = Some(self.catalog.clone());
                 let opened = match store.create_run(record).await {
-                    Ok(()) => Journal::open(Arc::clone(store), &run_id).await,
+                    Ok(()) => Journal::open(Arc::clone(store), &run_id, self.keyed()).await,
                     Err(e) => Err(e),
                 };
                 match opened {
@@ -669,7 +675,7 @@ impl Runtime {
                 .set_catalog(run_id, self.catalog_sha256.clone(), self.catalog.clone())
                 .await?;
         }
-        let journal = Arc::new(Journal::open(Arc::clone(store), run_id).await?);
+        let journal = Arc::new(Journal::open(Arc::clone(store), run_id, self.keyed()).await?);
         let mut options = options;
         options.mode = record.mode;
         options.input = record.input.map(Arc::new);
@@ -942,13 +948,38 @@ impl Run {
                 self.run_id
             ));
         }
-        let effects = Arc::new(self.ctx.take_effects());
+        let mut effects = self.ctx.take_effects();
+        let (mut logs, mut warnings, mut pending) =
+            (execution.logs, execution.warnings.list, execution.pending);
+        // Nothing the run hands back or keeps holds a secret or a redacted value: masked here,
+        // before the output is bounded, so that artifacts are masked too.
+        let masks = self.ctx.masks();
+        if !masks.is_empty() {
+            match &mut result {
+                Ok(value) => {
+                    masks.value(value);
+                }
+                Err(e) => masks.error(e),
+            }
+            logs.iter_mut().for_each(|line| masks.string(line));
+            for w in &mut warnings {
+                masks.string(&mut w.message);
+                masks.string(&mut w.field);
+            }
+            for effect in &mut effects {
+                masks.value(&mut effect.args);
+            }
+            if let Some(p) = &mut pending {
+                masks.value(&mut p.args);
+            }
+        }
+        let effects = Arc::new(effects);
         let output = Output {
             result,
-            logs: execution.logs,
-            warnings: execution.warnings.list,
+            logs,
+            warnings,
             effects: Arc::clone(&effects),
-            pending: execution.pending.clone(),
+            pending: pending.clone(),
             results: execution.results,
             policy: self.policy,
         };
@@ -969,7 +1000,7 @@ impl Run {
             },
             stats,
             receipts: self.ctx.take_receipts(),
-            pending: execution.pending,
+            pending,
             warnings: output.warnings,
             warnings_left_out: execution.warnings.left_out,
             bounded: Some(bounded),

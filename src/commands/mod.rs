@@ -33,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::effect::Effect;
 use crate::error::{Error, ErrorKind, ToolError};
 use crate::guard::CommandLine;
+use crate::secrets::EnvValue;
 use crate::tool::Tool;
 
 /// The default bound of each of stdout and stderr: 64 KiB.
@@ -71,8 +72,8 @@ struct Runner {
     line: CommandLine,
     /// Variables of this process passed on, where set.
     env_pass: Vec<String>,
-    /// Variables set, over those passed on.
-    env: BTreeMap<String, String>,
+    /// Variables set, over those passed on (a secret's fetched at the call).
+    env: BTreeMap<String, EnvValue>,
     timeout: Duration,
     max_output_bytes: usize,
     /// Folders read and executed besides the system's, under Landlock.
@@ -88,7 +89,7 @@ pub struct CommandToolBuilder {
     argv: Vec<String>,
     cwd: Option<String>,
     env_pass: Vec<String>,
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, EnvValue>,
     timeout: Duration,
     max_output_bytes: usize,
     effect: Effect,
@@ -136,8 +137,9 @@ impl CommandToolBuilder {
         self
     }
 
-    /// Sets a variable of the program's environment.
-    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+    /// Sets a variable of the program's environment: a value, or a secret's
+    /// (`EnvValue::Secret`), fetched when the tool is first called.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<EnvValue>) -> Self {
         self.env.insert(name.into(), value.into());
         self
     }
@@ -301,9 +303,15 @@ fn finish(builder: crate::tool::ToolBuilder, line: CommandLine, runner: Runner) 
     builder
         .command_line(line)
         .timeout(runner.timeout + DISPATCH_GRACE)
-        .handler(move |args| {
+        .handler_with_context(move |args, ctx| {
             let runner = Arc::clone(&runner);
-            async move { runner.run(&args).await }
+            async move {
+                let secrets = ctx.secrets().cloned().unwrap_or_default();
+                let env = crate::secrets::resolve_env(&runner.env, &secrets)
+                    .await
+                    .map_err(|why| ToolError::unavailable(why).with_recoverable(false))?;
+                runner.run(&args, &env).await
+            }
         })
 }
 
@@ -341,7 +349,7 @@ fn beneath(root: &Path, cwd: &str) -> Result<PathBuf, String> {
 }
 
 impl Runner {
-    async fn run(&self, args: &Value) -> Result<Value, ToolError> {
+    async fn run(&self, args: &Value, env: &BTreeMap<String, String>) -> Result<Value, ToolError> {
         let argv = self.line.argv(args).map_err(ToolError::invalid_input)?;
         let cwd = beneath(&self.root, &argv.cwd)
             .map_err(|e| ToolError::new(ErrorKind::PermissionDenied, format!("`cwd`: {e}")))?;
@@ -359,7 +367,7 @@ impl Runner {
                 command.env(name, value);
             }
         }
-        command.envs(&self.env);
+        command.envs(env);
 
         // The group's guard: dropped when the program has ended, when the timeout passes or
         // when this future is dropped, it kills every process of the group.
@@ -579,7 +587,8 @@ mod tests {
         let pids = dir.path().join("pids");
         let args = json!({});
         // Boxed, so that dropping it drops the future itself (`tokio::pin!` would not).
-        let mut call = Box::pin(runner.run(&args));
+        let env = BTreeMap::new();
+        let mut call = Box::pin(runner.run(&args, &env));
         // Polls the call until both pids are written, then drops it.
         let written = async {
             loop {

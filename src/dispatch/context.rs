@@ -113,6 +113,9 @@ pub(crate) struct RunContext {
     /// The guard's rule and reason of the last call it asked a person about: what the pause
     /// shows.
     asked: Mutex<Option<(String, String)>>,
+    /// The run's own masked values (the values its tools' `redact` paths name), besides the
+    /// process's secrets.
+    pub(crate) mask: crate::secrets::Mask,
 }
 
 impl RunContext {
@@ -147,6 +150,15 @@ impl RunContext {
             input: None,
             context: None,
             asked: Mutex::new(None),
+            mask: crate::secrets::Mask::default(),
+        }
+    }
+
+    /// The masks of what the run keeps and hands back: the process's secrets, then the run's
+    /// own values.
+    pub(crate) fn masks(&self) -> crate::secrets::Masks<'_> {
+        crate::secrets::Masks {
+            masks: [crate::secrets::process_mask(), &self.mask],
         }
     }
 

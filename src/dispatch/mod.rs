@@ -538,7 +538,8 @@ async fn steps(
         // The intent of a script's non-read call is committed before its body is reached: a
         // crash from here on leaves the call ambiguous, never forgotten.
         if let (Some(journal), Some(seq)) = (&ctx.journal, call.seq) {
-            if let Err(why) = journal.intent(seq, &spec.name, &call.args_key).await {
+            let args = journal.args_form(ctx.masks(), &call.args_key);
+            if let Err(why) = journal.intent(seq, &spec.name, &args).await {
                 return Err(ToolError::internal(format!(
                     "the run's journal could not be written ({why}); the call was not made"
                 ))
@@ -608,6 +609,7 @@ async fn run_body(
             call.idempotency_key.clone(),
             ctx.context.clone(),
             nested.clone(),
+            Some(Arc::clone(ctx.registry.secrets())),
             Arc::clone(slot),
             cancel.clone(),
         );

@@ -502,12 +502,24 @@ fn is_plain(text: &[u8]) -> bool {
 
 /// SHA-256 of `text` (or of any bytes), as lowercase hex.
 pub(crate) fn sha256_hex(text: impl AsRef<[u8]>) -> String {
+    hex32(Sha256::digest(text.as_ref()).into())
+}
+
+/// HMAC-SHA-256 of `text` under `key`, as lowercase hex.
+pub(crate) fn hmac_sha256_hex(key: &[u8; 32], text: impl AsRef<[u8]>) -> String {
+    use hmac::Mac;
+    // Any key length is valid for HMAC.
+    let mut mac = <hmac::Hmac<Sha256> as hmac::Mac>::new_from_slice(key)
+        .expect("HMAC takes a key of any length");
+    mac.update(text.as_ref());
+    hex32(mac.finalize().into_bytes().into())
+}
+
+/// 32 bytes as lowercase hex.
+fn hex32(bytes: [u8; 32]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 64];
-    for (pair, b) in digits
-        .chunks_exact_mut(2)
-        .zip(Sha256::digest(text.as_ref()))
-    {
+    for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
         pair[0] = HEX[usize::from(b >> 4)];
         pair[1] = HEX[usize::from(b & 0xf)];
     }

@@ -100,7 +100,7 @@ pub(super) fn build(entry: ToolEntry, file: &Path) -> Result<Tool, String> {
 struct Options {
     cwd: Option<String>,
     env_pass: Option<Vec<String>>,
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, crate::secrets::EnvValue>,
     timeout_ms: Option<u64>,
     max_output_bytes: Option<usize>,
     read_paths: Vec<String>,

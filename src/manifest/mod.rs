@@ -6,7 +6,9 @@ mod files;
 mod guard;
 mod latency;
 mod script_tool;
+mod secrets;
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +60,8 @@ struct ManifestFile {
     guard: Option<Spanned<guard::GuardEntry>>,
     /// The built-in file tools (`manifest::files`).
     files: Option<Spanned<files::FilesEntry>>,
+    /// Where each secret comes from (`manifest::secrets`).
+    secrets: Option<Spanned<BTreeMap<String, secrets::SecretEntry>>>,
 }
 
 /// A `[store]` table.
@@ -75,7 +79,7 @@ struct McpEntry {
     name: Option<String>,
     command: Vec<String>,
     #[serde(default)]
-    env: std::collections::BTreeMap<String, String>,
+    env: std::collections::BTreeMap<String, crate::secrets::EnvValue>,
     prefix: Option<String>,
     timeout_ms: Option<u64>,
     #[serde(default)]
@@ -119,7 +123,7 @@ struct ToolEntry {
     argv: Option<Vec<String>>,
     cwd: Option<String>,
     env_pass: Option<Vec<String>>,
-    env: Option<std::collections::BTreeMap<String, String>>,
+    env: Option<std::collections::BTreeMap<String, crate::secrets::EnvValue>>,
     max_output_bytes: Option<usize>,
     read_paths: Option<Vec<String>>,
 }
@@ -150,6 +154,13 @@ pub struct Manifests {
     /// The root of each `[files]` table and command tool: a guard's root must be theirs, so
     /// that its rules read the names the tools open and the folders they run in.
     rooted: Vec<(PathBuf, Declared, String)>,
+    /// Where each secret comes from, as the manifests loaded so far declare.
+    secret_sources: BTreeMap<String, crate::secrets::SecretSource>,
+    /// Each secret an environment names, and where: every one must be declared.
+    secret_uses: Vec<(String, Declared, String)>,
+    /// The secrets, made when first needed (to start a server, or to build the registry) and
+    /// shared by the servers and the registry: each is fetched once.
+    secrets: Option<Arc<crate::secrets::Secrets>>,
 }
 
 impl std::fmt::Debug for Manifests {
@@ -179,6 +190,9 @@ impl Manifests {
             guard: None,
             built_guard: Arc::default(),
             rooted: Vec::new(),
+            secret_sources: BTreeMap::new(),
+            secret_uses: Vec::new(),
+            secrets: None,
         }
     }
 
@@ -259,9 +273,33 @@ impl Manifests {
             guard::merge(&mut guard, entry.into_inner(), &folder)
                 .map_err(|message| error(Some(span), format!("`[guard]`: {message}")))?;
         }
+        let mut secret_sources = self.secret_sources.clone();
+        if let Some(entry) = parsed.secrets {
+            let span = entry.span();
+            let folder = file
+                .parent()
+                .filter(|dir| dir.is_dir())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            secrets::merge(&mut secret_sources, entry.into_inner(), &folder)
+                .map_err(|message| error(Some(span), format!("`[secrets]`: {message}")))?;
+        }
+        self.secret_sources = secret_sources;
         for entry in parsed.mcp {
             let span = entry.span();
             let entry = entry.into_inner();
+            for (key, value) in &entry.env {
+                if let crate::secrets::EnvValue::Secret { secret } = value {
+                    self.secret_uses.push((
+                        secret.clone(),
+                        Declared {
+                            tool: String::new(),
+                            file: file.to_path_buf(),
+                            line: line_of(text, span.start),
+                        },
+                        format!("`[[mcp]]` `env` `{key}`"),
+                    ));
+                }
+            }
             if entry.command.is_empty() {
                 return Err(error(
                     Some(span),
@@ -337,6 +375,18 @@ impl Manifests {
             let span = entry.span();
             let entry = entry.into_inner();
             if entry.kind.is_some() {
+                let secret_uses: Vec<(String, String)> = entry
+                    .env
+                    .iter()
+                    .flatten()
+                    .filter_map(|(key, value)| match value {
+                        crate::secrets::EnvValue::Secret { secret } => Some((
+                            secret.clone(),
+                            format!("tool `{}` `env` `{key}`", entry.name),
+                        )),
+                        crate::secrets::EnvValue::Plain(_) => None,
+                    })
+                    .collect();
                 let tool = command_tool::build(entry, file)
                     .map_err(|message| error(Some(span.clone()), message))?;
                 let declared = Declared {
@@ -349,6 +399,9 @@ impl Manifests {
                     declared.clone(),
                     format!("command tool `{}`", declared.tool),
                 ));
+                for (secret, place) in secret_uses {
+                    self.secret_uses.push((secret, declared.clone(), place));
+                }
                 self.declared.push(declared);
                 self.tools.push(tool);
                 continue;
@@ -423,8 +476,9 @@ impl Manifests {
     /// [`Error::Mcp`] naming the server that failed to start, to initialise or to list its
     /// tools.
     pub async fn connect(&mut self) -> Result<(), Error> {
+        let secrets = self.secrets()?;
         for (spec, origin) in std::mem::take(&mut self.servers) {
-            let tools = crate::mcp::connect(&spec).await?;
+            let tools = crate::mcp::connect(&spec, &secrets).await?;
             for tool in tools {
                 self.declared.push(Declared {
                     tool: tool.spec().name.clone(),
@@ -434,6 +488,31 @@ impl Manifests {
             }
         }
         Ok(())
+    }
+
+    /// The secrets the manifests declare (none fetched yet), once every secret an environment
+    /// names is known to be declared.
+    fn secrets(&mut self) -> Result<Arc<crate::secrets::Secrets>, Error> {
+        if let Some((name, origin, place)) = self
+            .secret_uses
+            .iter()
+            .find(|(name, _, _)| !self.secret_sources.contains_key(name))
+        {
+            let known: Vec<&str> = self.secret_sources.keys().map(String::as_str).collect();
+            return Err(Error::Manifest {
+                file: origin.file.clone(),
+                line: Some(origin.line),
+                message: format!(
+                    "{place} names the secret `{name}`, which no `[secrets]` table declares (declared: {})",
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+                source: None,
+            });
+        }
+        let sources = &self.secret_sources;
+        Ok(Arc::clone(self.secrets.get_or_insert_with(|| {
+            Arc::new(crate::secrets::Secrets::new(sources.clone()))
+        })))
     }
 
     /// Starts the declared MCP servers, then builds the registry.
@@ -458,7 +537,7 @@ impl Manifests {
     /// A registry rule broken by a tool, as [`Error::Manifest`] naming the file and line that
     /// declared it, the tool and the rule; an [`Error::Manifest`] if MCP servers are declared
     /// but not started ([`Manifests::build`] starts them).
-    pub fn into_registry(self) -> Result<Registry, Error> {
+    pub fn into_registry(mut self) -> Result<Registry, Error> {
         if let Some((spec, origin)) = self.servers.first() {
             return Err(Error::Manifest {
                 file: origin.file.clone(),
@@ -470,6 +549,7 @@ impl Manifests {
                 source: None,
             });
         }
+        let secrets = self.secrets()?;
         let declared = self.declared;
         let guard =
             match &self.guard {
@@ -520,6 +600,7 @@ impl Manifests {
         Registry::builder()
             .tools(tools)
             .guard(guard)
+            .shared_secrets(secrets)
             .build()
             .map_err(|e| match e {
                 Error::Registry { tool, rule } => match declared.iter().rfind(|o| o.tool == tool) {
@@ -664,7 +745,7 @@ mod tests {
         assert_eq!(spec.timeout, Duration::from_millis(500));
         assert_eq!(spec.effects["write_file"], Effect::Idempotent);
         assert!(!spec.trust_annotations);
-        assert_eq!(spec.env["A"], "1");
+        assert_eq!(spec.env["A"], "1".into());
         let (line, message) = manifest_error(m.into_registry());
         assert_eq!(line, Some(1));
         assert!(message.contains("not started"), "{message}");

@@ -143,9 +143,15 @@ async fn validate(
 /// [`Error::Mcp`] naming the server: the program cannot be started, the server exits or answers
 /// something that is not MCP, start-up takes longer than its timeout, or `effects` names a tool
 /// the server does not have.
-pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
+pub(crate) async fn connect(
+    spec: &McpServerSpec,
+    secrets: &crate::secrets::Secrets,
+) -> Result<Vec<Tool>, Error> {
     let fail = |message: String| Error::mcp(&spec.name, message, None);
-    let (service, (child, guard), faults, listed) = start(spec).await?;
+    let env = crate::secrets::resolve_env(&spec.env, secrets)
+        .await
+        .map_err(|why| fail(format!("its environment: {why}")))?;
+    let (service, (child, guard), faults, listed) = start(spec, &env).await?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     for (table, mut names) in [
         (
@@ -168,7 +174,8 @@ pub(crate) async fn connect(spec: &McpServerSpec) -> Result<Vec<Tool>, Error> {
         }
     }
     let names = tool_names(spec.prefix.as_deref().unwrap_or(""), &originals);
-    // What a paused run's catalog keeps of the server: its command and environment.
+    // What a paused run's catalog keeps of the server: its command and environment (a
+    // secret by its name, never its value).
     let server = crate::json::jcs_value_sha256(&serde_json::json!({
         "command": spec.command,
         "env": spec.env,
@@ -247,7 +254,10 @@ type Started = (
 );
 
 /// Spawns the server and runs the handshake and the listing under the start-up timeout.
-async fn start(spec: &McpServerSpec) -> Result<Started, Error> {
+async fn start(
+    spec: &McpServerSpec,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<Started, Error> {
     let fail = |message: String| Error::mcp(&spec.name, message, None);
     let Some((program, args)) = spec.command.split_first() else {
         return Err(fail(
@@ -257,7 +267,7 @@ async fn start(spec: &McpServerSpec) -> Result<Started, Error> {
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
-        .envs(&spec.env)
+        .envs(env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -50,8 +50,9 @@ pub struct McpServerSpec {
     pub name: String,
     /// The program and its arguments.
     pub command: Vec<String>,
-    /// Extra environment variables for the server.
-    pub env: BTreeMap<String, String>,
+    /// Extra environment variables for the server: values, or secrets'
+    /// (`{ secret = "NAME" }`), fetched when the server starts.
+    pub env: BTreeMap<String, crate::secrets::EnvValue>,
     /// The server's working directory (a manifest's own folder), or the current one.
     pub cwd: Option<PathBuf>,
     /// Put before every tool name (`fs_` makes `read_file` `fs_read_file`).
@@ -108,6 +109,7 @@ impl McpServerSpec {
 #[cfg(all(feature = "manifest", not(feature = "mcp")))]
 pub(crate) async fn connect(
     spec: &McpServerSpec,
+    _secrets: &crate::secrets::Secrets,
 ) -> Result<Vec<crate::tool::Tool>, crate::error::Error> {
     Err(crate::error::Error::mcp(
         &spec.name,

@@ -136,7 +136,10 @@ impl Executor {
         let journal = self.ctx.journal.clone();
         let journaled = journal.as_ref().and_then(|j| j.write(seq));
         if let Some(entry) = &journaled {
-            if *entry.tool != *call.tool || *entry.args != *call.args_key {
+            let same = journal
+                .as_ref()
+                .is_some_and(|j| j.same_args(&entry.args, &call.args_key));
+            if *entry.tool != *call.tool || !same {
                 return Arc::new(Err(self.stop_with(format!(
                     "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {}",
                     entry.tool, entry.args, call.tool, call.args_key
@@ -167,6 +170,23 @@ impl Executor {
         }
         let result = self.dispatch(call.clone());
         if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
+            // Arguments that hold a secret or a redacted value are shown masked while the run
+            // waits: the journal keeps their digest, which a decision is matched by.
+            if let Some(journal) = &journal {
+                let args = journal.args_form(self.ctx.masks(), &call.args_key);
+                if let std::borrow::Cow::Owned(args) = args {
+                    let (journal, tool) = (Arc::clone(journal), call.tool.to_string());
+                    let kept = engine::block_on(&self.handle, async move {
+                        journal.waiting(seq, &tool, &args).await
+                    });
+                    if !matches!(kept, Some(Ok(()))) {
+                        return Arc::new(Err(self.stop_with(format!(
+                            "the run's journal could not be written: `{}` (call #{seq}) was not made; the run is interrupted, and a resume goes on from this call",
+                            call.tool
+                        ))));
+                    }
+                }
+            }
             return Arc::new(Err(self.pause(&call, effect, Awaiting::Approval)));
         }
         lock(&self.counts).effectful_calls += 1;
@@ -195,10 +215,13 @@ impl Executor {
                     call.tool
                 ))));
             }
+            // What holds a secret or a redacted value is kept without it: the arguments as a
+            // keyed digest, the outcome masked.
+            let masks = self.ctx.masks();
             let (tool, args, outcome) = (
                 call.tool.to_string(),
-                Arc::clone(&call.args_key),
-                result.clone(),
+                journal.args_form(masks, &call.args_key).into_owned(),
+                masks.outcome(&result),
             );
             let committed = engine::block_on(&self.handle, async move {
                 journal.outcome(seq, &tool, &args, &outcome).await

@@ -196,6 +196,8 @@ pub(crate) struct Journal {
     committing: tokio::sync::Mutex<()>,
     /// Where a flush of gathered reads runs, off the script's thread.
     handle: tokio::runtime::Handle,
+    /// The store's key of keyed digests, for a run that may hold secrets or redacted values.
+    key: Option<Arc<[u8; 32]>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -212,8 +214,16 @@ impl Journal {
     /// # Errors
     ///
     /// [`Error::Store`] when it cannot be read.
-    pub(crate) async fn open(store: Arc<dyn Store>, run_id: &str) -> Result<Journal, Error> {
+    pub(crate) async fn open(
+        store: Arc<dyn Store>,
+        run_id: &str,
+        keyed: bool,
+    ) -> Result<Journal, Error> {
         let rows = store.load_journal(run_id).await?;
+        let key = match keyed {
+            true => Some(store.digest_key().await?),
+            false => None,
+        };
         let state = State {
             writes: rows.writes.into_iter().map(|w| (w.seq, w)).collect(),
             ..State::default()
@@ -234,7 +244,42 @@ impl Journal {
             state: Mutex::new(state),
             committing: tokio::sync::Mutex::new(()),
             handle: tokio::runtime::Handle::current(),
+            key,
         })
+    }
+
+    /// A non-read call's arguments (their key form) as the journal keeps them: as they are,
+    /// or, when they hold a secret or a redacted value, a keyed digest of them (`hmac:…`; a
+    /// plain `sha256:…` in a journal opened without a key), which a resume matches without
+    /// the value ever being kept.
+    pub(crate) fn args_form<'a>(
+        &self,
+        masks: crate::secrets::Masks<'_>,
+        args: &'a str,
+    ) -> std::borrow::Cow<'a, str> {
+        if masks.is_empty() || !masks.holds_text(args) {
+            return std::borrow::Cow::Borrowed(args);
+        }
+        std::borrow::Cow::Owned(match &self.key {
+            Some(key) => format!("hmac:{}", crate::json::hmac_sha256_hex(key, args)),
+            None => format!("sha256:{}", crate::json::sha256_hex(args)),
+        })
+    }
+
+    /// Whether the arguments `stored` (as [`Journal::args_form`] kept them) are `args`.
+    pub(crate) fn same_args(&self, stored: &str, args: &str) -> bool {
+        if stored == args {
+            return true;
+        }
+        if let Some(digest) = stored.strip_prefix("hmac:") {
+            return self
+                .key
+                .as_ref()
+                .is_some_and(|key| crate::json::hmac_sha256_hex(key, args) == digest);
+        }
+        stored
+            .strip_prefix("sha256:")
+            .is_some_and(|digest| crate::json::sha256_hex(args) == digest)
     }
 
     /// The outcome of a read an earlier process of the run journaled, if there is one.
@@ -305,6 +350,16 @@ impl Journal {
             w.processes = Some(processes);
         })
         .await
+    }
+
+    /// Commits that the non-read call `seq` waits for a person, with its arguments as the
+    /// journal keeps them, so that a decision is journaled against them.
+    ///
+    /// # Errors
+    ///
+    /// Why the store could not commit it.
+    pub(crate) async fn waiting(&self, seq: u64, tool: &str, args: &str) -> Result<(), String> {
+        self.update(seq, tool, args, |_| {}).await
     }
 
     /// Commits the outcome of the non-read call `seq`.

@@ -125,6 +125,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn artifact<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StoredArtifact>>;
 
     /// An artifact with only what reading its page `page` needs: when it has a [`PageIndex`],
+    /// The key of the journal's keyed digests (arguments that hold a secret or a redacted
+    /// value are journaled as an HMAC of them, never in clear): kept apart from the store's
+    /// data, so that a copy of the data alone cannot confirm a guessed value. The default has
+    /// none: a run that needs one fails to start, saying so.
+    fn digest_key(&self) -> StoreFuture<'_, Arc<[u8; 32]>> {
+        Box::pin(async move {
+            Err(Error::store(
+                &self.location(),
+                "this store keeps no key for keyed digests, which a run with secrets or redacted values needs",
+                None,
+            ))
+        })
+    }
+
     /// `content` holds only that page's bytes (none when it has no such page), so that reading
     /// a page costs the page; without one (stored before pages were indexed), the whole
     /// content. The default reads the whole artifact and cuts it.

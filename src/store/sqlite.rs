@@ -416,6 +416,18 @@ impl Store for SqliteStore {
         self.path.display().to_string()
     }
 
+    fn digest_key(&self) -> StoreFuture<'_, Arc<[u8; 32]>> {
+        let path = key_path(&self.path);
+        let location = self.location();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || read_or_make_key(&path))
+                .await
+                .map_err(|e| Error::store(&location, "its key's task failed", Cause::from(e)))?
+                .map(Arc::new)
+                .map_err(|why| Error::store(&location, why, None))
+        })
+    }
+
     fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
         self.writing(move |conn, fail| {
             let catalog = record
@@ -876,6 +888,55 @@ fn append(
         }
     }
     tx.commit().map_err(|e| fail.of(e))
+}
+
+/// Where the key of a store's keyed digests lives: beside the store, `STORE.key`.
+fn key_path(store: &Path) -> PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
+/// The key at `path`, made if there is none: 32 random bytes in a file only its owner may read
+/// (mode 0600 on Unix), put in place whole (a file written aside, then linked, so that two
+/// processes making it at once agree on one key).
+fn read_or_make_key(path: &Path) -> Result<[u8; 32], String> {
+    let read = |path: &Path| -> Result<Option<[u8; 32]>, String> {
+        match std::fs::read(path) {
+            Ok(bytes) => <[u8; 32]>::try_from(bytes.as_slice()).map(Some).map_err(|_| {
+                format!(
+                    "its key {} is not 32 bytes: restore it, or remove it (the digests it made then no longer match)",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("its key {} cannot be read: {e}", path.display())),
+        }
+    };
+    if let Some(key) = read(path)? {
+        return Ok(key);
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| format!("no random bytes for its key: {e}"))?;
+    let aside = path.with_extension(format!("key.{}", std::process::id()));
+    let made = (|| -> std::io::Result<()> {
+        use std::io::Write;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&aside)?;
+        file.write_all(&key)?;
+        file.sync_all()?;
+        match std::fs::hard_link(&aside, path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    })();
+    let _ = std::fs::remove_file(&aside);
+    made.map_err(|e| format!("its key {} cannot be made: {e}", path.display()))?;
+    // Another process may have put its own in place first: the key is the one in place.
+    read(path)?.ok_or_else(|| format!("its key {} vanished as it was made", path.display()))
 }
 
 /// Journals a person's decision on the read `pending` (at `at`) a paused run waits at: an

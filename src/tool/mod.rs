@@ -163,6 +163,8 @@ pub struct ToolContext {
     pub context: Option<Arc<Value>>,
     /// How a composite's body calls its nested tools.
     nested: Option<Arc<dyn NestedCaller>>,
+    /// The registry's secrets.
+    secrets: Option<Arc<crate::secrets::Secrets>>,
     /// The slot this call holds (see [`ToolSpec::max_concurrency`]), for a body that is done
     /// with the shared resource before its call ends.
     #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
@@ -202,6 +204,7 @@ impl ToolContext {
         idempotency_key: Option<String>,
         context: Option<Arc<Value>>,
         nested: Option<Arc<dyn NestedCaller>>,
+        secrets: Option<Arc<crate::secrets::Secrets>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> ToolContext {
@@ -212,9 +215,38 @@ impl ToolContext {
             idempotency_key,
             context,
             nested,
+            secrets,
             slot,
             cancel,
         }
+    }
+
+    /// The secret `name`'s value (fetched the first time any tool asks for it). From then on it
+    /// is masked, `[secret:NAME]`, in everything the run keeps or hands back; the tool may use
+    /// it freely.
+    ///
+    /// # Errors
+    ///
+    /// `unavailable` when the secret cannot be had (the error says why, never the value);
+    /// `invalid_input` when the registry has no secret of that name.
+    pub async fn secret(&self, name: &str) -> Result<Arc<str>, ToolError> {
+        let Some(secrets) = self.secrets.as_ref().filter(|s| s.has(name)) else {
+            return Err(ToolError::invalid_input(format!(
+                "the tool `{}` asked for the secret `{name}`, which the registry does not have",
+                self.tool
+            ))
+            .with_recoverable(false));
+        };
+        secrets
+            .get(name)
+            .await
+            .map_err(|why| ToolError::new(ErrorKind::Unavailable, why).with_recoverable(false))
+    }
+
+    /// The registry's secrets, for a body that fetches several.
+    #[cfg_attr(not(feature = "commands"), allow(dead_code))]
+    pub(crate) fn secrets(&self) -> Option<&Arc<crate::secrets::Secrets>> {
+        self.secrets.as_ref()
     }
 
     /// Whether the run no longer needs this call: the run was dropped or cancelled, the
@@ -442,6 +474,16 @@ impl ToolBuilder {
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
         Tool::from_spec(self.spec, move |args, _ctx| body(args))
+    }
+
+    /// Finishes the tool with an untyped body that also takes its call's [`ToolContext`]: its
+    /// secrets ([`ToolContext::secret`]), the run's context, the idempotency key.
+    pub fn handler_with_context<F, Fut>(self, body: F) -> Tool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Tool::from_spec(self.spec, body)
     }
 
     /// Finishes the tool with a typed body; the input and output schemas come from the types.

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::{Approval, Body, Effect, Tool, ToolSpec};
 use crate::error::{Error, ErrorKind, ToolError};
 use crate::guard::Guard;
+use crate::secrets::Secrets;
 
 /// The longest tool name, in bytes (names are ASCII).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -89,6 +90,8 @@ pub struct Registry {
     index: HashMap<String, usize>,
     /// What every call of these tools may touch.
     guard: Guard,
+    /// The secrets these tools may use.
+    secrets: Arc<Secrets>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -122,6 +125,7 @@ impl Registry {
             .tools(tools)
             .tool(tool)
             .guard(self.guard.clone());
+        builder.secrets = Arc::clone(&self.secrets);
         builder.own = 1;
         builder.build()
     }
@@ -129,6 +133,11 @@ impl Registry {
     /// The guard of this registry's calls.
     pub fn guard(&self) -> &Guard {
         &self.guard
+    }
+
+    /// The secrets its tools may use.
+    pub fn secrets(&self) -> &Arc<Secrets> {
+        &self.secrets
     }
 
     /// The tool with this name or alias.
@@ -223,6 +232,7 @@ pub struct RegistryBuilder {
     /// How many of `tools`, at the end, are the runtime's own (their names start with `ts_`).
     own: usize,
     guard: Guard,
+    secrets: Arc<Secrets>,
     /// The first error met while adding tools (a tool set whose resource could not be
     /// opened), given back by [`RegistryBuilder::build`].
     #[cfg_attr(not(feature = "files"), allow(dead_code))]
@@ -240,6 +250,20 @@ impl RegistryBuilder {
     /// allowed).
     pub fn guard(mut self, guard: Guard) -> Self {
         self.guard = guard;
+        self
+    }
+
+    /// Sets the secrets the tools may use ([`ToolContext::secret`](crate::ToolContext::secret),
+    /// an MCP server's or a command tool's environment), each fetched when first needed.
+    pub fn secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = Arc::new(secrets);
+        self
+    }
+
+    /// Sets secrets shared with what started before the registry (its MCP servers).
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
+    pub(crate) fn shared_secrets(mut self, secrets: Arc<Secrets>) -> Self {
+        self.secrets = secrets;
         self
     }
 
@@ -320,6 +344,7 @@ impl RegistryBuilder {
             tools: tools.into_iter().map(Arc::new).collect(),
             index,
             guard: self.guard,
+            secrets: self.secrets,
         })
     }
 }
