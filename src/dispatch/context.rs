@@ -154,6 +154,30 @@ impl RunContext {
         }
     }
 
+    /// A keyed digest of `text` (`hmac:…`), for a receipt of a call whose arguments or result
+    /// hold a secret or a redacted value: under the store's key in a durable run, else under a
+    /// key this process made and never shows.
+    pub(crate) fn keyed_digest(&self, text: &str) -> String {
+        static PROCESS_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+        let key = match self.journal.as_ref().and_then(|j| j.key()) {
+            Some(key) => **key,
+            None => *PROCESS_KEY.get_or_init(|| {
+                let mut key = [0u8; 32];
+                // Without the system's random bytes, a key from the clock and the process:
+                // still never written anywhere.
+                if getrandom::fill(&mut key).is_err() {
+                    let seed = format!("{:?}-{}", std::time::SystemTime::now(), std::process::id());
+                    key = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+                        seed,
+                    ))
+                    .into();
+                }
+                key
+            }),
+        };
+        format!("hmac:{}", crate::json::hmac_sha256_hex(&key, text))
+    }
+
     /// The masks of what the run keeps and hands back: the process's secrets, then the run's
     /// own values.
     pub(crate) fn masks(&self) -> crate::secrets::Masks<'_> {

@@ -59,6 +59,7 @@ use tracing::Instrument;
 use crate::error::{ErrorKind, ToolError};
 use crate::guard::Decision;
 use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json};
+use crate::secrets::Side;
 use crate::store::ReadAt;
 use crate::sync::lock;
 use crate::tool::{Approval, Effect, RegisteredTool, ToolContext};
@@ -199,6 +200,8 @@ struct InProgress {
     parent: Option<u64>,
     speculation: Option<Arc<Speculation>>,
     args_sha256: String,
+    /// Its tool redacts values of its results: the receipt's digest of one is keyed.
+    redacts_result: bool,
     started: std::time::Duration,
     /// Attempts of the body made so far.
     attempts: u32,
@@ -236,7 +239,12 @@ impl InProgress {
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
-            args_sha256: jcs_value_sha256_keyed(&call.args, &call.args_key),
+            args_sha256: if tool.redacts(Side::Args) || ctx.masks().holds_text(&call.args_key) {
+                ctx.keyed_digest(&call.args_key)
+            } else {
+                jcs_value_sha256_keyed(&call.args, &call.args_key)
+            },
+            redacts_result: tool.redacts(Side::Result),
             started: ctx.elapsed(),
             attempts: 0,
             stage: Stage::Refused,
@@ -292,7 +300,13 @@ impl InProgress {
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
             args_sha256: std::mem::take(&mut self.args_sha256),
-            result_sha256: result.as_ref().ok().map(jcs_value_sha256),
+            result_sha256: result.as_ref().ok().map(|value| {
+                if self.redacts_result || self.ctx.masks().holds(value) {
+                    self.ctx.keyed_digest(&key_json(value))
+                } else {
+                    jcs_value_sha256(value)
+                }
+            }),
             error_kind: result.as_ref().err().map(|e| e.kind_name().to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
@@ -440,6 +454,10 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         return Err(ctx.registry.unknown_tool(&call.tool));
     };
     let mut call = call;
+    // The values its redaction paths name are masked from the moment the call is seen.
+    if !tool.redact.is_empty() {
+        tool.mask_redacted(Side::Args, &call.args, &ctx.mask);
+    }
     let mut flight = InProgress::start(ctx, &tool, &call);
     let span = tracing::debug_span!(
         "tool_call",
@@ -451,6 +469,9 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         .instrument(span)
         .await
         .map_err(|e| e.for_tool(&tool.spec.name));
+    if let (false, Ok(value)) = (tool.redact.is_empty(), &result) {
+        tool.mask_redacted(Side::Result, value, &ctx.mask);
+    }
     flight.finish(&result);
     result
 }
@@ -538,7 +559,7 @@ async fn steps(
         // The intent of a script's non-read call is committed before its body is reached: a
         // crash from here on leaves the call ambiguous, never forgotten.
         if let (Some(journal), Some(seq)) = (&ctx.journal, call.seq) {
-            let args = journal.args_form(ctx.masks(), &call.args_key);
+            let args = journal.args_form(ctx.masks(), &call.args_key, tool.redacts(Side::Args));
             if let Err(why) = journal.intent(seq, &spec.name, &args).await {
                 return Err(ToolError::internal(format!(
                     "the run's journal could not be written ({why}); the call was not made"
@@ -548,7 +569,13 @@ async fn steps(
         }
         ctx.repeat.record(spec, &call.args_key);
         if spec.effect != Effect::Read {
-            flight.effect_index = Some(ctx.log_effect(spec, &call.args));
+            flight.effect_index = Some(if tool.redacts(Side::Args) {
+                let mut args = call.args.clone();
+                tool.redact_args(&mut args);
+                ctx.log_effect(spec, &args)
+            } else {
+                ctx.log_effect(spec, &call.args)
+            });
         }
         flight.stage = Stage::Running;
         run_body(ctx, tool, call, flight, &slot).await

@@ -90,6 +90,9 @@ struct McpEntry {
     max_concurrency: Option<usize>,
     #[serde(default)]
     paths: std::collections::BTreeMap<String, Vec<String>>,
+    /// Redaction paths by the server's tool name.
+    #[serde(default)]
+    redact: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +127,9 @@ struct ToolEntry {
     cwd: Option<String>,
     env_pass: Option<Vec<String>>,
     env: Option<std::collections::BTreeMap<String, crate::secrets::EnvValue>>,
+    /// Redaction paths (`args.password`, `result.contacts[*].email`).
+    #[serde(default)]
+    redact: Vec<String>,
     max_output_bytes: Option<usize>,
     read_paths: Option<Vec<String>>,
 }
@@ -318,6 +324,7 @@ impl Manifests {
             spec.effects = entry.effects;
             spec.approval = entry.approval;
             spec.paths = entry.paths;
+            spec.redact = entry.redact;
             spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
             if let Some(calls) = entry.max_concurrency {
                 if calls == 0 {
@@ -374,6 +381,7 @@ impl Manifests {
         for entry in parsed.tool {
             let span = entry.span();
             let entry = entry.into_inner();
+            let redact = entry.redact.clone();
             if entry.kind.is_some() {
                 let secret_uses: Vec<(String, String)> = entry
                     .env
@@ -387,8 +395,9 @@ impl Manifests {
                         crate::secrets::EnvValue::Plain(_) => None,
                     })
                     .collect();
-                let tool = command_tool::build(entry, file)
+                let mut tool = command_tool::build(entry, file)
                     .map_err(|message| error(Some(span.clone()), message))?;
+                tool.spec.redact = redact;
                 let declared = Declared {
                     tool: tool.spec().name.clone(),
                     file: file.to_path_buf(),
@@ -442,7 +451,9 @@ impl Manifests {
                 file: file.to_path_buf(),
                 line: line_of(text, span.start),
             });
-            self.tools.push(self.script_tool(entry, ast));
+            let mut tool = self.script_tool(entry, ast);
+            tool.spec.redact = redact;
+            self.tools.push(tool);
         }
         self.limits = limits;
         self.keep_days = keep_days;

@@ -163,6 +163,7 @@ pub(crate) async fn connect(
             "paths",
             Box::new(spec.paths.keys().filter(|name| name.as_str() != "*")),
         ),
+        ("redact", Box::new(spec.redact.keys())),
     ] {
         if let Some(unknown) = names.find(|name| !originals.contains(&name.as_str())) {
             let mut known = originals.clone();
@@ -228,6 +229,9 @@ pub(crate) async fn connect(
                         access,
                     })
                     .collect();
+            }
+            if let Some(paths) = spec.redact.get(tool.name.as_ref()) {
+                tool_spec.redact = paths.clone();
             }
             tool_spec.origin = Some(format!("mcp:{}/{}", spec.name, tool.name));
             tool_spec.source = Some(crate::tool::BodySource::McpServer(server.clone()));

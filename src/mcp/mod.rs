@@ -74,6 +74,9 @@ pub struct McpServerSpec {
     /// named): the guard checks them against its path rules, a read tool's as reads, any
     /// other's as writes. The server opens the files itself: the guard sees only the names.
     pub paths: BTreeMap<String, Vec<String>>,
+    /// Redaction paths by the server's tool name (`args.token`, `result.items[*].email`):
+    /// see [`crate::secrets::RedactPath`].
+    pub redact: BTreeMap<String, Vec<String>>,
 }
 
 impl McpServerSpec {
@@ -100,6 +103,7 @@ impl McpServerSpec {
             trust_annotations: true,
             max_concurrency: 16,
             paths: BTreeMap::new(),
+            redact: BTreeMap::new(),
         }
     }
 }

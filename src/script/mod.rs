@@ -145,10 +145,19 @@ impl Executor {
                     entry.tool, entry.args, call.tool, call.args_key
                 ))));
             }
+            // Answered without the dispatch path: the values its tool redacts are masked here.
+            let tool = self.ctx.registry.get(&call.tool);
+            if let Some(tool) = tool.filter(|t| !t.redact.is_empty()) {
+                tool.mask_redacted(crate::secrets::Side::Args, &call.args, &self.ctx.mask);
+            }
             if let Some(outcome) = &entry.outcome {
                 if entry.state.intent {
+                    let mut args = call.args.clone();
+                    if let Some(tool) = tool {
+                        tool.redact_args(&mut args);
+                    }
                     self.ctx
-                        .log_replayed_effect(&call.tool, effect, call.args.clone(), outcome);
+                        .log_replayed_effect(&call.tool, effect, args, outcome);
                 }
                 let mut counts = lock(&self.counts);
                 counts.replayed += 1;
@@ -173,7 +182,8 @@ impl Executor {
             // Arguments that hold a secret or a redacted value are shown masked while the run
             // waits: the journal keeps their digest, which a decision is matched by.
             if let Some(journal) = &journal {
-                let args = journal.args_form(self.ctx.masks(), &call.args_key);
+                let args =
+                    journal.args_form(self.ctx.masks(), &call.args_key, self.redacts_args(&call));
                 if let std::borrow::Cow::Owned(args) = args {
                     let (journal, tool) = (Arc::clone(journal), call.tool.to_string());
                     let kept = engine::block_on(&self.handle, async move {
@@ -220,7 +230,9 @@ impl Executor {
             let masks = self.ctx.masks();
             let (tool, args, outcome) = (
                 call.tool.to_string(),
-                journal.args_form(masks, &call.args_key).into_owned(),
+                journal
+                    .args_form(masks, &call.args_key, self.redacts_args(&call))
+                    .into_owned(),
                 masks.outcome(&result),
             );
             let committed = engine::block_on(&self.handle, async move {
@@ -265,6 +277,14 @@ impl Executor {
         self.pause_with(call, effect, Awaiting::Resolve, Some(why), &still)
     }
 
+    /// Whether the tool of `call` redacts values of its arguments.
+    fn redacts_args(&self, call: &Call) -> bool {
+        self.ctx
+            .registry
+            .get(&call.tool)
+            .is_some_and(|t| t.redacts(crate::secrets::Side::Args))
+    }
+
     /// Pauses the run at `call`: it ends here, uncatchably, with `call` pending.
     fn pause(&self, call: &Call, effect: Effect, awaiting: Awaiting) -> ToolError {
         self.pause_with(call, effect, awaiting, None, "")
@@ -304,6 +324,9 @@ impl Executor {
         );
         if let Some(why) = running {
             pending = pending.still_running(why);
+        }
+        if let Some(tool) = self.ctx.registry.get(&call.tool) {
+            tool.redact_args(&mut pending.args);
         }
         pending.read = call.read_at;
         let asked = self.ctx.take_asked();

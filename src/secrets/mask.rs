@@ -17,8 +17,22 @@ pub const MIN_MASKED_LEN: usize = 4;
 struct Table {
     /// (value, replacement), in the order they were added.
     entries: Vec<(String, String)>,
-    /// Built from `entries` when first needed after a change.
+    /// Built from the first `covered` entries.
     finder: Option<Arc<AhoCorasick>>,
+    covered: usize,
+}
+
+impl Table {
+    /// The entries the automaton does not cover yet.
+    fn tail(&self) -> &[(String, String)] {
+        &self.entries[self.covered.min(self.entries.len())..]
+    }
+
+    /// Whether a check may use the automaton and look at the few entries added since by hand
+    /// (a run that adds a value at each call rebuilds the automaton only now and then).
+    fn fresh_enough(&self) -> bool {
+        self.finder.is_some() && self.tail().len() <= 16.max(self.covered / 2)
+    }
 }
 
 /// A set of values to replace, shared by whoever keeps or hands back what a run made.
@@ -50,7 +64,6 @@ impl Mask {
         table
             .entries
             .push((value.to_string(), replacement.to_string()));
-        table.finder = None;
         true
     }
 
@@ -68,14 +81,14 @@ impl Mask {
         self.len() == 0
     }
 
-    /// The automaton and the replacements, `None` when nothing is masked.
+    /// The automaton over every entry and the replacements, `None` when nothing is masked.
     fn finder(&self) -> Option<(Arc<AhoCorasick>, Vec<String>)> {
         {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             if table.entries.is_empty() {
                 return None;
             }
-            if let Some(finder) = &table.finder {
+            if let (Some(finder), true) = (&table.finder, table.tail().is_empty()) {
                 let replacements = table.entries.iter().map(|(_, r)| r.clone()).collect();
                 return Some((Arc::clone(finder), replacements));
             }
@@ -87,8 +100,29 @@ impl Mask {
             .ok()
             .map(Arc::new)?;
         table.finder = Some(Arc::clone(&finder));
+        table.covered = table.entries.len();
         let replacements = table.entries.iter().map(|(_, r)| r.clone()).collect();
         Some((finder, replacements))
+    }
+
+    /// Whether any masked value occurs in what `check` is given: the automaton, then each
+    /// value it does not cover yet.
+    fn found(&self, check: impl Fn(&AhoCorasick, &[(String, String)]) -> bool) -> bool {
+        {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            if table.entries.is_empty() {
+                return false;
+            }
+            if table.fresh_enough() {
+                if let Some(finder) = &table.finder {
+                    return check(finder, table.tail());
+                }
+            }
+        }
+        match self.finder() {
+            Some((finder, _)) => check(&finder, &[]),
+            None => false,
+        }
     }
 
     /// `text` with every masked value replaced.
@@ -109,16 +143,18 @@ impl Mask {
 
     /// Whether `value` holds a masked value, in a string or a map key.
     pub fn holds(&self, value: &Value) -> bool {
-        match self.finder() {
-            Some((finder, _)) => holds(&finder, value),
-            None => false,
-        }
+        self.found(|finder, tail| {
+            holds(value, &|s| {
+                finder.is_match(s) || tail.iter().any(|(v, _)| s.contains(v.as_str()))
+            })
+        })
     }
 
     /// Whether `text` holds a masked value.
     pub fn holds_text(&self, text: &str) -> bool {
-        self.finder()
-            .is_some_and(|(finder, _)| finder.is_match(text))
+        self.found(|finder, tail| {
+            finder.is_match(text) || tail.iter().any(|(v, _)| text.contains(v.as_str()))
+        })
     }
 }
 
@@ -163,13 +199,11 @@ fn mask_value(finder: &AhoCorasick, replacements: &[String], value: &mut Value) 
     }
 }
 
-fn holds(finder: &AhoCorasick, value: &Value) -> bool {
+fn holds(value: &Value, matches: &impl Fn(&str) -> bool) -> bool {
     match value {
-        Value::String(s) => finder.is_match(s),
-        Value::Array(items) => items.iter().any(|v| holds(finder, v)),
-        Value::Object(map) => map
-            .iter()
-            .any(|(k, v)| finder.is_match(k) || holds(finder, v)),
+        Value::String(s) => matches(s),
+        Value::Array(items) => items.iter().any(|v| holds(v, matches)),
+        Value::Object(map) => map.iter().any(|(k, v)| matches(k) || holds(v, matches)),
         _ => false,
     }
 }
@@ -282,5 +316,20 @@ mod tests {
         assert!(mask.holds(&json!([{"a": "..hunter22.."}])));
         assert!(!mask.value(&mut json!({"a": 1})));
         assert!(Mask::default().text("hunter22") == "hunter22");
+    }
+
+    /// Values added one at a time between checks are all found, whether the automaton covers
+    /// them yet or not.
+    #[test]
+    fn every_value_added_is_found_between_rebuilds() {
+        let mask = Mask::default();
+        for i in 0..500 {
+            mask.add(&format!("value-{i:04}"), "[redacted]");
+            for j in [0, i / 2, i] {
+                assert!(mask.holds_text(&format!("x value-{j:04} y")), "{i} {j}");
+            }
+            assert!(!mask.holds_text("value-9999"));
+        }
+        assert_eq!(mask.text("value-0499 value-0000"), "[redacted] [redacted]");
     }
 }

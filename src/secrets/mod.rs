@@ -6,9 +6,11 @@
 //! run keeps or hands back.
 
 mod mask;
+mod redact;
 
 pub(crate) use mask::Masks;
 pub use mask::{process_mask, Mask, MIN_MASKED_LEN};
+pub use redact::{RedactPath, Side, REDACTED};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -256,14 +256,20 @@ impl Journal {
         &self,
         masks: crate::secrets::Masks<'_>,
         args: &'a str,
+        redacted: bool,
     ) -> std::borrow::Cow<'a, str> {
-        if masks.is_empty() || !masks.holds_text(args) {
+        if !redacted && (masks.is_empty() || !masks.holds_text(args)) {
             return std::borrow::Cow::Borrowed(args);
         }
         std::borrow::Cow::Owned(match &self.key {
             Some(key) => format!("hmac:{}", crate::json::hmac_sha256_hex(key, args)),
             None => format!("sha256:{}", crate::json::sha256_hex(args)),
         })
+    }
+
+    /// The store's key of keyed digests, when the journal was opened with it.
+    pub(crate) fn key(&self) -> Option<&Arc<[u8; 32]>> {
+        self.key.as_ref()
     }
 
     /// Whether the arguments `stored` (as [`Journal::args_form`] kept them) are `args`.

@@ -99,6 +99,10 @@ pub struct ToolSpec {
     /// How the guard reads its calls: the arguments that name files, the command line a call
     /// starts.
     pub guard: crate::guard::GuardView,
+    /// Redaction paths (`args.password`, `result.contacts[*].email`): values never kept or
+    /// handed back ([`crate::secrets::RedactPath`]); checked against the schemas when the
+    /// registry is built.
+    pub redact: Vec<String>,
 }
 
 /// What a tool's body is made of, fingerprinted: a change of it is a change of the catalog a
@@ -133,6 +137,7 @@ impl ToolSpec {
             result: crate::policy::ResultPolicy::Auto,
             origin: None,
             version: None,
+            redact: Vec::new(),
             source: None,
             guard: crate::guard::GuardView::default(),
         }
@@ -443,6 +448,15 @@ impl ToolBuilder {
     /// refusal names the tool and both versions).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.spec.version = Some(version.into());
+        self
+    }
+
+    /// Declares redaction paths: the values they name (`args.password`, `result.ssn`,
+    /// `result.contacts[*].email`, `result.*.token`) are `"[redacted]"` in everything the run
+    /// keeps or hands back; the script and the tool see them. A path is checked against the
+    /// tool's schemas when the registry is built.
+    pub fn redact(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.spec.redact = paths.into_iter().map(Into::into).collect();
         self
     }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{Approval, Body, Effect, Tool, ToolSpec};
 use crate::error::{Error, ErrorKind, ToolError};
 use crate::guard::Guard;
-use crate::secrets::Secrets;
+use crate::secrets::{RedactPath, Secrets, Side};
 
 /// The longest tool name, in bytes (names are ASCII).
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -73,9 +73,30 @@ pub(crate) struct RegisteredTool {
     /// for a composite, whose every nested tool is speculable too (a composite would otherwise
     /// make, ahead of the script, the calls its nested tools forbid making ahead).
     pub(crate) speculable: bool,
+    /// Its redaction paths, parsed.
+    pub(crate) redact: Vec<RedactPath>,
 }
 
 impl RegisteredTool {
+    /// Whether a redaction path of `side` names values of its calls.
+    pub(crate) fn redacts(&self, side: Side) -> bool {
+        self.redact.iter().any(|p| p.side() == side)
+    }
+
+    /// Masks, in `mask`, the values of `value` (a call's `side`) its redaction paths name.
+    pub(crate) fn mask_redacted(&self, side: Side, value: &Value, mask: &crate::secrets::Mask) {
+        for path in self.redact.iter().filter(|p| p.side() == side) {
+            path.mask_values(value, mask);
+        }
+    }
+
+    /// Replaces, in a call's arguments, the values its redaction paths name.
+    pub(crate) fn redact_args(&self, args: &mut Value) {
+        for path in self.redact.iter().filter(|p| p.side() == Side::Args) {
+            path.replace(args);
+        }
+    }
+
     /// The name a script calls it by as a function.
     pub(crate) fn function_name(&self) -> &str {
         self.alias.as_deref().unwrap_or(&self.spec.name)
@@ -478,6 +499,16 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
         Some(schema) => Some(compile_schema(name, "output", schema)?),
         None => None,
     };
+    let mut redact = Vec::with_capacity(spec.redact.len());
+    for text in &spec.redact {
+        let path = RedactPath::parse(text).map_err(|e| Error::registry(name, e))?;
+        let schema = match path.side() {
+            Side::Args => Some(&spec.input_schema),
+            Side::Result => spec.output_schema.as_ref(),
+        };
+        path.check(schema).map_err(|e| Error::registry(name, e))?;
+        redact.push(path);
+    }
     let alias = spec.name.contains('-').then(|| spec.name.replace('-', "_"));
     if let Some(alias) = &alias {
         if RESERVED_WORDS.contains(&alias.as_str()) {
@@ -502,6 +533,7 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
         alias,
         slots,
         speculable: false,
+        redact,
     })
 }
 

@@ -54,6 +54,8 @@ mod receipts;
 mod results;
 #[cfg(feature = "cli")]
 mod retention;
+#[cfg(feature = "cli")]
+mod secrets;
 mod speculation;
 mod strings;
 mod warnings;

@@ -1,0 +1,264 @@
+//! Secrets and redaction: a sentinel secret and redacted values, and a script that tries every
+//! way out — returning, printing, throwing, an error message, a tool whose invalid output echoes
+//! the secret, a value big enough to become an artifact, a paused run, a second process
+//! resuming it — leave no byte of them in the run's output, its receipts or any file of the
+//! store, while the script computes on the real values.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use toolscript::secrets::{SecretSource, Secrets};
+use toolscript::Store as _;
+use toolscript::{
+    Decision, Effect, Registry, RunOptions, RunStatus, Runtime, SqliteStore, Tool, ToolError,
+};
+
+const SENTINEL: &str = "SENTINEL-7f3a9c21-secret";
+const SSN: &str = "078-05-1120";
+const EMAIL: &str = "jane.private@example.org";
+const PASSWORD: &str = "pw-hunter2-correct-horse";
+
+/// The tools: `get_token` returns the secret; `get_user` returns a record whose `ssn` and
+/// contacts' emails are redacted; `login` takes a redacted password; `echo` writes back what
+/// it is given; `strict` promises a number and returns what it is given (its invalid output
+/// fails schema validation); `fail_with` fails with its argument in the message; `approve_me`
+/// needs a person.
+fn registry() -> Registry {
+    let secrets = Secrets::new(BTreeMap::from([(
+        "TOKEN".to_string(),
+        SecretSource::Value(SENTINEL.to_string()),
+    )]));
+    Registry::builder()
+        .secrets(secrets)
+        .tool(
+            Tool::builder("get_token", Effect::Read).handler_with_context(|_args, ctx| async move {
+                let token = ctx.secret("TOKEN").await?;
+                Ok(json!({"token": &*token, "length": token.len()}))
+            }),
+        )
+        .tool(
+            Tool::builder("get_user", Effect::Read)
+                .redact(["result.ssn", "result.contacts[*].email"])
+                .handler(|args: Value| async move {
+                    Ok(json!({"id": args["id"], "ssn": SSN, "contacts": [{"email": EMAIL, "kind": "home"}]}))
+                }),
+        )
+        .tool(
+            Tool::builder("get_password", Effect::Read)
+                .redact(["result.password"])
+                .handler(|_args: Value| async move { Ok(json!({"password": PASSWORD})) }),
+        )
+        .tool(
+            Tool::builder("login", Effect::Write)
+                .redact(["args.password"])
+                .handler(|args: Value| async move {
+                    Ok(json!({"ok": args["password"] == PASSWORD}))
+                }),
+        )
+        .tool(Tool::builder("echo", Effect::Write).handler(|args: Value| async move { Ok(args) }))
+        .tool(
+            Tool::builder("strict", Effect::Read)
+                .output_schema(json!({"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}))
+                .handler(|args: Value| async move { Ok(json!({"n": args["v"]})) }),
+        )
+        .tool(Tool::builder("fail_with", Effect::Read).handler(|args: Value| async move {
+            Err::<Value, _>(ToolError::not_found(format!("nothing for {}", args["x"])))
+        }))
+        .tool(
+            Tool::builder("approve_me", Effect::Write)
+                .approval(toolscript::Approval::Always)
+                .handler(|args: Value| async move { Ok(args) }),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Every way out a script has, in one script (which never writes the values itself: the text
+/// of a script is kept as it is, for a resume); it pauses at `approve_me` (with the secret in
+/// its arguments) and, once approved, ends with the secret in its value.
+const SCRIPT: &str = r#"
+    let t = get_token().token;
+    print(`token: ${t}`);
+    debug(t);
+    let u = get_user(#{id: 1});
+    print(`ssn ${u.ssn} email ${u.contacts[0].email}`);
+    let pw = get_password().password;
+    let logged = login(#{user: "jane", password: pw});
+    echo(#{v: t, ssn: u.ssn, nested: [#{deep: t}]});
+    let caught = [];
+    try { strict(#{v: t}); } catch (e) { caught.push(e.message); print(e); }
+    try { fail_with(#{x: t}); } catch (e) { caught.push(e.message); }
+    let big = [];
+    for i in 0..4000 { big.push(`${t}/${u.ssn}/${i}`); }
+    approve_me(#{token: t, password: pw});
+    let keyed = #{};
+    keyed[t] = 1;
+    #{
+        token: t,
+        same: t.starts_with("SENTINEL-") && t.ends_with("-secret"),
+        length: t.len(),
+        ssn_ok: u.ssn.len() == 11 && u.ssn.starts_with("078"),
+        logged: logged.ok,
+        caught: caught,
+        big: big,
+        keyed: keyed,
+    }
+"#;
+
+/// Every byte of every file under `dir`, and where each sentinel was found.
+fn leaks_in_files(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(leaks_in_files(&path));
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        for needle in [SENTINEL, SSN, EMAIL, PASSWORD] {
+            if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                found.push(format!("{} holds {needle}", path.display()));
+            }
+        }
+    }
+    found
+}
+
+fn leaks_in_text(what: &str, text: &str) -> Vec<String> {
+    [SENTINEL, SSN, EMAIL, PASSWORD]
+        .iter()
+        .filter(|needle| text.contains(*needle))
+        .map(|needle| format!("{what} holds {needle}"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_or_redacted_value_leaves_the_run_by_any_way_out() {
+    let dir = TempDir::new().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let store: Arc<SqliteStore> =
+        Arc::new(SqliteStore::open(&store_dir.join("runs.sqlite3")).unwrap());
+    let receipts = dir.path().join("receipts.jsonl");
+    let resumed_receipts = dir.path().join("resumed.jsonl");
+    let runtime = Runtime::builder(registry()).store(store.clone()).build();
+    let paused = runtime
+        .run_with(SCRIPT, RunOptions::default().receipts(&receipts).unwrap())
+        .await;
+    assert_eq!(paused.status(), RunStatus::Paused, "{:?}", paused.result);
+    let mut leaks = leaks_in_text("the paused run's output", &paused.to_json().to_string());
+    let pending = paused.pending.clone().unwrap();
+    assert_eq!(pending.args["password"], "[redacted]", "{pending:?}");
+    assert_eq!(pending.args["token"], "[secret:TOKEN]", "{pending:?}");
+    leaks.extend(leaks_in_files(&store_dir));
+
+    // Another runtime (a resume in a new process) over the same store: reads that held a
+    // secret or a redacted value were not journaled, and are made again.
+    let runtime = Runtime::builder(registry()).store(store.clone()).build();
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default().receipts(&resumed_receipts).unwrap(),
+        )
+        .await
+        .unwrap();
+    let value = done.result.clone().unwrap_or_else(|e| panic!("{e:?}"));
+    // The script computed on the real values.
+    assert_eq!(value["same"], true, "{value}");
+    assert_eq!(value["ssn_ok"], true);
+    assert_eq!(value["logged"], true, "the tool saw the real password");
+    assert_eq!(value["length"], SENTINEL.len());
+    // What it hands back holds none of them.
+    assert_eq!(value["token"], "[secret:TOKEN]");
+    let json = done.to_json().to_string();
+    leaks.extend(leaks_in_text("the run's output", &json));
+    for log in &done.logs {
+        leaks.extend(leaks_in_text("a log line", log));
+    }
+    assert!(
+        done.logs.iter().any(|l| l.contains("[secret:TOKEN]")),
+        "{:?}",
+        done.logs
+    );
+    assert!(json.contains("[redacted]"), "{json}");
+    // The big value became an artifact: kept masked, pages and all.
+    assert!(
+        !done.artifacts.is_empty(),
+        "the big value was kept as an artifact"
+    );
+    for artifact in &done.artifacts {
+        let kept = store.artifact(&artifact.id).await.unwrap().unwrap();
+        leaks.extend(leaks_in_text(
+            "an artifact",
+            &String::from_utf8_lossy(&kept.content),
+        ));
+    }
+    // The effects name the write's redacted argument as such.
+    let login = done.effects.iter().find(|e| e.tool == "login");
+    if let Some(login) = login {
+        assert_eq!(login.args["password"], "[redacted]");
+    }
+    leaks.extend(leaks_in_files(&store_dir));
+    let receipts_text = std::fs::read_to_string(&receipts).unwrap()
+        + std::fs::read_to_string(&resumed_receipts).unwrap().as_str();
+    leaks.extend(leaks_in_text("the receipts", &receipts_text));
+    // Keyed digests in the receipts for calls that held such values.
+    assert!(
+        receipts_text.contains("\"args_sha256\":\"hmac:"),
+        "{receipts_text}"
+    );
+    // The key of those digests lives beside the store, readable by its owner alone.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let key = store_dir.join("runs.sqlite3.key");
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{key:?}");
+    }
+    assert!(leaks.is_empty(), "{leaks:#?}");
+}
+
+/// A script that throws the secret, and one that fails with it in a tool's error: the run's
+/// error is masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thrown_secret_is_masked_in_the_run_error() {
+    let runtime = Runtime::new(registry());
+    for script in [
+        "let t = get_token().token; throw t;",
+        "let t = get_token().token; fail_with(#{x: t})",
+        "let t = get_token().token; strict(#{v: t})",
+        "let t = get_token().token; parse_int(t)",
+    ] {
+        let out = runtime.run(script).await;
+        let json = out.to_json().to_string();
+        assert!(out.result.is_err(), "{script}: {json}");
+        let leaks = leaks_in_text(script, &json);
+        assert!(leaks.is_empty(), "{leaks:?}: {json}");
+    }
+}
+
+/// A read that held a secret is not journaled: a resume makes it again (and says so by the
+/// count of its calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_holding_a_secret_is_made_again_on_resume() {
+    let dir = TempDir::new().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
+    let runtime = Runtime::builder(registry()).store(store.clone()).build();
+    let script = "let t = get_token().token; approve_me(#{x: 1}); t.len()";
+    let paused = runtime.run(script).await;
+    assert_eq!(paused.status(), RunStatus::Paused);
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.result.unwrap(), json!(SENTINEL.len()));
+    assert_eq!(done.stats.replayed, 0, "the token's read was made again");
+}
