@@ -162,10 +162,7 @@ struct MaskedStderr;
 
 impl std::io::Write for MaskedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let text = String::from_utf8_lossy(buf);
-        let masked = toolscript::secrets::process_mask().text(&text);
-        std::io::stderr().write_all(masked.as_bytes())?;
-        Ok(buf.len())
+        masked_write(&mut std::io::stderr(), buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -173,9 +170,34 @@ impl std::io::Write for MaskedStderr {
     }
 }
 
+/// Writes `buf` to `out` with every secret this process fetched masked; all of `buf` counts as
+/// written.
+fn masked_write(out: &mut impl std::io::Write, buf: &[u8]) -> std::io::Result<usize> {
+    let text = String::from_utf8_lossy(buf);
+    let masked = toolscript::secrets::process_mask().text(&text);
+    out.write_all(masked.as_bytes())?;
+    Ok(buf.len())
+}
+
 fn async_runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A log line that holds a secret this process fetched is written with the secret masked.
+    #[test]
+    fn log_output_masks_every_secret_fetched() {
+        toolscript::secrets::process_mask().add("log-secret-4242", "[secret:LOG]");
+        let mut out = Vec::new();
+        let line = b"TRACE call answered: token log-secret-4242 ok\n";
+        assert_eq!(super::masked_write(&mut out, line).unwrap(), line.len());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "TRACE call answered: token [secret:LOG] ok\n"
+        );
+    }
 }

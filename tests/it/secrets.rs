@@ -20,6 +20,10 @@ const SENTINEL: &str = "SENTINEL-7f3a9c21-secret";
 const SSN: &str = "078-05-1120";
 const EMAIL: &str = "jane.private@example.org";
 const PASSWORD: &str = "pw-hunter2-correct-horse";
+/// A secret a manifest fetches with a command.
+const HELPER: &str = "HELPER-c0ffee-0b5cure-value";
+/// What must never be found.
+const NEEDLES: [&str; 5] = [SENTINEL, SSN, EMAIL, PASSWORD, HELPER];
 
 /// The tools: `get_token` returns the secret; `get_user` returns a record whose `ssn` and
 /// contacts' emails are redacted; `login` takes a redacted password; `echo` writes back what
@@ -118,7 +122,7 @@ fn leaks_in_files(dir: &Path) -> Vec<String> {
             continue;
         }
         let bytes = std::fs::read(&path).unwrap();
-        for needle in [SENTINEL, SSN, EMAIL, PASSWORD] {
+        for needle in NEEDLES {
             if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
                 found.push(format!("{} holds {needle}", path.display()));
             }
@@ -128,7 +132,7 @@ fn leaks_in_files(dir: &Path) -> Vec<String> {
 }
 
 fn leaks_in_text(what: &str, text: &str) -> Vec<String> {
-    [SENTINEL, SSN, EMAIL, PASSWORD]
+    NEEDLES
         .iter()
         .filter(|needle| text.contains(*needle))
         .map(|needle| format!("{what} holds {needle}"))
@@ -261,4 +265,293 @@ async fn a_read_holding_a_secret_is_made_again_on_resume() {
         .unwrap();
     assert_eq!(done.result.unwrap(), json!(SENTINEL.len()));
     assert_eq!(done.stats.replayed, 0, "the token's read was made again");
+}
+
+/// A manifest's secrets, from a file and a command, reach a command tool's environment; with
+/// `RUST_LOG=trace`, over MCP, and after the process is killed mid-run, no byte of them is in
+/// stdout, stderr, MCP traffic or any file of the store.
+mod command_line {
+    use std::io::Write;
+    use std::path::PathBuf;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use tempfile::TempDir;
+
+    use super::{leaks_in_files, leaks_in_text as leaks, HELPER, SENTINEL};
+
+    struct Setup {
+        dir: TempDir,
+        manifest: PathBuf,
+        store: PathBuf,
+    }
+
+    fn setup() -> Setup {
+        let dir = TempDir::new().unwrap();
+        std::fs::write(dir.path().join("token.txt"), format!("{SENTINEL}\n")).unwrap();
+        std::fs::write(dir.path().join("helper.txt"), HELPER).unwrap();
+        let manifest = dir.path().join("tools.toml");
+        std::fs::write(
+            &manifest,
+            format!(
+                r#"
+[secrets]
+TOKEN = {{ file = "token.txt" }}
+HELPER = {{ command = ["cat", "{}"] }}
+
+[[tool]]
+kind = "command"
+name = "show_env"
+description = "Prints its environment."
+argv = ["env"]
+env = {{ TOKEN = {{ secret = "TOKEN" }}, OTHER = {{ secret = "HELPER" }}, PLAIN = "plain-value" }}
+effect = "read"
+
+[[tool]]
+name = "slow_write"
+description = "Takes its time."
+effect = "write"
+latency_ms = 30000
+script = "args"
+"#,
+                dir.path().join("helper.txt").display()
+            ),
+        )
+        .unwrap();
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        Setup {
+            store: store.join("runs.sqlite3"),
+            manifest,
+            dir,
+        }
+    }
+
+    const SCRIPT: &str = r#"
+        let out = show_env().stdout;
+        print(out);
+        let lines = out.split("\n");
+        let token = "";
+        for line in lines { if line.starts_with("TOKEN=") { token = line.sub_string(6); } }
+        print(`the token is ${token}, ${token.len()} bytes`);
+        #{ env: out, token: token, length: token.len() }
+    "#;
+
+    #[test]
+    fn a_traced_run_shows_no_secret() {
+        let s = setup();
+        let script = s.dir.path().join("s.rhai");
+        std::fs::write(&script, SCRIPT).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+            .args(["run", "--json", "-vv", "--tools"])
+            .arg(&s.manifest)
+            .arg("--store")
+            .arg(&s.store)
+            .arg(&script)
+            .env("RUST_LOG", "trace")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        // The command got the secrets, and the script computed on them.
+        assert_eq!(json["value"]["length"], SENTINEL.len(), "{stdout}");
+        assert_eq!(json["value"]["token"], "[secret:TOKEN]", "{stdout}");
+        let env = json["value"]["env"].as_str().unwrap();
+        assert!(
+            env.contains("OTHER=[secret:HELPER]") && env.contains("PLAIN=plain-value"),
+            "{env}"
+        );
+        assert!(
+            stderr.contains("TRACE") || stderr.contains("DEBUG"),
+            "traced: {stderr}"
+        );
+        let mut found = leaks("stdout", &stdout);
+        found.extend(leaks("stderr", &stderr));
+        found.extend(leaks_in_files(s.store.parent().unwrap()));
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn a_run_killed_mid_call_leaves_no_secret_in_the_store() {
+        let s = setup();
+        let script = s.dir.path().join("s.rhai");
+        std::fs::write(
+            &script,
+            format!("{SCRIPT}; let t = show_env().stdout; slow_write(#{{ t: t }}); 1"),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+            .args(["run", "--tools"])
+            .arg(&s.manifest)
+            .arg("--store")
+            .arg(&s.store)
+            .arg(&script)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The write's intent is journaled before its body (30 s of latency) runs.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let journaled = rusqlite::Connection::open(&s.store)
+                .and_then(|c| {
+                    c.query_row("SELECT count(*) FROM writes", [], |r| r.get::<_, i64>(0))
+                })
+                .unwrap_or(0);
+            if journaled > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the write was never journaled");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let found = leaks_in_files(s.store.parent().unwrap());
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn mcp_traffic_holds_no_secret() {
+        let s = setup();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+            .args(["serve", "--tools"])
+            .arg(&s.manifest)
+            .arg("--store")
+            .arg(&s.store)
+            .env("RUST_LOG", "trace")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let messages = [
+            serde_json::json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+            serde_json::json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+            serde_json::json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_script","arguments":{"script": SCRIPT}}}),
+        ];
+        for m in &messages {
+            writeln!(stdin, "{m}").unwrap();
+        }
+        // Reads answers until the run's arrives, then closes the session.
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(stdout).lines() {
+                let line = line.unwrap();
+                all.push_str(&line);
+                all.push('\n');
+                if line.contains("\"id\":2") {
+                    break;
+                }
+            }
+            all
+        });
+        let traffic = reader.join().unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(traffic.contains("[secret:TOKEN]"), "{traffic}");
+        let mut found = leaks("MCP traffic", &traffic);
+        found.extend(leaks("stderr", &stderr));
+        found.extend(leaks_in_files(s.store.parent().unwrap()));
+        assert!(found.is_empty(), "{found:#?}");
+    }
+}
+
+/// What a manifest gets wrong about secrets and redaction is an error naming the file and line,
+/// before anything runs.
+#[test]
+fn manifest_mistakes_about_secrets_and_redaction_are_errors() {
+    let dir = TempDir::new().unwrap();
+    let load = |text: &str| -> Result<(), String> {
+        let path = dir.path().join("m.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut m = toolscript::Manifests::new();
+        m.load_file(&path).map_err(|e| e.to_string())?;
+        m.into_registry().map(|_| ()).map_err(|e| e.to_string())
+    };
+    let command = |env: &str| {
+        format!("[[tool]]\nkind = \"command\"\nname = \"c\"\ndescription = \"d\"\nargv = [\"true\"]\nenv = {{ {env} }}\n")
+    };
+    for (text, says) in [
+        ("[secrets]\nA = { env = \"X\", file = \"y\" }\n", "exactly one source"),
+        ("[secrets]\nA = {}\n", "exactly one source"),
+        ("[secrets]\nA = { command = [] }\n", "exactly one source"),
+        ("[secrets]\nA = { vault = \"x\" }\n", "unknown field"),
+        ("[secrets]\n\"a b\" = { env = \"X\" }\n", "letters, digits"),
+        (&command("T = { secret = \"NOPE\" }"), "names the secret `NOPE`"),
+        (
+            "[[tool]]\nname = \"t\"\neffect = \"read\"\nscript = \"args\"\nredact = [\"args.password\"]\ninput = { type = \"object\", properties = { user = { type = \"string\" } }, additionalProperties = false }\n",
+            "no field `password`",
+        ),
+        (
+            "[[tool]]\nname = \"t\"\neffect = \"read\"\nscript = \"args\"\nredact = [\"token\"]\n",
+            "starts with `args` or `result`",
+        ),
+        (
+            "[[tool]]\nname = \"t\"\neffect = \"read\"\nscript = \"args\"\nredact = [\"result.items[*]\"]\noutput = { type = \"object\", properties = { items = { type = \"string\" } } }\n",
+            "no items",
+        ),
+    ] {
+        let e = load(text).expect_err(text);
+        assert!(e.contains(says), "{text}\n→ {e}");
+        assert!(e.contains("m.toml"), "names the file: {e}");
+    }
+    // Declared in a later manifest is fine; declared twice is not.
+    let mut m = toolscript::Manifests::new();
+    m.load_str(Path::new("a.toml"), &command("T = { secret = \"S\" }"))
+        .unwrap();
+    m.load_str(Path::new("b.toml"), "[secrets]\nS = { env = \"X\" }\n")
+        .unwrap();
+    let e = m
+        .load_str(Path::new("c.toml"), "[secrets]\nS = { env = \"Y\" }\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("declared twice"), "{e}");
+    assert!(m.into_registry().is_ok());
+}
+
+/// `tools` and `check` never fetch a secret: a command source that leaves a mark runs only when
+/// a run first needs the secret.
+#[cfg(feature = "commands")]
+#[test]
+fn tools_and_check_never_fetch_a_secret() {
+    use std::process::Command;
+    let dir = TempDir::new().unwrap();
+    let mark = dir.path().join("fetched");
+    std::fs::write(
+        dir.path().join("tools.toml"),
+        format!(
+            "[secrets]\nT = {{ command = [\"sh\", \"-c\", \"touch '{}'; echo fetched-value-1234\"] }}\n\n[[tool]]\nkind = \"command\"\nname = \"show\"\ndescription = \"d\"\nargv = [\"printenv\", \"T\"]\nenv = {{ T = {{ secret = \"T\" }} }}\neffect = \"read\"\n",
+            mark.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("s.rhai"), "show().stdout").unwrap();
+    let toolscript = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    toolscript(&["tools", "--tools", "tools.toml"]);
+    toolscript(&["check", "--tools", "tools.toml", "s.rhai"]);
+    assert!(!mark.exists(), "`tools` or `check` fetched the secret");
+    let value = toolscript(&["run", "--no-store", "--tools", "tools.toml", "s.rhai"]);
+    assert!(mark.exists(), "the run fetched it");
+    assert!(
+        value.contains("[secret:T]") && !value.contains("fetched-value-1234"),
+        "{value}"
+    );
 }
