@@ -4,6 +4,7 @@
 //! that echoes its token is caught too.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
@@ -39,6 +40,9 @@ impl Table {
 #[derive(Default)]
 pub struct Mask {
     table: RwLock<Table>,
+    /// How many values it masks, read without the lock: a run with nothing to mask pays one
+    /// atomic load per check.
+    count: AtomicUsize,
 }
 
 impl std::fmt::Debug for Mask {
@@ -64,16 +68,13 @@ impl Mask {
         table
             .entries
             .push((value.to_string(), replacement.to_string()));
+        self.count.store(table.entries.len(), Ordering::Release);
         true
     }
 
     /// How many values it masks.
     pub fn len(&self) -> usize {
-        self.table
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .entries
-            .len()
+        self.count.load(Ordering::Acquire)
     }
 
     /// Whether it masks nothing.
@@ -83,6 +84,9 @@ impl Mask {
 
     /// The automaton over every entry and the replacements, `None` when nothing is masked.
     fn finder(&self) -> Option<(Arc<AhoCorasick>, Vec<String>)> {
+        if self.is_empty() {
+            return None;
+        }
         {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             if table.entries.is_empty() {
@@ -108,6 +112,9 @@ impl Mask {
     /// Whether any masked value occurs in what `check` is given: the automaton, then each
     /// value it does not cover yet.
     fn found(&self, check: impl Fn(&AhoCorasick, &[(String, String)]) -> bool) -> bool {
+        if self.is_empty() {
+            return false;
+        }
         {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             if table.entries.is_empty() {

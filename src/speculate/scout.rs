@@ -288,8 +288,9 @@ impl Scout {
         let end = match (result, pass.stop.take()) {
             (_, Some(stop)) => stop,
             (Ok(_), None) => End::Finished,
-            (Err(e), None) => {
-                tracing::trace!(error = %e, "scout pass stopped");
+            (Err(_), None) => {
+                // Not the error's words: they may hold what the script computed.
+                tracing::trace!("scout pass stopped on an error");
                 End::Stopped
             }
         };

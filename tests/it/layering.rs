@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// (modules on one line do not use each other). ARCHITECTURE.md draws the same layers.
 const LAYERS: &[&[&str]] = &[
     &["error", "effect", "json", "sync", "schema", "rhai_ast"],
-    &["children"],
+    &["children", "secrets"],
     &["store"],
     &["policy", "guard"],
     &["tool"],
