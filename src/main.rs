@@ -87,6 +87,7 @@ fn main() -> ExitCode {
     toolscript::set_memory_probe(|| ALLOCATOR.allocated());
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    mask_panics();
     let result = async_runtime().and_then(|rt| {
         // `serve` stops on its own: over HTTP at a signal, over stdio when its client leaves.
         let on_signal = !matches!(cli.command, Command::Serve(_));
@@ -177,6 +178,20 @@ fn masked_write(out: &mut impl std::io::Write, buf: &[u8]) -> std::io::Result<us
     let masked = toolscript::secrets::process_mask().text(&text);
     out.write_all(masked.as_bytes())?;
     Ok(buf.len())
+}
+
+/// A panic's message (a tool body's, caught by the dispatch path) may quote a value a secret
+/// was in: once the process holds a secret, the message is written masked.
+fn mask_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let mask = toolscript::secrets::process_mask();
+        if mask.is_empty() {
+            default(info);
+        } else {
+            eprintln!("toolscript: {}", mask.text(&info.to_string()));
+        }
+    }));
 }
 
 fn async_runtime() -> Result<tokio::runtime::Runtime, String> {

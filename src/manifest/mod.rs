@@ -282,11 +282,7 @@ impl Manifests {
         let mut secret_sources = self.secret_sources.clone();
         if let Some(entry) = parsed.secrets {
             let span = entry.span();
-            let folder = file
-                .parent()
-                .filter(|dir| dir.is_dir())
-                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-            secrets::merge(&mut secret_sources, entry.into_inner(), &folder)
+            secrets::merge(&mut secret_sources, entry.into_inner(), folder_of(file))
                 .map_err(|message| error(Some(span), format!("`[secrets]`: {message}")))?;
         }
         self.secret_sources = secret_sources;
