@@ -464,7 +464,9 @@ impl Runtime {
     /// Whether a run's journal keeps keyed digests: its tools may hand it a secret (the
     /// registry has some, or this process fetched some) or a redacted value.
     fn keyed(&self) -> bool {
-        !self.registry.secrets().is_empty() || !crate::secrets::process_mask().is_empty()
+        !self.registry.secrets().is_empty()
+            || !crate::secrets::process_mask().is_empty()
+            || self.registry.redacts()
     }
 
     /// A runtime over `registry` with default limits and breakers.

@@ -409,24 +409,28 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
                     "run with a store (--store) so that the run can pause for a person",
                 ));
             };
-            let approved = journal.rule_approved(&rule)
-                || match (call.seq, call.read_at) {
-                    (Some(seq), _) => journal.approved(seq),
-                    (None, Some(at)) => {
-                        journal.read_approved(at.epoch, &spec.name, &call.args_key, at.occurrence)
-                    }
-                    // Every call of the script is one or the other; one that is neither is
-                    // denied, closed.
-                    (None, None) => {
-                        return Err(denied(
+            let approved =
+                journal.rule_approved(&rule)
+                    || match (call.seq, call.read_at) {
+                        (Some(seq), _) => journal.approved(seq),
+                        (None, Some(at)) => {
+                            let redacts = ctx
+                                .registry
+                                .get(&spec.name)
+                                .is_some_and(|t| t.redacts(Side::Args));
+                            let args = journal.args_form(ctx.masks(), &call.args_key, redacts);
+                            journal.read_approved(at.epoch, &spec.name, &args, at.occurrence)
+                        }
+                        // Every call of the script is one or the other; one that is neither is
+                        // denied, closed.
+                        (None, None) => return Err(denied(
                             &rule,
                             &format!(
                                 "{reason} (a person would decide, and this call cannot pause)"
                             ),
                             "ask the person who runs toolscript for a rule that allows this call",
-                        ))
-                    }
-                };
+                        )),
+                    };
             if approved {
                 return Ok(());
             }

@@ -179,24 +179,6 @@ impl Executor {
         }
         let result = self.dispatch(call.clone());
         if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
-            // Arguments that hold a secret or a redacted value are shown masked while the run
-            // waits: the journal keeps their digest, which a decision is matched by.
-            if let Some(journal) = &journal {
-                let args =
-                    journal.args_form(self.ctx.masks(), &call.args_key, self.redacts_args(&call));
-                if let std::borrow::Cow::Owned(args) = args {
-                    let (journal, tool) = (Arc::clone(journal), call.tool.to_string());
-                    let kept = engine::block_on(&self.handle, async move {
-                        journal.waiting(seq, &tool, &args).await
-                    });
-                    if !matches!(kept, Some(Ok(()))) {
-                        return Arc::new(Err(self.stop_with(format!(
-                            "the run's journal could not be written: `{}` (call #{seq}) was not made; the run is interrupted, and a resume goes on from this call",
-                            call.tool
-                        ))));
-                    }
-                }
-            }
             return Arc::new(Err(self.pause(&call, effect, Awaiting::Approval)));
         }
         lock(&self.counts).effectful_calls += 1;
@@ -327,6 +309,14 @@ impl Executor {
         }
         if let Some(tool) = self.ctx.registry.get(&call.tool) {
             tool.redact_args(&mut pending.args);
+        }
+        // Arguments that hold a secret or a redacted value are shown masked while the run
+        // waits; the journal's form of them (a keyed digest) is what a decision is kept by.
+        if let Some(journal) = &self.ctx.journal {
+            let args = journal.args_form(self.ctx.masks(), &call.args_key, self.redacts_args(call));
+            if let std::borrow::Cow::Owned(args) = args {
+                pending.journal_args = Some(args);
+            }
         }
         pending.read = call.read_at;
         let asked = self.ctx.take_asked();

@@ -358,16 +358,6 @@ impl Journal {
         .await
     }
 
-    /// Commits that the non-read call `seq` waits for a person, with its arguments as the
-    /// journal keeps them, so that a decision is journaled against them.
-    ///
-    /// # Errors
-    ///
-    /// Why the store could not commit it.
-    pub(crate) async fn waiting(&self, seq: u64, tool: &str, args: &str) -> Result<(), String> {
-        self.update(seq, tool, args, |_| {}).await
-    }
-
     /// Commits the outcome of the non-read call `seq`.
     ///
     /// # Errors

@@ -157,6 +157,11 @@ pub struct PendingCall {
     /// For one of the script's reads (the guard asked about it): where it is in the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read: Option<ReadAt>,
+    /// The call's arguments as the journal keeps them, when that is not their canonical JSON:
+    /// a keyed digest (`hmac:…`) of arguments that hold a secret or a redacted value, which
+    /// `args` shows masked. A decision is journaled against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_args: Option<String>,
 }
 
 impl PendingCall {
@@ -179,7 +184,15 @@ impl PendingCall {
             rule: None,
             reason: None,
             read: None,
+            journal_args: None,
         }
+    }
+
+    /// The call's arguments as the journal keeps them.
+    pub fn journal_args(&self) -> String {
+        self.journal_args
+            .clone()
+            .unwrap_or_else(|| crate::json::key_json(&self.args))
     }
 
     /// Where the call is, as a person reads it: `call #3` (a non-read call), or `a read at

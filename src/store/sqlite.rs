@@ -591,7 +591,7 @@ impl Store for SqliteStore {
                             JournaledWrite::new(
                                 p.seq,
                                 p.tool.clone(),
-                                crate::json::key_json(&p.args),
+                                p.journal_args(),
                                 WriteState::default(),
                                 None,
                             )
@@ -949,7 +949,7 @@ fn decide_read(
     at: crate::store::ReadAt,
     verdict: &Verdict,
 ) -> rusqlite::Result<bool> {
-    let args = crate::json::key_json(&pending.args);
+    let args = pending.journal_args();
     let key = params![
         run_id,
         at.epoch as i64,

@@ -156,6 +156,11 @@ impl Registry {
         &self.guard
     }
 
+    /// Whether a tool redacts values of its calls.
+    pub(crate) fn redacts(&self) -> bool {
+        self.tools.iter().any(|t| !t.redact.is_empty())
+    }
+
     /// The secrets its tools may use.
     pub fn secrets(&self) -> &Arc<Secrets> {
         &self.secrets

@@ -555,3 +555,74 @@ fn tools_and_check_never_fetch_a_secret() {
         "{value}"
     );
 }
+
+/// A read the guard asks about, whose arguments hold the secret, pauses with them masked; the
+/// approval is kept against their keyed digest, so the resumed run makes the read once and goes
+/// on (it does not ask again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asked_read_holding_a_secret_is_approved_by_its_digest() {
+    use toolscript::guard::{Guard, Rule, Ruling};
+    let dir = TempDir::new().unwrap();
+    let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&made);
+    let guard = Guard::builder(dir.path())
+        .rule(Rule::new(["lookup"], Ruling::Ask, "lookups need a person").unwrap())
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .secrets(Secrets::new(BTreeMap::from([(
+            "TOKEN".to_string(),
+            SecretSource::Value(SENTINEL.to_string()),
+        )])))
+        .guard(guard)
+        .tool(
+            Tool::builder("get_token", Effect::Read).handler_with_context(
+                |_args, ctx| async move { Ok(json!({"token": &*ctx.secret("TOKEN").await?})) },
+            ),
+        )
+        .tool(
+            Tool::builder("lookup", Effect::Read).handler(move |args: Value| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    Ok(json!({"found": args["token"].as_str().map(str::len)}))
+                }
+            }),
+        )
+        .build()
+        .unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
+    let runtime = Runtime::builder(registry).store(store).build();
+    let paused = runtime
+        .run("let t = get_token().token; lookup(#{token: t}).found")
+        .await;
+    assert_eq!(paused.status(), RunStatus::Paused, "{:?}", paused.result);
+    let pending = paused.pending.clone().unwrap();
+    assert_eq!(pending.args["token"], "[secret:TOKEN]");
+    assert!(pending.read.is_some());
+    assert!(
+        pending
+            .journal_args
+            .as_deref()
+            .unwrap()
+            .starts_with("hmac:"),
+        "{pending:?}"
+    );
+    assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let done = runtime
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        done.result.clone().unwrap(),
+        json!(SENTINEL.len()),
+        "{:?}",
+        done.pending
+    );
+    assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(!done.to_json().to_string().contains(SENTINEL));
+}
