@@ -508,11 +508,12 @@ impl RunLedger {
             // A read that holds a secret or a redacted value is kept without it: not at all,
             // and a resume makes it again.
             let masks = self.ctx.masks();
+            let registry = &self.ctx.registry;
             let redacts = || {
-                self.ctx
-                    .registry
-                    .get(&key.tool)
-                    .is_some_and(|t| !t.redact.is_empty())
+                registry.redacts()
+                    && registry
+                        .get(&key.tool)
+                        .is_some_and(|t| !t.redact.is_empty())
             };
             if (!masks.is_empty() && (masks.holds_text(&key.args) || masks.holds_outcome(outcome)))
                 || redacts()

@@ -272,15 +272,10 @@ impl Executor {
         self.pause_with(call, effect, awaiting, None, "")
     }
 
-    /// Pauses the run at the script's read `call`, at `at`, which the guard asks a person about.
-    fn pause_read(&self, call: &Call, at: ReadAt) -> ToolError {
-        self.pause_with(
-            &call.clone().read_at(at),
-            Effect::Read,
-            Awaiting::Approval,
-            None,
-            "",
-        )
+    /// Pauses the run at the script's read `call` (its place set), which the guard asks a
+    /// person about.
+    fn pause_read(&self, call: &Call) -> ToolError {
+        self.pause_with(call, Effect::Read, Awaiting::Approval, None, "")
     }
 
     /// Pauses the run at `call`, with what is known of whether it still runs (`Some` for a
@@ -373,11 +368,10 @@ impl Executor {
             lock(&self.counts).replayed += 1;
             return outcome;
         }
-        let at = ReadAt::new(key.epoch, key.n);
-        let result = self.dispatch(call.clone().read_at(at));
-        if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
-            return Arc::new(Err(self.pause_read(&call, at)));
-        }
+        let result = match self.dispatch_read(call, &key) {
+            Ok(result) => result,
+            Err(paused) => return Arc::new(Err(paused)),
+        };
         self.ledger.used(&key, &result);
         Arc::new(result)
     }
@@ -400,15 +394,14 @@ impl Executor {
                 outcome
             }
             Read::Dispatch(cell) => {
-                let at = ReadAt::new(key.epoch, key.n);
-                let result = self.dispatch(call.clone().read_at(at));
-                // The guard asked a person: the run pauses here, and the read, never made, is
-                // not journaled.
-                if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
-                    let paused = Err(self.pause_read(&call, at));
-                    cell.set(paused.clone());
-                    return Arc::new(paused);
-                }
+                let result = match self.dispatch_read(call, &key) {
+                    Ok(result) => result,
+                    Err(paused) => {
+                        let paused = Err(paused);
+                        cell.set(paused.clone());
+                        return Arc::new(paused);
+                    }
+                };
                 cell.set(result);
                 // Only the executor sets the cell of its own read: the outcome is the one just
                 // set, shared with the ledger rather than copied.
@@ -416,6 +409,23 @@ impl Executor {
                 self.ledger.used(&key, &outcome);
                 outcome
             }
+        }
+    }
+
+    /// Dispatches the script's read at `key`; `Err` with the run's pause when the guard asks a
+    /// person about it (the read, never made, is not journaled).
+    fn dispatch_read(
+        &self,
+        call: Call,
+        key: &ReadKey,
+    ) -> Result<Result<Value, ToolError>, ToolError> {
+        let call = call.read_at(ReadAt::new(key.epoch, key.n));
+        // Only the guard pauses a read: without one, the call is not kept for a pause.
+        let kept = self.ctx.registry.guard().is_active().then(|| call.clone());
+        let result = self.dispatch(call);
+        match (kept, &result) {
+            (Some(call), Err(e)) if e.kind == ErrorKind::Paused => Err(self.pause_read(&call)),
+            _ => Ok(result),
         }
     }
 

@@ -113,6 +113,8 @@ pub struct Registry {
     guard: Guard,
     /// The secrets these tools may use.
     secrets: Arc<Secrets>,
+    /// Whether a tool has redaction paths.
+    redacting: bool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -158,7 +160,7 @@ impl Registry {
 
     /// Whether a tool redacts values of its calls.
     pub(crate) fn redacts(&self) -> bool {
-        self.tools.iter().any(|t| !t.redact.is_empty())
+        self.redacting
     }
 
     /// The secrets its tools may use.
@@ -367,6 +369,7 @@ impl RegistryBuilder {
             tools[i].speculable = own(&tools[i].spec) && nested_ok;
         }
         Ok(Registry {
+            redacting: tools.iter().any(|t| !t.redact.is_empty()),
             tools: tools.into_iter().map(Arc::new).collect(),
             index,
             guard: self.guard,
