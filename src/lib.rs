@@ -144,7 +144,7 @@ pub mod receipts {
 pub mod stores {
     pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
-        ApprovedRead, JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture,
+        ApprovedRead, CacheDrop, CacheEntry, JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture,
         StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
     };
 }

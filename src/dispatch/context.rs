@@ -113,6 +113,8 @@ pub(crate) struct RunContext {
     /// The guard's rule and reason of the last call it asked a person about: what the pause
     /// shows.
     asked: Mutex<Option<(String, String)>>,
+    /// The run's view of the cache of reads across runs; `None`: the run does not use it.
+    pub(crate) cache: Option<super::cache::RunCache>,
 }
 
 impl RunContext {
@@ -147,7 +149,14 @@ impl RunContext {
             input: None,
             context: None,
             asked: Mutex::new(None),
+            cache: None,
         }
+    }
+
+    /// Makes the run use the cache of reads across runs.
+    pub(crate) fn with_cache(mut self, cache: Option<super::cache::RunCache>) -> RunContext {
+        self.cache = cache;
+        self
     }
 
     /// Makes the run durable: its non-read calls' intents are committed to `journal`.
@@ -226,9 +235,21 @@ impl RunContext {
         {
             return Claim::Redo;
         }
+        let now = Instant::now();
+        // A read the cache answered never reached its breaker: the claim charges the budget
+        // alone, as the sequential call's hit does.
+        if speculation.cached.load(Ordering::SeqCst) {
+            if let Err(e) = self.budget.has_room(1, now) {
+                return Claim::Refused(e);
+            }
+            let _ = self.budget.charge_claim(1, now);
+            speculation.claimed.store(true, Ordering::SeqCst);
+            self.receipts.release(&speculation.claimed);
+            self.count_speculative_hits(speculation);
+            return Claim::Taken;
+        }
         let nested = lock(&speculation.nested).clone();
         let calls = 1 + nested.len() as u64;
-        let now = Instant::now();
         if let Err(e) = self.budget.has_room(calls, now) {
             // A composite's nested calls would have met the budget's end inside its body.
             return if nested.is_empty() {
@@ -251,9 +272,22 @@ impl RunContext {
                 let _ = self.budget.charge_claim(calls, now);
                 speculation.claimed.store(true, Ordering::SeqCst);
                 self.receipts.release(&speculation.claimed);
+                self.count_speculative_hits(speculation);
                 Claim::Taken
             }
         }
+    }
+
+    /// Counts the hits of a claimed speculation (its nested calls') as the run's.
+    fn count_speculative_hits(&self, speculation: &Speculation) {
+        if let Some(cache) = &self.cache {
+            cache.count_hits(speculation.hits.load(Ordering::SeqCst));
+        }
+    }
+
+    /// Hits of the cache the run used.
+    pub(crate) fn cache_hits(&self) -> u64 {
+        self.cache.as_ref().map_or(0, super::cache::RunCache::hits)
     }
 
     pub(crate) fn elapsed(&self) -> Duration {

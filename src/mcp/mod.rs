@@ -73,6 +73,13 @@ pub struct McpServerSpec {
     /// named): the guard checks them against its path rules, a read tool's as reads, any
     /// other's as writes. The server opens the files itself: the guard sees only the names.
     pub paths: BTreeMap<String, Vec<String>>,
+    /// Cached reads' lifetimes, by the server's tool name (see docs/cache.md).
+    pub cache_ttl: BTreeMap<String, Duration>,
+    /// Cached reads' scopes, by the server's tool name.
+    pub cache_scope: BTreeMap<String, Vec<String>>,
+    /// The cached reads (by their names in the catalog) each tool makes stale, by the
+    /// server's tool name.
+    pub invalidates: BTreeMap<String, Vec<String>>,
 }
 
 impl McpServerSpec {
@@ -99,6 +106,9 @@ impl McpServerSpec {
             trust_annotations: true,
             max_concurrency: 16,
             paths: BTreeMap::new(),
+            cache_ttl: BTreeMap::new(),
+            cache_scope: BTreeMap::new(),
+            invalidates: BTreeMap::new(),
         }
     }
 }

@@ -9,12 +9,15 @@
 //! - [`Journal`] is one run's journal as the dispatch path and the executor use it, written
 //!   through the interface.
 
+mod cache;
 mod catalog;
 mod journal;
 mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use cache::{CacheDrop, CacheEntry};
+pub(crate) use cache::{now_us, MemoryCache};
 pub use catalog::{CatalogPrint, ToolPrint};
 pub(crate) use journal::Journal;
 pub use journal::{ApprovedRead, JournaledWrite, ReadRow, WriteState};
@@ -147,6 +150,26 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             }
             Ok(Some(artifact))
         })
+    }
+
+    /// The cached read under `key` that a run started at `at_us` (microseconds since the Unix
+    /// epoch) may use: made before that, and not expired then. A store that keeps no cache
+    /// (the default) has none.
+    fn cache_get<'a>(&'a self, key: &'a str, at_us: i64) -> StoreFuture<'a, Option<CacheEntry>> {
+        let _ = (key, at_us);
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Keeps a cached read, replacing one under the same key. The default keeps nothing.
+    fn cache_put(&self, entry: CacheEntry) -> StoreFuture<'_, ()> {
+        let _ = entry;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Drops the cached reads `drop` names; how many went. The default has none to drop.
+    fn cache_drop(&self, drop: CacheDrop) -> StoreFuture<'_, u64> {
+        let _ = drop;
+        Box::pin(async { Ok(0) })
     }
 }
 

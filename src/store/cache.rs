@@ -1,0 +1,212 @@
+//! Cached reads as the store keeps them, and the in-memory cache a runtime without a store
+//! keeps instead (shared by the runs of one process, so `serve` shares it across runs).
+//!
+//! An entry is found by its key alone (the dispatch path makes it from the tool, its
+//! definition, the canonical arguments and the scope value), and dropped by tool and scope.
+//! Times are microseconds since the Unix epoch: a run sees the entries made before it started,
+//! and never one made by itself.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::sync::lock;
+
+/// One cached result of a read.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct CacheEntry {
+    /// SHA-256 of what identifies the call: tool, definition, arguments and scope value.
+    pub key: String,
+    /// The tool's name: what an invalidating call drops by.
+    pub tool: String,
+    /// The scope value's canonical JSON: what an invalidating call drops in.
+    pub scope: String,
+    /// The result.
+    pub value: Value,
+    /// When it was made, in microseconds since the Unix epoch.
+    pub created_us: i64,
+    /// When it stops answering, in microseconds since the Unix epoch.
+    pub expires_us: i64,
+}
+
+impl CacheEntry {
+    /// An entry of `tool`'s result `value` under `key`, in `scope`, made at `created_us`.
+    pub fn new(
+        key: String,
+        tool: String,
+        scope: String,
+        value: Value,
+        created_us: i64,
+        expires_us: i64,
+    ) -> CacheEntry {
+        CacheEntry {
+            key,
+            tool,
+            scope,
+            value,
+            created_us,
+            expires_us,
+        }
+    }
+
+    /// Whether a run that started at `at_us` may use it: made before that, and not expired
+    /// then.
+    pub fn answers_at(&self, at_us: i64) -> bool {
+        self.created_us < at_us && at_us < self.expires_us
+    }
+}
+
+/// What an invalidating call drops: the entries of `tool`, in `scope` when it is known (`None`
+/// drops them all).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheDrop {
+    /// The cached read's name.
+    pub tool: String,
+    /// The scope value's canonical JSON.
+    pub scope: Option<String>,
+}
+
+impl CacheDrop {
+    /// Drops `tool`'s entries in `scope` (all of them with `None`).
+    pub fn new(tool: String, scope: Option<String>) -> CacheDrop {
+        CacheDrop { tool, scope }
+    }
+}
+
+/// Microseconds since the Unix epoch.
+pub(crate) fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// The in-memory cache: bounded by its total size in bytes of JSON, the oldest entries going
+/// first when a new one does not fit; expired entries go whenever one is added.
+#[derive(Debug)]
+pub(crate) struct MemoryCache {
+    entries: std::sync::Mutex<Entries>,
+    max_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    by_key: HashMap<String, (CacheEntry, usize)>,
+    bytes: usize,
+}
+
+impl MemoryCache {
+    /// A cache of at most `max_bytes` of results.
+    pub(crate) fn new(max_bytes: usize) -> MemoryCache {
+        MemoryCache {
+            entries: std::sync::Mutex::default(),
+            max_bytes,
+        }
+    }
+
+    /// The entry under `key` that a run started at `at_us` may use.
+    pub(crate) fn get(&self, key: &str, at_us: i64) -> Option<CacheEntry> {
+        let entries = lock(&self.entries);
+        let (entry, _) = entries.by_key.get(key)?;
+        entry.answers_at(at_us).then(|| entry.clone())
+    }
+
+    /// Keeps `entry` (of `size` bytes), replacing one under the same key; one larger than the
+    /// whole cache is not kept.
+    pub(crate) fn put(&self, entry: CacheEntry, size: usize) {
+        if size > self.max_bytes {
+            return;
+        }
+        let mut entries = lock(&self.entries);
+        if let Some((_, old)) = entries.by_key.remove(&entry.key) {
+            entries.bytes -= old;
+        }
+        let now = now_us();
+        if entries.bytes + size > self.max_bytes {
+            entries.by_key.retain(|_, (e, _)| e.expires_us > now);
+            entries.bytes = entries.by_key.values().map(|(_, s)| s).sum();
+        }
+        while entries.bytes + size > self.max_bytes {
+            let Some(oldest) = entries
+                .by_key
+                .values()
+                .min_by_key(|(e, _)| e.created_us)
+                .map(|(e, _)| e.key.clone())
+            else {
+                break;
+            };
+            if let Some((_, s)) = entries.by_key.remove(&oldest) {
+                entries.bytes -= s;
+            }
+        }
+        entries.bytes += size;
+        entries.by_key.insert(entry.key.clone(), (entry, size));
+    }
+
+    /// Drops what `drop` names; how many entries went.
+    pub(crate) fn drop_entries(&self, drop: &CacheDrop) -> u64 {
+        let mut entries = lock(&self.entries);
+        let before = entries.by_key.len();
+        entries.by_key.retain(|_, (e, _)| {
+            e.tool != drop.tool || drop.scope.as_ref().is_some_and(|s| *s != e.scope)
+        });
+        entries.bytes = entries.by_key.values().map(|(_, s)| s).sum();
+        (before - entries.by_key.len()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(key: &str, tool: &str, scope: &str, created: i64) -> CacheEntry {
+        CacheEntry::new(
+            key.into(),
+            tool.into(),
+            scope.into(),
+            json!(1),
+            created,
+            i64::MAX,
+        )
+    }
+
+    #[test]
+    fn an_entry_answers_runs_started_after_it_and_before_it_expires() {
+        let e = CacheEntry::new("k".into(), "t".into(), "null".into(), json!(1), 10, 20);
+        assert!(!e.answers_at(10), "a run never sees an entry of its own start");
+        assert!(e.answers_at(11));
+        assert!(e.answers_at(19));
+        assert!(!e.answers_at(20));
+    }
+
+    #[test]
+    fn the_memory_cache_is_bounded_and_drops_the_oldest_first() {
+        let cache = MemoryCache::new(10);
+        cache.put(entry("a", "t", "s", 1), 4);
+        cache.put(entry("b", "t", "s", 2), 4);
+        cache.put(entry("c", "t", "s", 3), 4);
+        assert!(cache.get("a", 100).is_none(), "the oldest went");
+        assert!(cache.get("b", 100).is_some());
+        assert!(cache.get("c", 100).is_some());
+        cache.put(entry("huge", "t", "s", 4), 11);
+        assert!(cache.get("huge", 100).is_none(), "larger than the cache: not kept");
+        assert!(cache.get("b", 100).is_some());
+    }
+
+    #[test]
+    fn drops_are_by_tool_and_scope() {
+        let cache = MemoryCache::new(1000);
+        cache.put(entry("a", "rate", "\"x\"", 1), 1);
+        cache.put(entry("b", "rate", "\"y\"", 1), 1);
+        cache.put(entry("c", "other", "\"x\"", 1), 1);
+        let n = cache.drop_entries(&CacheDrop::new("rate".into(), Some("\"x\"".into())));
+        assert_eq!(n, 1);
+        assert!(cache.get("a", 100).is_none());
+        assert!(cache.get("b", 100).is_some());
+        assert!(cache.get("c", 100).is_some());
+        assert_eq!(cache.drop_entries(&CacheDrop::new("rate".into(), None)), 1);
+        assert!(cache.get("b", 100).is_none());
+    }
+}
