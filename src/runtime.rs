@@ -53,6 +53,8 @@ pub struct Runtime {
     cache: crate::dispatch::CacheBackend,
     /// SHA-256 of each tool's fingerprint, by name: part of a cached read's key.
     cache_prints: Arc<std::collections::HashMap<String, String>>,
+    /// Every run goes without the cache (see [`Runtime::without_cache`]).
+    no_cache: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -142,6 +144,7 @@ impl RuntimeBuilder {
             catalog: prints,
             cache,
             cache_prints: Arc::new(cache_prints),
+            no_cache: false,
             speculation: self.speculation,
             compiler,
             registry: Arc::new(self.registry),
@@ -584,6 +587,13 @@ impl Runtime {
         }
     }
 
+    /// Makes every run of this runtime go without the cache of reads across runs, as
+    /// [`RunOptions::no_cache`] does for one run (`serve --no-cache`, `bench` without `--cache`).
+    pub fn without_cache(mut self) -> Runtime {
+        self.no_cache = true;
+        self
+    }
+
     /// The store runs are journaled in, if any.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
@@ -885,7 +895,7 @@ impl Run {
             .with_cache(Some(crate::dispatch::RunCache::new(
                 runtime.cache.clone(),
                 Arc::clone(&runtime.cache_prints),
-                options.no_cache,
+                options.no_cache || runtime.no_cache,
             ))),
         )
     }
