@@ -83,7 +83,11 @@ async fn bench(
                 builder = builder.store(store);
             }
             let runtime = builder.build();
-            Ok(if cache { runtime } else { runtime.without_cache() })
+            Ok(if cache {
+                runtime
+            } else {
+                runtime.without_cache()
+            })
         })
     };
     let bar = indicatif::ProgressBar::new((sources.len() * runs * 2) as u64);

@@ -123,7 +123,12 @@ impl RunCache {
 
 /// The scope value of `spec`'s calls with `args` in the run: the values at its scope paths, as
 /// canonical JSON; `None` where a path cannot be read from `args` (an argument missing).
-fn scope_of(spec: &ToolSpec, args: &Value, context: Option<&Value>, strict: bool) -> Option<String> {
+fn scope_of(
+    spec: &ToolSpec,
+    args: &Value,
+    context: Option<&Value>,
+    strict: bool,
+) -> Option<String> {
     let mut values = Vec::with_capacity(spec.cache_scope.len());
     for text in &spec.cache_scope {
         let path = ScopePath::parse(text).ok()?;
@@ -168,9 +173,9 @@ pub(crate) async fn find(ctx: &RunContext, lookup: &Lookup) -> Option<Hit> {
             }
         },
     }?;
-    let dropped = lock(&cache.dropped).iter().any(|d| {
-        d.tool == entry.tool && d.scope.as_ref().is_none_or(|s| *s == entry.scope)
-    });
+    let dropped = lock(&cache.dropped)
+        .iter()
+        .any(|d| d.tool == entry.tool && d.scope.as_ref().is_none_or(|s| *s == entry.scope));
     if dropped {
         return None;
     }

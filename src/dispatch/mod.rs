@@ -45,8 +45,8 @@ pub use receipt::{
 };
 
 pub(crate) use breaker::Breakers;
-pub(crate) use cache::{Backend as CacheBackend, RunCache, MEMORY_CACHE_BYTES};
 pub(crate) use budget::deadline_passed;
+pub(crate) use cache::{Backend as CacheBackend, RunCache, MEMORY_CACHE_BYTES};
 pub(crate) use context::{Claim, RunContext};
 pub(crate) use receipt::Sink;
 pub(crate) use schema::check_input;

@@ -57,7 +57,10 @@ pub(super) fn apply_to_tool(
     invalidates: Vec<String>,
 ) -> Result<(), String> {
     if let Some(seconds) = ttl_s {
-        spec.cache_ttl = Some(ttl(seconds, &format!("tool `{}`: `cache_ttl_s`", spec.name))?);
+        spec.cache_ttl = Some(ttl(
+            seconds,
+            &format!("tool `{}`: `cache_ttl_s`", spec.name),
+        )?);
     }
     spec.cache_scope = scope.map(Scope::paths).unwrap_or_default();
     spec.invalidates = invalidates;

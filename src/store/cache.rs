@@ -175,7 +175,10 @@ mod tests {
     #[test]
     fn an_entry_answers_runs_started_after_it_and_before_it_expires() {
         let e = CacheEntry::new("k".into(), "t".into(), "null".into(), json!(1), 10, 20);
-        assert!(!e.answers_at(10), "a run never sees an entry of its own start");
+        assert!(
+            !e.answers_at(10),
+            "a run never sees an entry of its own start"
+        );
         assert!(e.answers_at(11));
         assert!(e.answers_at(19));
         assert!(!e.answers_at(20));
@@ -191,7 +194,10 @@ mod tests {
         assert!(cache.get("b", 100).is_some());
         assert!(cache.get("c", 100).is_some());
         cache.put(entry("huge", "t", "s", 4), 11);
-        assert!(cache.get("huge", 100).is_none(), "larger than the cache: not kept");
+        assert!(
+            cache.get("huge", 100).is_none(),
+            "larger than the cache: not kept"
+        );
         assert!(cache.get("b", 100).is_some());
     }
 

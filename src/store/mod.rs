@@ -16,8 +16,8 @@ mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use cache::{CacheDrop, CacheEntry};
 pub(crate) use cache::{now_us, MemoryCache};
+pub use cache::{CacheDrop, CacheEntry};
 pub use catalog::{CatalogPrint, ToolPrint};
 pub(crate) use journal::Journal;
 pub use journal::{ApprovedRead, JournaledWrite, ReadRow, WriteState};

@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
 use super::{
-    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive, PageIndex, PruneRule, Pruned,
-    ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoreFuture,
-    StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive,
+    PageIndex, PruneRule, Pruned, ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
+    Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
@@ -1410,9 +1410,7 @@ fn prune(
             )
             .map_err(|e| fail.of(e))? as u64;
     } else {
-        pruned.cache_entries = conn
-            .execute(expired, [now_us()])
-            .map_err(|e| fail.of(e))? as u64;
+        pruned.cache_entries = conn.execute(expired, [now_us()]).map_err(|e| fail.of(e))? as u64;
     }
     if rule.statuses.is_empty() {
         pruned.bytes_after = pruned.bytes_before;

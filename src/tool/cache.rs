@@ -106,8 +106,7 @@ pub(super) fn check_own(spec: &ToolSpec) -> Result<(), Error> {
     }
     if spec.effect == Effect::Read && !spec.invalidates.is_empty() {
         return rule(
-            "`invalidates` is for tools that are not reads: a read changes nothing to drop"
-                .into(),
+            "`invalidates` is for tools that are not reads: a read changes nothing to drop".into(),
         );
     }
     Ok(())
@@ -152,7 +151,15 @@ mod tests {
             ScopePath::parse("context.tenant.id").unwrap(),
             ScopePath::Context(vec!["tenant".into(), "id".into()])
         );
-        for bad in ["", "args", "args.", "ctx.tenant", "args..a", ".a", "context"] {
+        for bad in [
+            "",
+            "args",
+            "args.",
+            "ctx.tenant",
+            "args..a",
+            ".a",
+            "context",
+        ] {
             let e = ScopePath::parse(bad).unwrap_err();
             assert!(e.contains("`args.NAME`"), "{bad}: {e}");
         }
@@ -167,7 +174,9 @@ mod tests {
         assert_eq!(at("args.deep.x"), json!(2));
         assert_eq!(at("args.missing"), Value::Null);
         assert_eq!(at("context.tenant"), json!("t"));
-        let none = ScopePath::parse("context.tenant").unwrap().value_in(&args, None);
+        let none = ScopePath::parse("context.tenant")
+            .unwrap()
+            .value_in(&args, None);
         assert_eq!(none, Value::Null);
     }
 

@@ -6,8 +6,8 @@ mod describe;
 mod fingerprint;
 mod registry;
 
-pub(crate) use describe::describe;
 pub(crate) use cache::ScopePath;
+pub(crate) use describe::describe;
 pub(crate) use fingerprint::fingerprint;
 // The MCP server's `run_script` description heads with the crib sheet too.
 pub use describe::Format;

@@ -147,7 +147,10 @@ async fn a_second_run_on_one_store_reads_from_the_cache() {
         assert_eq!(r.attempt, 0);
         assert!(r.cached_age_ms.is_some_and(|age| age >= 0.0), "{r:?}");
     }
-    assert!(first.receipts.iter().all(|r| !r.cached && r.cached_age_ms.is_none()));
+    assert!(first
+        .receipts
+        .iter()
+        .all(|r| !r.cached && r.cached_age_ms.is_none()));
     // The receipts file of a run with hits verifies.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.jsonl");
@@ -176,7 +179,8 @@ async fn a_run_never_reads_entries_it_made_itself() {
     let bank = Bank::default();
     let runtime = Runtime::new(registry(&bank, Duration::from_secs(60), "1"));
     // The same read in two epochs: the second is dispatched again within the run.
-    let script = r#"let a = rate(#{account: "a"}); note(#{}); let b = rate(#{account: "a"}); [a.n, b.n]"#;
+    let script =
+        r#"let a = rate(#{account: "a"}); note(#{}); let b = rate(#{account: "a"}); [a.n, b.n]"#;
     let outcome = run(&runtime, script, seq()).await;
     assert_eq!(value_of(&outcome), &json!([0, 1]));
     assert_eq!(outcome.stats.cache_hits, 0);
@@ -269,7 +273,12 @@ async fn an_invalidating_write_drops_its_scope_s_entries_only() {
     assert_eq!(later.stats.cache_hits, 2);
     assert_eq!(value_of(&later)[0]["rate"], json!(7));
     // A write alone drops its account's entry for later runs, and only that one.
-    run(&on_store(&bank, &store), r#"set_rate(#{account: "b", rate: 4})"#, seq()).await;
+    run(
+        &on_store(&bank, &store),
+        r#"set_rate(#{account: "b", rate: 4})"#,
+        seq(),
+    )
+    .await;
     let later = run(&on_store(&bank, &store), TWO_ACCOUNTS, seq()).await;
     assert_eq!(bank.calls(), 4, "b was read again, a answered by the cache");
     assert_eq!(later.stats.cache_hits, 1);
@@ -321,7 +330,11 @@ async fn a_changed_tool_definition_misses() {
     };
     run(&with("1"), TWO_ACCOUNTS, seq()).await;
     let changed = run(&with("2"), TWO_ACCOUNTS, seq()).await;
-    assert_eq!(bank.calls(), 4, "version 2's calls miss version 1's entries");
+    assert_eq!(
+        bank.calls(),
+        4,
+        "version 2's calls miss version 1's entries"
+    );
     assert_eq!(changed.stats.cache_hits, 0);
     let same = run(&with("2"), TWO_ACCOUNTS, seq()).await;
     assert_eq!(same.stats.cache_hits, 2);
@@ -354,7 +367,13 @@ async fn a_hit_never_touches_the_breaker() {
     // ...the hit answers through the open breaker, and leaves it open.
     assert_eq!(
         value_of(&outcome),
-        &json!(["unavailable", "unavailable", "circuit_open", 1, "circuit_open"])
+        &json!([
+            "unavailable",
+            "unavailable",
+            "circuit_open",
+            1,
+            "circuit_open"
+        ])
     );
     assert_eq!(outcome.stats.cache_hits, 1);
 }
@@ -396,7 +415,12 @@ async fn read_write_read(mode: Mode) -> RunOutcome {
         [a.rate, b.rate, c.rate, d.rate, a.n, b.n, c.n, d.n]
     "#;
     run(&on_store(&bank, &store), TWO_ACCOUNTS, seq()).await;
-    run(&on_store(&bank, &store), script, RunOptions::with_mode(mode)).await
+    run(
+        &on_store(&bank, &store),
+        script,
+        RunOptions::with_mode(mode),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
