@@ -711,7 +711,11 @@ mod tests {
                     prop_assert_eq!(String::from_utf8(text).unwrap(), general);
                 } else {
                     let whole = |ms: f64| !ms.is_finite() || push_jcs_thousandths(ms, &mut Vec::new());
-                    prop_assert!(!whole(receipt.started_ms) || !whole(receipt.duration_ms));
+                    prop_assert!(
+                        !whole(receipt.started_ms)
+                            || !whole(receipt.duration_ms)
+                            || receipt.cached_age_ms.is_some_and(|ms| !whole(ms))
+                    );
                 }
             }
         }
