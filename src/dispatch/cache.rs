@@ -61,8 +61,9 @@ pub(crate) struct RunCache {
     /// Bumped by each invalidating call: a read that started before one keeps no entry (its
     /// result may predate the change).
     generation: AtomicU64,
-    /// Entries being written, awaited at the run's end.
-    pending: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Entries to keep in the store, written together (one transaction) at the run's end or
+    /// before a drop.
+    pending: Mutex<Vec<CacheEntry>>,
     /// What the run's invalidating calls dropped: no entry they name answers the run, even
     /// if the backend failed to drop it.
     dropped: Mutex<Vec<CacheDrop>>,
@@ -112,11 +113,13 @@ impl RunCache {
         self.hits.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Waits for the entries the run is writing, so that a run that ended has left them.
+    /// Writes the entries the run has left so far, so that a run that ended has left them.
     pub(crate) async fn flush(&self) {
         let pending = std::mem::take(&mut *lock(&self.pending));
-        for task in pending {
-            let _ = task.await;
+        if let (Backend::Store(store), false) = (&self.backend, pending.is_empty()) {
+            if let Err(e) = store.cache_put(pending).await {
+                tracing::warn!(error = %e, "cached reads could not be kept");
+            }
         }
     }
 }
@@ -187,7 +190,7 @@ pub(crate) async fn find(ctx: &RunContext, lookup: &Lookup) -> Option<Hit> {
 
 /// Leaves the successful result of a read that missed for later runs, unless the run made an
 /// invalidating call since the read started, or the result is too large or may not be kept.
-/// The entry is written in the background; the run's end waits for it.
+/// An entry for the store is written with the run's others, at its end (or before a drop).
 pub(crate) fn remember(ctx: &RunContext, spec: &ToolSpec, lookup: Lookup, value: &Value) {
     let (Some(cache), Some(ttl)) = (ctx.cache.as_ref(), spec.cache_ttl) else {
         return;
@@ -212,15 +215,7 @@ pub(crate) fn remember(ctx: &RunContext, spec: &ToolSpec, lookup: Lookup, value:
     );
     match &cache.backend {
         Backend::Memory(memory) => memory.put(entry, size),
-        Backend::Store(store) => {
-            let store = Arc::clone(store);
-            let task = tokio::spawn(async move {
-                if let Err(e) = store.cache_put(entry).await {
-                    tracing::warn!(error = %e, "a cached read could not be kept");
-                }
-            });
-            lock(&cache.pending).push(task);
-        }
+        Backend::Store(_) => lock(&cache.pending).push(entry),
     }
 }
 

@@ -6,7 +6,7 @@
 //! Times are microseconds since the Unix epoch: a run sees the entries made before it started,
 //! and never one made by itself.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 
@@ -93,7 +93,18 @@ pub(crate) struct MemoryCache {
 #[derive(Debug, Default)]
 struct Entries {
     by_key: HashMap<String, (CacheEntry, usize)>,
+    /// The keys by age, oldest first: what a full cache gives up.
+    by_age: BTreeSet<(i64, String)>,
     bytes: usize,
+}
+
+impl Entries {
+    fn remove(&mut self, key: &str) {
+        if let Some((entry, size)) = self.by_key.remove(key) {
+            self.by_age.remove(&(entry.created_us, entry.key));
+            self.bytes -= size;
+        }
+    }
 }
 
 impl MemoryCache {
@@ -112,47 +123,52 @@ impl MemoryCache {
         entry.answers_at(at_us).then(|| entry.clone())
     }
 
-    /// Keeps `entry` (of `size` bytes), replacing one under the same key; one larger than the
-    /// whole cache is not kept.
+    /// Keeps `entry` (of `size` bytes), replacing one under the same key; expired entries go
+    /// first, then the oldest, until it fits. One larger than the whole cache is not kept.
     pub(crate) fn put(&self, entry: CacheEntry, size: usize) {
         if size > self.max_bytes {
             return;
         }
         let mut entries = lock(&self.entries);
-        if let Some((_, old)) = entries.by_key.remove(&entry.key) {
-            entries.bytes -= old;
-        }
-        let now = now_us();
+        entries.remove(&entry.key);
         if entries.bytes + size > self.max_bytes {
-            entries.by_key.retain(|_, (e, _)| e.expires_us > now);
-            entries.bytes = entries.by_key.values().map(|(_, s)| s).sum();
-        }
-        while entries.bytes + size > self.max_bytes {
-            let Some(oldest) = entries
+            let now = now_us();
+            let expired: Vec<String> = entries
                 .by_key
                 .values()
-                .min_by_key(|(e, _)| e.created_us)
+                .filter(|(e, _)| e.expires_us <= now)
                 .map(|(e, _)| e.key.clone())
-            else {
-                break;
-            };
-            if let Some((_, s)) = entries.by_key.remove(&oldest) {
-                entries.bytes -= s;
+                .collect();
+            for key in expired {
+                entries.remove(&key);
             }
         }
+        while entries.bytes + size > self.max_bytes {
+            let Some((_, oldest)) = entries.by_age.first().cloned() else {
+                break;
+            };
+            entries.remove(&oldest);
+        }
         entries.bytes += size;
+        entries.by_age.insert((entry.created_us, entry.key.clone()));
         entries.by_key.insert(entry.key.clone(), (entry, size));
     }
 
     /// Drops what `drop` names; how many entries went.
     pub(crate) fn drop_entries(&self, drop: &CacheDrop) -> u64 {
         let mut entries = lock(&self.entries);
-        let before = entries.by_key.len();
-        entries.by_key.retain(|_, (e, _)| {
-            e.tool != drop.tool || drop.scope.as_ref().is_some_and(|s| *s != e.scope)
-        });
-        entries.bytes = entries.by_key.values().map(|(_, s)| s).sum();
-        (before - entries.by_key.len()) as u64
+        let named: Vec<String> = entries
+            .by_key
+            .values()
+            .filter(|(e, _)| {
+                e.tool == drop.tool && drop.scope.as_ref().is_none_or(|s| *s == e.scope)
+            })
+            .map(|(e, _)| e.key.clone())
+            .collect();
+        for key in &named {
+            entries.remove(key);
+        }
+        named.len() as u64
     }
 }
 
@@ -199,6 +215,26 @@ mod tests {
             "larger than the cache: not kept"
         );
         assert!(cache.get("b", 100).is_some());
+    }
+
+    #[test]
+    fn expired_entries_go_before_live_ones_and_a_replaced_entry_is_counted_once() {
+        let cache = MemoryCache::new(10);
+        let mut expired = entry("old", "t", "s", 1);
+        expired.expires_us = 2;
+        cache.put(entry("live", "t", "s", 0), 4);
+        cache.put(expired, 4);
+        cache.put(entry("new", "t", "s", 3), 4);
+        assert!(
+            cache.get("live", 100).is_some(),
+            "the expired entry went first"
+        );
+        assert!(cache.get("new", 100).is_some());
+        // Replacing an entry frees its old size.
+        for _ in 0..5 {
+            cache.put(entry("new", "t", "s", 4), 4);
+        }
+        assert!(cache.get("live", 100).is_some());
     }
 
     #[test]

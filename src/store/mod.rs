@@ -160,9 +160,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Box::pin(async { Ok(None) })
     }
 
-    /// Keeps a cached read, replacing one under the same key. The default keeps nothing.
-    fn cache_put(&self, entry: CacheEntry) -> StoreFuture<'_, ()> {
-        let _ = entry;
+    /// Keeps cached reads in one transaction, each replacing one under the same key. The
+    /// default keeps nothing.
+    fn cache_put(&self, entries: Vec<CacheEntry>) -> StoreFuture<'_, ()> {
+        let _ = entries;
         Box::pin(async { Ok(()) })
     }
 

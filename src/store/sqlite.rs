@@ -810,24 +810,31 @@ impl Store for SqliteStore {
         })
     }
 
-    fn cache_put(&self, entry: CacheEntry) -> StoreFuture<'_, ()> {
+    fn cache_put(&self, entries: Vec<CacheEntry>) -> StoreFuture<'_, ()> {
         self.writing(move |conn, fail| {
-            conn.prepare_cached(
-                "INSERT OR REPLACE INTO cache (key, tool, scope, value, created_us, expires_us) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    entry.key,
-                    entry.tool,
-                    entry.scope,
-                    entry.value.to_string(),
-                    entry.created_us,
-                    entry.expires_us
-                ])
-            })
-            .map(|_| ())
-            .map_err(|e| fail.of(e))
+            let tx = conn.transaction().map_err(|e| fail.of(e))?;
+            {
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO cache \
+                         (key, tool, scope, value, created_us, expires_us) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )
+                    .map_err(|e| fail.of(e))?;
+                for entry in entries {
+                    insert
+                        .execute(params![
+                            entry.key,
+                            entry.tool,
+                            entry.scope,
+                            entry.value.to_string(),
+                            entry.created_us,
+                            entry.expires_us
+                        ])
+                        .map_err(|e| fail.of(e))?;
+                }
+            }
+            tx.commit().map_err(|e| fail.of(e))
         })
     }
 

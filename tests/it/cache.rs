@@ -525,3 +525,37 @@ fn manifest_cache_mistakes_name_the_file_and_line() {
         assert!(message.contains(expected), "{expected}: {message}");
     }
 }
+
+/// The command line: the demo over its cached catalog twice on one store, the second from the
+/// cache with the same value; `--no-cache` dispatches every read.
+#[test]
+fn the_demo_twice_on_one_store_reads_from_the_cache_and_no_cache_dispatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.sqlite3");
+    let store = store.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "scripts/demo.rhai",
+            "--tools",
+            "scripts/bench/demo_cached.toml",
+            "--store",
+            store,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = crate::cli::toolscript(&args);
+        let report: Value = serde_json::from_str(&out.stdout).expect("run --json prints JSON");
+        assert_eq!(report["ok"], json!(true), "{report}");
+        report
+    };
+    let first = run(&[]);
+    let second = run(&[]);
+    let uncached = run(&["--no-cache"]);
+    assert_eq!(first["stats"]["cache_hits"], json!(0));
+    let hits = second["stats"]["cache_hits"].as_u64().unwrap();
+    assert!(hits > 0, "{second}");
+    assert_eq!(uncached["stats"]["cache_hits"], json!(0));
+    assert_eq!(first["value"], second["value"]);
+    assert_eq!(first["value"], uncached["value"]);
+}
