@@ -176,9 +176,7 @@ pub(crate) async fn find(ctx: &RunContext, lookup: &Lookup) -> Option<Hit> {
             }
         },
     }?;
-    let dropped = lock(&cache.dropped)
-        .iter()
-        .any(|d| d.tool == entry.tool && d.scope.as_ref().is_none_or(|s| *s == entry.scope));
+    let dropped = lock(&cache.dropped).iter().any(|d| d.names(&entry));
     if dropped {
         return None;
     }
@@ -249,15 +247,13 @@ pub(crate) async fn invalidate(ctx: &RunContext, drops: Vec<CacheDrop>) {
     }
     cache.generation.fetch_add(1, Ordering::SeqCst);
     lock(&cache.dropped).extend(drops.iter().cloned());
-    // Entries still being written go first, so that none lands after the drop.
-    cache.flush().await;
-    for drop in drops {
-        let dropped = match &cache.backend {
-            Backend::Memory(memory) => Ok(memory.drop_entries(&drop)),
-            Backend::Store(store) => store.cache_drop(drop.clone()).await,
-        };
-        if let Err(e) = dropped {
-            tracing::warn!(tool = %drop.tool, error = %e, "cached reads could not be dropped");
-        }
+    // The run's entries not yet written that the drops name are never written.
+    lock(&cache.pending).retain(|entry| !drops.iter().any(|d| d.names(entry)));
+    let dropped = match &cache.backend {
+        Backend::Memory(memory) => Ok(drops.iter().map(|d| memory.drop_entries(d)).sum()),
+        Backend::Store(store) => store.cache_drop(drops).await,
+    };
+    if let Err(e) = dropped {
+        tracing::warn!(error = %e, "cached reads could not be dropped");
     }
 }

@@ -73,6 +73,11 @@ impl CacheDrop {
     pub fn new(tool: String, scope: Option<String>) -> CacheDrop {
         CacheDrop { tool, scope }
     }
+
+    /// Whether this drop takes `entry`.
+    pub fn names(&self, entry: &CacheEntry) -> bool {
+        self.tool == entry.tool && self.scope.as_ref().is_none_or(|s| *s == entry.scope)
+    }
 }
 
 /// Microseconds since the Unix epoch.
@@ -160,9 +165,7 @@ impl MemoryCache {
         let named: Vec<String> = entries
             .by_key
             .values()
-            .filter(|(e, _)| {
-                e.tool == drop.tool && drop.scope.as_ref().is_none_or(|s| *s == e.scope)
-            })
+            .filter(|(e, _)| drop.names(e))
             .map(|(e, _)| e.key.clone())
             .collect();
         for key in &named {

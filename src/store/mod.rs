@@ -167,9 +167,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Box::pin(async { Ok(()) })
     }
 
-    /// Drops the cached reads `drop` names; how many went. The default has none to drop.
-    fn cache_drop(&self, drop: CacheDrop) -> StoreFuture<'_, u64> {
-        let _ = drop;
+    /// Drops the cached reads `drops` name, in one transaction; how many went. The default has
+    /// none to drop.
+    fn cache_drop(&self, drops: Vec<CacheDrop>) -> StoreFuture<'_, u64> {
+        let _ = drops;
         Box::pin(async { Ok(0) })
     }
 }

@@ -838,16 +838,22 @@ impl Store for SqliteStore {
         })
     }
 
-    fn cache_drop(&self, drop: CacheDrop) -> StoreFuture<'_, u64> {
+    fn cache_drop(&self, drops: Vec<CacheDrop>) -> StoreFuture<'_, u64> {
         self.writing(move |conn, fail| {
-            let dropped = match &drop.scope {
-                Some(scope) => conn.execute(
-                    "DELETE FROM cache WHERE tool = ?1 AND scope = ?2",
-                    params![drop.tool, scope],
-                ),
-                None => conn.execute("DELETE FROM cache WHERE tool = ?1", params![drop.tool]),
-            };
-            dropped.map(|n| n as u64).map_err(|e| fail.of(e))
+            let tx = conn.transaction().map_err(|e| fail.of(e))?;
+            let mut dropped = 0;
+            for drop in &drops {
+                let n = match &drop.scope {
+                    Some(scope) => tx.execute(
+                        "DELETE FROM cache WHERE tool = ?1 AND scope = ?2",
+                        params![drop.tool, scope],
+                    ),
+                    None => tx.execute("DELETE FROM cache WHERE tool = ?1", params![drop.tool]),
+                };
+                dropped += n.map_err(|e| fail.of(e))? as u64;
+            }
+            tx.commit().map_err(|e| fail.of(e))?;
+            Ok(dropped)
         })
     }
 }
