@@ -239,21 +239,48 @@ pub(crate) fn drops_of(ctx: &RunContext, spec: &ToolSpec, args: &Value) -> Vec<C
 /// Drops `drops` before the invalidating call returns, so that no later read of the run (the
 /// scout's included) is answered by them.
 pub(crate) async fn invalidate(ctx: &RunContext, drops: Vec<CacheDrop>) {
-    let Some(cache) = ctx.cache.as_ref() else {
-        return;
-    };
+    if let Some(dropping) = begin_drops(ctx, drops) {
+        dropping.await;
+    }
+}
+
+/// [`invalidate`] for a call abandoned while its body ran (it may have taken effect): the run
+/// stops reading the entries at once, and the store drops them in the background.
+pub(crate) fn invalidate_abandoned(ctx: &RunContext, drops: Vec<CacheDrop>) {
+    if let (Some(dropping), Ok(runtime)) = (
+        begin_drops(ctx, drops),
+        tokio::runtime::Handle::try_current(),
+    ) {
+        runtime.spawn(dropping);
+    }
+}
+
+/// The drops' effect on the run (none of their entries answers it any more, none of its
+/// unwritten ones is written) and on the in-memory cache, at once; the store's part as a
+/// future.
+fn begin_drops(
+    ctx: &RunContext,
+    drops: Vec<CacheDrop>,
+) -> Option<futures::future::BoxFuture<'static, ()>> {
+    let cache = ctx.cache.as_ref()?;
     if drops.is_empty() {
-        return;
+        return None;
     }
     cache.generation.fetch_add(1, Ordering::SeqCst);
     lock(&cache.dropped).extend(drops.iter().cloned());
-    // The run's entries not yet written that the drops name are never written.
     lock(&cache.pending).retain(|entry| !drops.iter().any(|d| d.names(entry)));
-    let dropped = match &cache.backend {
-        Backend::Memory(memory) => Ok(drops.iter().map(|d| memory.drop_entries(d)).sum()),
-        Backend::Store(store) => store.cache_drop(drops).await,
+    let store = match &cache.backend {
+        Backend::Memory(memory) => {
+            drops.iter().for_each(|d| {
+                memory.drop_entries(d);
+            });
+            return None;
+        }
+        Backend::Store(store) => Arc::clone(store),
     };
-    if let Err(e) = dropped {
-        tracing::warn!(error = %e, "cached reads could not be dropped");
-    }
+    Some(Box::pin(async move {
+        if let Err(e) = store.cache_drop(drops).await {
+            tracing::warn!(error = %e, "cached reads could not be dropped");
+        }
+    }))
 }

@@ -340,6 +340,7 @@ impl Drop for InProgress {
         };
         let health = (self.stage != Stage::Refused).then_some(Health::Unknown);
         self.settle(&Err(error), health);
+        cache::invalidate_abandoned(&self.ctx, std::mem::take(&mut self.drops));
     }
 }
 

@@ -559,3 +559,45 @@ fn the_demo_twice_on_one_store_reads_from_the_cache_and_no_cache_dispatches() {
     assert_eq!(first["value"], second["value"]);
     assert_eq!(first["value"], uncached["value"]);
 }
+
+/// A call that invalidates, abandoned while its body runs (its composite timed out), may have
+/// taken effect: its drops still happen, and the run's next read reaches the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_invalidating_call_still_drops() {
+    let (_dir, store) = new_store();
+    let bank = Bank::default();
+    let slow_set = Tool::builder("slow_set", Effect::Write)
+        .input_schema(account_schema())
+        .invalidates(["rate"])
+        .handler(|_| async {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            Ok(Value::Null)
+        });
+    let batch = Tool::builder("batch", Effect::Write)
+        .nested(["slow_set"])
+        .timeout(Duration::from_millis(50))
+        .composite(|_, ctx| async move { ctx.call("slow_set", json!({"account": "a"})).await });
+    let mut all = tools(&bank, Duration::from_secs(60), "1");
+    all.extend([slow_set, batch]);
+    let runtime = || {
+        Runtime::builder(Registry::builder().tools(all.clone()).build().unwrap())
+            .store(Arc::clone(&store) as Arc<dyn Store>)
+            .build()
+    };
+    run(&runtime(), TWO_ACCOUNTS, seq()).await;
+    let script = r#"
+        let kind = "ok";
+        try { batch(#{}); } catch (e) { kind = e.kind; }
+        [kind, rate(#{account: "a"}).n, rate(#{account: "b"}).n]
+    "#;
+    let outcome = run(&runtime(), script, seq()).await;
+    let value = value_of(&outcome);
+    assert_ne!(value[0], json!("ok"), "{value}");
+    assert_eq!(
+        value[1],
+        json!(2),
+        "a's entry was dropped: the tool answered"
+    );
+    assert_eq!(value[2], json!(1), "b's entry stayed");
+    assert_eq!(outcome.stats.cache_hits, 1);
+}
