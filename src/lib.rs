@@ -145,8 +145,8 @@ pub mod receipts {
 pub mod stores {
     pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
-        ApprovedRead, JournalRows, JournaledWrite, OwnerAlive, PageIndex, ReadRow, StoreFuture,
-        StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+        ApprovedRead, CacheDrop, CacheEntry, JournalRows, JournaledWrite, OwnerAlive, PageIndex,
+        ReadRow, StoreFuture, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
     };
 }
 

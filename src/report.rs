@@ -45,6 +45,9 @@ pub struct Stats {
     pub replayed: u64,
     /// Passes of the scout over the script.
     pub scout_passes: u64,
+    /// Reads the cache of reads across runs answered (docs/cache.md).
+    #[serde(default)]
+    pub cache_hits: u64,
     /// Interpreter operations of the executor; not in the JSON output.
     #[serde(skip)]
     pub script_operations: u64,

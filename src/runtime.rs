@@ -49,6 +49,12 @@ pub struct Runtime {
     /// The field names some tool's output schema declares: a read of one that finds it
     /// missing is no warning (the field may be optional).
     declared_fields: std::collections::HashSet<String>,
+    /// Where cached reads are kept: the store, or memory shared by the runtime's runs.
+    cache: crate::dispatch::CacheBackend,
+    /// SHA-256 of each tool's fingerprint, by name: part of a cached read's key.
+    cache_prints: Arc<std::collections::HashMap<String, String>>,
+    /// Every run goes without the cache (see [`Runtime::without_cache`]).
+    no_cache: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -113,6 +119,21 @@ impl RuntimeBuilder {
             .flat_map(|t| [t.spec.name.clone(), t.function_name().to_string()])
             .collect();
         let catalog = tool::describe(&self.registry, Format::Json);
+        let prints = tool::fingerprint(&self.registry);
+        let cache_prints = prints
+            .0
+            .iter()
+            .map(|(name, print)| {
+                let json = serde_json::to_value(print).unwrap_or_default();
+                (name.clone(), crate::json::jcs_value_sha256(&json))
+            })
+            .collect();
+        let cache = match &self.store {
+            Some(store) => crate::dispatch::CacheBackend::Store(Arc::clone(store)),
+            None => crate::dispatch::CacheBackend::Memory(Arc::new(
+                crate::store::MemoryCache::new(crate::dispatch::MEMORY_CACHE_BYTES),
+            )),
+        };
         let mut compiler = engine::new_engine(&self.limits, engine::RunControls::default());
         crate::rhai_ast::fields::compiler_for_sites(&mut compiler);
         Runtime {
@@ -120,7 +141,10 @@ impl RuntimeBuilder {
             effectful,
             store: self.store,
             catalog_sha256: crate::json::sha256_hex(&catalog),
-            catalog: tool::fingerprint(&self.registry),
+            catalog: prints,
+            cache,
+            cache_prints: Arc::new(cache_prints),
+            no_cache: false,
             speculation: self.speculation,
             compiler,
             registry: Arc::new(self.registry),
@@ -163,6 +187,8 @@ pub struct RunOptions {
     input: Option<Arc<Value>>,
     /// The value every tool body of the run is given.
     context: Option<Arc<Value>>,
+    /// Every read is dispatched: the cache of reads across runs neither answers nor keeps.
+    no_cache: bool,
 }
 
 impl RunOptions {
@@ -184,6 +210,13 @@ impl RunOptions {
     /// cannot pause for an approval (it stops there) or be resumed.
     pub fn no_store(mut self) -> RunOptions {
         self.no_store = true;
+        self
+    }
+
+    /// Runs without the cache of reads across runs: every read reaches its tool, and none is
+    /// kept for later runs (an invalidating call still drops the entries it names).
+    pub fn no_cache(mut self) -> RunOptions {
+        self.no_cache = true;
         self
     }
 
@@ -562,6 +595,13 @@ impl Runtime {
         }
     }
 
+    /// Makes every run of this runtime go without the cache of reads across runs, as
+    /// [`RunOptions::no_cache`] does for one run (`serve --no-cache`, `bench` without `--cache`).
+    pub fn without_cache(mut self) -> Runtime {
+        self.no_cache = true;
+        self
+    }
+
     /// The store runs are journaled in, if any.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
@@ -859,7 +899,12 @@ impl Run {
                 sink,
             )
             .with_journal(journal)
-            .with_values(options.input.clone(), options.context.clone()),
+            .with_values(options.input.clone(), options.context.clone())
+            .with_cache(Some(crate::dispatch::RunCache::new(
+                runtime.cache.clone(),
+                Arc::clone(&runtime.cache_prints),
+                options.no_cache || runtime.no_cache,
+            ))),
         )
     }
 
@@ -908,6 +953,9 @@ impl Run {
             scout_operations = scout.operations();
         }
         let open = self.ctx.settled(SETTLE).await;
+        if let Some(cache) = &self.ctx.cache {
+            cache.flush().await;
+        }
         if open > 0 {
             tracing::warn!(parent: &self.span, open, "calls still running when the run ended have no receipt");
         }
@@ -1037,6 +1085,7 @@ impl Run {
             effectful_calls: execution.counts.effectful_calls,
             replayed: execution.counts.replayed,
             scout_passes,
+            cache_hits: self.ctx.cache_hits(),
             script_operations: execution.counts.operations,
             scout_operations,
         }

@@ -30,6 +30,10 @@ pub(crate) struct Bench {
     store: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitsArg,
+    /// Use the cache of reads across runs (with --store, runs answer each other's reads):
+    /// bench runs without it unless asked, for it measures speculation.
+    #[arg(long)]
+    cache: bool,
 }
 
 impl Bench {
@@ -43,6 +47,7 @@ impl Bench {
             self.runs as usize,
             self.json,
             store,
+            self.cache,
         )
         .await
     }
@@ -55,6 +60,7 @@ async fn bench(
     runs: usize,
     json: bool,
     store: Option<Arc<dyn Store>>,
+    cache: bool,
 ) -> Result<ExitCode, String> {
     let sources = scripts
         .iter()
@@ -76,7 +82,12 @@ async fn bench(
             if let Some(store) = store {
                 builder = builder.store(store);
             }
-            Ok(builder.build())
+            let runtime = builder.build();
+            Ok(if cache {
+                runtime
+            } else {
+                runtime.without_cache()
+            })
         })
     };
     let bar = indicatif::ProgressBar::new((sources.len() * runs * 2) as u64);

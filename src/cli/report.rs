@@ -163,6 +163,9 @@ fn print_human(outcome: &RunOutcome) {
     if s.replayed > 0 {
         summary.push_str(&format!("; {} answered by the journal", s.replayed));
     }
+    if s.cache_hits > 0 {
+        summary.push_str(&format!("; {} answered by the cache", s.cache_hits));
+    }
     if !outcome.effects.is_empty() {
         let effects: Vec<String> = outcome
             .effects

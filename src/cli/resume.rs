@@ -45,6 +45,9 @@ pub(crate) struct Resume {
     /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,
+    /// Dispatch every read: the cache of reads across runs neither answers nor keeps any.
+    #[arg(long)]
+    no_cache: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -91,6 +94,9 @@ impl Resume {
         }
         let runtime = runtime(&self.tools, Some(store), &self.limits).await?;
         let mut options = RunOptions::default();
+        if self.no_cache {
+            options = options.no_cache();
+        }
         if let Some(path) = &self.receipts {
             options = options.append_receipts(path).map_err(|e| e.report())?;
         }

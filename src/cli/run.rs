@@ -34,6 +34,9 @@ pub(crate) struct Run {
     /// `input` (without it, `input` is `()`).
     #[arg(long, value_name = "JSON|@FILE")]
     input: Option<String>,
+    /// Dispatch every read: the cache of reads across runs neither answers nor keeps any.
+    #[arg(long)]
+    no_cache: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -66,6 +69,9 @@ impl Run {
             .result_policy(self.result.policy());
         if let Some(input) = input {
             options = options.input(input);
+        }
+        if self.no_cache {
+            options = options.no_cache();
         }
         let source = read_script(&self.script)?;
         let mut options = options.script_name(self.script.display().to_string());

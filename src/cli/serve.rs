@@ -27,13 +27,20 @@ pub(crate) struct Serve {
     store: StoreArg,
     #[command(flatten)]
     limits: LimitsArg,
+    /// Every run dispatches every read: the cache of reads across runs neither answers nor
+    /// keeps any.
+    #[arg(long)]
+    no_cache: bool,
 }
 
 impl Serve {
     /// Serves until the client closes stdio, or (over HTTP) until Ctrl-C or SIGTERM.
     pub(crate) async fn apply(self) -> Result<ExitCode, String> {
         let store = self.store.open()?;
-        let runtime = runtime(&self.tools, store, &self.limits).await?;
+        let mut runtime = runtime(&self.tools, store, &self.limits).await?;
+        if self.no_cache {
+            runtime = runtime.without_cache();
+        }
         match self.http {
             None => serve_stdio(runtime).await.map_err(|e| e.report())?,
             Some(addr) => {

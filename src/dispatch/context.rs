@@ -116,6 +116,8 @@ pub(crate) struct RunContext {
     /// The run's own masked values (the values its tools' `redact` paths name), besides the
     /// process's secrets.
     pub(crate) mask: crate::secrets::Mask,
+    /// The run's view of the cache of reads across runs; `None`: the run does not use it.
+    pub(crate) cache: Option<super::cache::RunCache>,
 }
 
 impl RunContext {
@@ -150,6 +152,7 @@ impl RunContext {
             input: None,
             context: None,
             asked: Mutex::new(None),
+            cache: None,
             mask: crate::secrets::Mask::default(),
         }
     }
@@ -184,6 +187,12 @@ impl RunContext {
         crate::secrets::Masks {
             masks: [crate::secrets::process_mask(), &self.mask],
         }
+    }
+
+    /// Makes the run use the cache of reads across runs.
+    pub(crate) fn with_cache(mut self, cache: Option<super::cache::RunCache>) -> RunContext {
+        self.cache = cache;
+        self
     }
 
     /// Makes the run durable: its non-read calls' intents are committed to `journal`.
@@ -262,9 +271,21 @@ impl RunContext {
         {
             return Claim::Redo;
         }
+        let now = Instant::now();
+        // A read the cache answered never reached its breaker: the claim charges the budget
+        // alone, as the sequential call's hit does.
+        if speculation.cached.load(Ordering::SeqCst) {
+            if let Err(e) = self.budget.has_room(1, now) {
+                return Claim::Refused(e);
+            }
+            let _ = self.budget.charge_claim(1, now);
+            speculation.claimed.store(true, Ordering::SeqCst);
+            self.receipts.release(&speculation.claimed);
+            self.count_speculative_hits(speculation);
+            return Claim::Taken;
+        }
         let nested = lock(&speculation.nested).clone();
         let calls = 1 + nested.len() as u64;
-        let now = Instant::now();
         if let Err(e) = self.budget.has_room(calls, now) {
             // A composite's nested calls would have met the budget's end inside its body.
             return if nested.is_empty() {
@@ -287,9 +308,22 @@ impl RunContext {
                 let _ = self.budget.charge_claim(calls, now);
                 speculation.claimed.store(true, Ordering::SeqCst);
                 self.receipts.release(&speculation.claimed);
+                self.count_speculative_hits(speculation);
                 Claim::Taken
             }
         }
+    }
+
+    /// Counts the hits of a claimed speculation (its nested calls') as the run's.
+    fn count_speculative_hits(&self, speculation: &Speculation) {
+        if let Some(cache) = &self.cache {
+            cache.count_hits(speculation.hits.load(Ordering::SeqCst));
+        }
+    }
+
+    /// Hits of the cache the run used.
+    pub(crate) fn cache_hits(&self) -> u64 {
+        self.cache.as_ref().map_or(0, super::cache::RunCache::hits)
     }
 
     pub(crate) fn elapsed(&self) -> Duration {

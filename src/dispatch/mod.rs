@@ -12,6 +12,8 @@
 //! 4. approval gate: a call of the script to a tool that needs approval, not yet approved,
 //!    pauses the run (`paused`);
 //! 5. charge the budget;
+//!    then the cache of reads across runs: a hit answers the call here, never reaching the
+//!    breaker, the body, its timeout or its retries (`cache.rs`);
 //! 6. breaker admits;
 //! 7. validate input;
 //! 8. wait for a slot of the tool (outside its timeout); journal a non-read call's intent
@@ -19,13 +21,15 @@
 //!    panics, retrying;
 //! 9. validate output;
 //! 10. record the outcome in the breaker;
-//! 11. write the receipt.
+//! 11. write the receipt; then a read that missed the cache leaves its result there, and a
+//!     call that invalidates cached reads drops them before it returns.
 //!
 //! Steps 2–9 can refuse a call; every call that resolved to a tool gets exactly one receipt,
 //! whatever happens to its future (see [`InProgress`]).
 
 mod breaker;
 mod budget;
+mod cache;
 mod context;
 mod nested;
 mod receipt;
@@ -42,12 +46,13 @@ pub use receipt::{
 
 pub(crate) use breaker::Breakers;
 pub(crate) use budget::deadline_passed;
+pub(crate) use cache::{Backend as CacheBackend, RunCache, MEMORY_CACHE_BYTES};
 pub(crate) use context::{Claim, RunContext};
 pub(crate) use receipt::Sink;
 pub(crate) use schema::check_input;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
@@ -130,6 +135,11 @@ pub(crate) struct Speculation {
     /// A nested call was refused or cut short by something only speculation has (an open
     /// breaker seen without admitting, a cancellation): the outcome is not the sequential one.
     shaped: AtomicBool,
+    /// The cache answered the call itself: its claim charges the budget and never the breaker.
+    cached: AtomicBool,
+    /// Hits of the cache among the call and its nested calls, counted as the run's when the
+    /// call is claimed.
+    hits: AtomicU64,
 }
 
 /// One call to dispatch.
@@ -213,6 +223,12 @@ struct InProgress {
     admission: Option<Admission>,
     /// For a call nested in a speculative composite: its place in the composite's record.
     nested_index: Option<usize>,
+    /// The age of the cached entry that answered the call, in milliseconds.
+    cached_age_ms: Option<f64>,
+    /// The call of a cached read that missed: where its result is left.
+    lookup: Option<cache::Lookup>,
+    /// What the call, an invalidating one whose body started, drops when it completes.
+    drops: Vec<crate::store::CacheDrop>,
     finished: bool,
 }
 
@@ -251,6 +267,9 @@ impl InProgress {
             effect_index: None,
             admission: None,
             nested_index: None,
+            cached_age_ms: None,
+            lookup: None,
+            drops: Vec::new(),
             finished: false,
         }
     }
@@ -311,6 +330,7 @@ impl InProgress {
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
             attempt: self.attempts,
+            cached_age_ms: self.cached_age_ms,
         });
         self.ctx.call_closed();
     }
@@ -334,6 +354,7 @@ impl Drop for InProgress {
         };
         let health = (self.stage != Stage::Refused).then_some(Health::Unknown);
         self.settle(&Err(error), health);
+        cache::invalidate_abandoned(&self.ctx, std::mem::take(&mut self.drops));
     }
 }
 
@@ -476,7 +497,12 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     if let (false, Ok(value)) = (tool.redact.is_empty(), &result) {
         tool.mask_redacted(Side::Result, value, &ctx.mask);
     }
+    let (lookup, drops) = (flight.lookup.take(), std::mem::take(&mut flight.drops));
     flight.finish(&result);
+    match (lookup, &result) {
+        (Some(lookup), Ok(value)) => cache::remember(ctx, &tool.spec, lookup, value),
+        _ => cache::invalidate(ctx, drops).await,
+    }
     result
 }
 
@@ -529,6 +555,23 @@ async fn steps(
         flight.nested_index = Some(nested.len());
         nested.push((spec.name.clone(), None));
     }
+    // The cache: a hit answers the call, charged as a call, before the breaker.
+    if let Some(lookup) = cache::lookup_of(ctx, spec, call) {
+        if let Some(hit) = cache::find(ctx, &lookup).await {
+            flight.cached_age_ms = Some(hit.age_ms);
+            match &speculation {
+                None => ctx.cache.iter().for_each(|c| c.count_hits(1)),
+                Some(speculation) => {
+                    speculation.hits.fetch_add(1, Ordering::SeqCst);
+                    if matches!(call.caller, Caller::Scout(_)) {
+                        speculation.cached.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
+            return Ok(hit.value);
+        }
+        flight.lookup = Some(lookup);
+    }
     // 6. The breaker admits or fails fast. A speculative call only checks it: the executor's
     // claim admits and records, as its own call would.
     match speculation {
@@ -580,6 +623,7 @@ async fn steps(
             } else {
                 ctx.log_effect(spec, &call.args)
             });
+            flight.drops = cache::drops_of(ctx, spec, &call.args);
         }
         flight.stage = Stage::Running;
         run_body(ctx, tool, call, flight, &slot).await

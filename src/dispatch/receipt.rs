@@ -66,8 +66,15 @@ pub enum Status {
 pub struct Receipt {
     /// SHA-256 of the arguments' canonical JSON (RFC 8785, exact integers).
     pub args_sha256: String,
-    /// Attempts made (0 when the call was refused before its body ran).
+    /// Attempts made (0 when the call was refused before its body ran, or the cache answered
+    /// it).
     pub attempt: u32,
+    /// The cache of reads across runs answered the call: its tool was not reached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    /// The age of the cached entry that answered it, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_age_ms: Option<f64>,
     /// This call's id within its run.
     pub call_id: u64,
     /// A speculative call later claimed by the executor.
@@ -146,6 +153,15 @@ impl Receipt {
         push_jcs_string(&self.args_sha256, out);
         out.extend_from_slice(b",\"attempt\":");
         integer(self.attempt, out);
+        if self.cached {
+            out.extend_from_slice(b",\"cached\":true");
+        }
+        if let Some(age) = self.cached_age_ms {
+            out.extend_from_slice(b",\"cached_age_ms\":");
+            if !millis(age, out) {
+                return false;
+            }
+        }
         out.extend_from_slice(b",\"call_id\":");
         integer(self.call_id, out);
         out.extend_from_slice(b",\"claimed\":");
@@ -238,6 +254,8 @@ pub(crate) struct Draft {
     pub(crate) started_ms: f64,
     pub(crate) duration_ms: f64,
     pub(crate) attempt: u32,
+    /// For a call the cache answered: the entry's age, in milliseconds.
+    pub(crate) cached_age_ms: Option<f64>,
 }
 
 /// One run's receipts, chained by hash as each becomes final: an executor's (or a composite's)
@@ -436,6 +454,8 @@ impl ReceiptLog {
             started_ms: round_ms(draft.started_ms),
             duration_ms: round_ms(draft.duration_ms),
             attempt: draft.attempt,
+            cached: draft.cached_age_ms.is_some(),
+            cached_age_ms: draft.cached_age_ms.map(round_ms),
             prev: match chain.receipts.last() {
                 Some(last) => Some(last.hash.clone()),
                 None => chain.base.as_ref().map(|(hash, _)| hash.clone()),
@@ -641,6 +661,7 @@ mod tests {
                 proptest::option::of(text()),
             ),
             (float(), float(), any::<u32>(), proptest::option::of(text())),
+            (any::<bool>(), proptest::option::of(float())),
         )
             .prop_map(
                 |(
@@ -648,6 +669,7 @@ mod tests {
                     (tool, effect, speculative, claimed, args_sha256),
                     (result_sha256, status, error_kind),
                     (started_ms, duration_ms, attempt, prev),
+                    (cached, cached_age_ms),
                 )| {
                     let mut receipt = Receipt {
                         v,
@@ -666,6 +688,8 @@ mod tests {
                         started_ms,
                         duration_ms,
                         attempt,
+                        cached,
+                        cached_age_ms,
                         prev,
                         hash: String::new(),
                     };
@@ -687,7 +711,11 @@ mod tests {
                     prop_assert_eq!(String::from_utf8(text).unwrap(), general);
                 } else {
                     let whole = |ms: f64| !ms.is_finite() || push_jcs_thousandths(ms, &mut Vec::new());
-                    prop_assert!(!whole(receipt.started_ms) || !whole(receipt.duration_ms));
+                    prop_assert!(
+                        !whole(receipt.started_ms)
+                            || !whole(receipt.duration_ms)
+                            || receipt.cached_age_ms.is_some_and(|ms| !whole(ms))
+                    );
                 }
             }
         }
@@ -727,6 +755,8 @@ mod tests {
             started_ms: -0.0,
             duration_ms: 2.0,
             attempt: 1,
+            cached: false,
+            cached_age_ms: None,
             prev: None,
             hash: String::new(),
         };
@@ -895,6 +925,7 @@ mod tests {
             started_ms: 1.23456,
             duration_ms: 2.0,
             attempt: 1,
+            cached_age_ms: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! TOML manifests: `[[tool]]` tables declaring script tools (run by `script_tool`), `[[mcp]]`
 //! tables declaring MCP servers; and the embedded demo catalog, which is such a manifest.
 
+mod cache;
 mod command_tool;
 mod files;
 mod guard;
@@ -93,6 +94,12 @@ struct McpEntry {
     /// Redaction paths by the server's tool name.
     #[serde(default)]
     redact: std::collections::BTreeMap<String, Vec<String>>,
+    /// Cached reads, by the server's tool name (`cache.rs`).
+    #[serde(default)]
+    cache: std::collections::BTreeMap<String, cache::CacheTable>,
+    /// The reads each tool makes stale, by the server's tool name.
+    #[serde(default)]
+    invalidates: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -132,6 +139,12 @@ struct ToolEntry {
     redact: Vec<String>,
     max_output_bytes: Option<usize>,
     read_paths: Option<Vec<String>>,
+    /// How long a read's results answer later runs (`cache.rs`).
+    cache_ttl_s: Option<f64>,
+    cache_scope: Option<cache::Scope>,
+    /// The cached reads a tool that is not a read makes stale.
+    #[serde(default)]
+    invalidates: Vec<String>,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -321,6 +334,8 @@ impl Manifests {
             spec.approval = entry.approval;
             spec.paths = entry.paths;
             spec.redact = entry.redact;
+            cache::apply_to_server(&mut spec, entry.cache, entry.invalidates)
+                .map_err(|message| error(Some(span.clone()), message))?;
             spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
             if let Some(calls) = entry.max_concurrency {
                 if calls == 0 {
@@ -378,6 +393,18 @@ impl Manifests {
             let span = entry.span();
             let entry = entry.into_inner();
             let redact = entry.redact.clone();
+            let mut entry = entry;
+            let cached = (
+                entry.cache_ttl_s.take(),
+                entry.cache_scope.take(),
+                std::mem::take(&mut entry.invalidates),
+            );
+            let cached = |mut tool: Tool| {
+                let (ttl, scope, invalidates) = cached;
+                cache::apply_to_tool(&mut tool.spec, ttl, scope, invalidates)
+                    .map_err(|message| error(Some(span.clone()), message))?;
+                Ok::<Tool, Error>(tool)
+            };
             if entry.kind.is_some() {
                 let secret_uses: Vec<(String, String)> = entry
                     .env
@@ -394,6 +421,7 @@ impl Manifests {
                 let mut tool = command_tool::build(entry, file)
                     .map_err(|message| error(Some(span.clone()), message))?;
                 tool.spec.redact = redact;
+                let tool = cached(tool)?;
                 let declared = Declared {
                     tool: tool.spec().name.clone(),
                     file: file.to_path_buf(),
@@ -449,7 +477,7 @@ impl Manifests {
             });
             let mut tool = self.script_tool(entry, ast);
             tool.spec.redact = redact;
-            self.tools.push(tool);
+            self.tools.push(cached(tool)?);
         }
         self.limits = limits;
         self.keep_days = keep_days;

@@ -164,6 +164,8 @@ pub(crate) async fn connect(
             Box::new(spec.paths.keys().filter(|name| name.as_str() != "*")),
         ),
         ("redact", Box::new(spec.redact.keys())),
+        ("cache", Box::new(spec.cache_ttl.keys())),
+        ("invalidates", Box::new(spec.invalidates.keys())),
     ] {
         if let Some(unknown) = names.find(|name| !originals.contains(&name.as_str())) {
             let mut known = originals.clone();
@@ -213,6 +215,17 @@ pub(crate) async fn connect(
             if let Some(&approval) = spec.approval.get(tool.name.as_ref()) {
                 tool_spec.approval = approval;
             }
+            tool_spec.cache_ttl = spec.cache_ttl.get(tool.name.as_ref()).copied();
+            tool_spec.cache_scope = spec
+                .cache_scope
+                .get(tool.name.as_ref())
+                .cloned()
+                .unwrap_or_default();
+            tool_spec.invalidates = spec
+                .invalidates
+                .get(tool.name.as_ref())
+                .cloned()
+                .unwrap_or_default();
             if let Some(args) = spec
                 .paths
                 .get(tool.name.as_ref())

@@ -77,6 +77,13 @@ pub struct McpServerSpec {
     /// Redaction paths by the server's tool name (`args.token`, `result.items[*].email`):
     /// see [`crate::secrets::RedactPath`].
     pub redact: BTreeMap<String, Vec<String>>,
+    /// Cached reads' lifetimes, by the server's tool name (see docs/cache.md).
+    pub cache_ttl: BTreeMap<String, Duration>,
+    /// Cached reads' scopes, by the server's tool name.
+    pub cache_scope: BTreeMap<String, Vec<String>>,
+    /// The cached reads (by their names in the catalog) each tool makes stale, by the
+    /// server's tool name.
+    pub invalidates: BTreeMap<String, Vec<String>>,
 }
 
 impl McpServerSpec {
@@ -104,6 +111,9 @@ impl McpServerSpec {
             max_concurrency: 16,
             paths: BTreeMap::new(),
             redact: BTreeMap::new(),
+            cache_ttl: BTreeMap::new(),
+            cache_scope: BTreeMap::new(),
+            invalidates: BTreeMap::new(),
         }
     }
 }

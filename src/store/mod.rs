@@ -9,12 +9,15 @@
 //! - [`Journal`] is one run's journal as the dispatch path and the executor use it, written
 //!   through the interface.
 
+mod cache;
 mod catalog;
 mod journal;
 mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub(crate) use cache::{now_us, MemoryCache};
+pub use cache::{CacheDrop, CacheEntry};
 pub use catalog::{CatalogPrint, ToolPrint};
 pub(crate) use journal::Journal;
 pub use journal::{ApprovedRead, JournaledWrite, ReadRow, WriteState};
@@ -161,6 +164,28 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             }
             Ok(Some(artifact))
         })
+    }
+
+    /// The cached read under `key` that a run started at `at_us` (microseconds since the Unix
+    /// epoch) may use: made before that, and not expired then. A store that keeps no cache
+    /// (the default) has none.
+    fn cache_get<'a>(&'a self, key: &'a str, at_us: i64) -> StoreFuture<'a, Option<CacheEntry>> {
+        let _ = (key, at_us);
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Keeps cached reads in one transaction, each replacing one under the same key. The
+    /// default keeps nothing.
+    fn cache_put(&self, entries: Vec<CacheEntry>) -> StoreFuture<'_, ()> {
+        let _ = entries;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Drops the cached reads `drops` name, in one transaction; how many went. The default has
+    /// none to drop.
+    fn cache_drop(&self, drops: Vec<CacheDrop>) -> StoreFuture<'_, u64> {
+        let _ = drops;
+        Box::pin(async { Ok(0) })
     }
 }
 

@@ -470,6 +470,8 @@ pub struct Pruned {
     pub artifacts: u64,
     /// Running runs of the rule's statuses kept because their process is alive.
     pub kept_alive: u64,
+    /// Expired cached reads removed.
+    pub cache_entries: u64,
     /// The store's size before, in bytes, where it is a file.
     pub bytes_before: Option<u64>,
     /// Its size after (and after the vacuum, when one ran).

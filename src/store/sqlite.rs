@@ -14,15 +14,15 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
 use super::{
-    now_ms, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive, PageIndex, PruneRule, Pruned,
-    ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoreFuture,
-    StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive,
+    PageIndex, PruneRule, Pruned, ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
+    Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -31,7 +31,7 @@ const APPLICATION_ID: i32 = 0x5453_6372;
 /// The tables a store of any version may hold: a file whose tables are these (with `runs`
 /// among them) and whose `user_version` is a store's, but that has no application id, is a
 /// store written before stores were stamped.
-const STORE_TABLES: [&str; 9] = [
+const STORE_TABLES: [&str; 11] = [
     "runs",
     "writes",
     "artifacts",
@@ -41,6 +41,8 @@ const STORE_TABLES: [&str; 9] = [
     "artifact_refs_by_artifact",
     "runs_by_start",
     "runs_by_status",
+    "cache",
+    "cache_by_tool",
 ];
 
 /// A run's input longer than this (in bytes of JSON) is kept as an artifact, which the run's
@@ -121,6 +123,15 @@ CREATE TABLE IF NOT EXISTS artifact_refs (
 CREATE INDEX IF NOT EXISTS artifact_refs_by_artifact ON artifact_refs (artifact_id);
 CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_ms DESC, run_id);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_ms);
+CREATE TABLE IF NOT EXISTS cache (
+    key TEXT PRIMARY KEY,
+    tool TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    value TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    expires_us INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cache_by_tool ON cache (tool, scope);
 ";
 
 /// The embedded store: one SQLite file.
@@ -256,7 +267,7 @@ impl SqliteStore {
                         tx.execute_batch("ALTER TABLE writes ADD COLUMN approved_rule TEXT;")?;
                     }
                     // Version 6 keeps the reads a person approved (`approved_reads`, which
-                    // the schema below creates).
+                    // the schema below creates); version 7, cached reads (`cache`, likewise).
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
                          PRAGMA application_id = {APPLICATION_ID};"
@@ -773,6 +784,88 @@ impl Store for SqliteStore {
                 Some(Some(range)) => read_bytes(conn, &id, range.clone(), fail)?,
             };
             Ok(Some(artifact))
+        })
+    }
+
+    fn cache_get<'a>(&'a self, key: &'a str, at_us: i64) -> StoreFuture<'a, Option<CacheEntry>> {
+        let key = key.to_string();
+        self.blocking(move |conn, fail| {
+            let row = conn
+                .prepare_cached(
+                    "SELECT tool, scope, value, created_us, expires_us FROM cache \
+                     WHERE key = ?1 AND created_us < ?2 AND expires_us > ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![key, at_us], |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, String>(2)?,
+                            row.get::<_, i64>(3)?,
+                            row.get::<_, i64>(4)?,
+                        ))
+                    })
+                    .optional()
+                })
+                .map_err(|e| fail.of(e))?;
+            let Some((tool, scope, value, created_us, expires_us)) = row else {
+                return Ok(None);
+            };
+            let value = serde_json::from_str(&value).map_err(|e| {
+                fail.say(format!(
+                    "the cached result of `{tool}` under {key} does not parse ({e}); prune the store's cache with `toolscript prune`"
+                ))
+            })?;
+            Ok(Some(CacheEntry::new(
+                key, tool, scope, value, created_us, expires_us,
+            )))
+        })
+    }
+
+    fn cache_put(&self, entries: Vec<CacheEntry>) -> StoreFuture<'_, ()> {
+        self.writing(move |conn, fail| {
+            let tx = conn.transaction().map_err(|e| fail.of(e))?;
+            {
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO cache \
+                         (key, tool, scope, value, created_us, expires_us) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )
+                    .map_err(|e| fail.of(e))?;
+                for entry in entries {
+                    insert
+                        .execute(params![
+                            entry.key,
+                            entry.tool,
+                            entry.scope,
+                            entry.value.to_string(),
+                            entry.created_us,
+                            entry.expires_us
+                        ])
+                        .map_err(|e| fail.of(e))?;
+                }
+            }
+            tx.commit().map_err(|e| fail.of(e))
+        })
+    }
+
+    fn cache_drop(&self, drops: Vec<CacheDrop>) -> StoreFuture<'_, u64> {
+        self.writing(move |conn, fail| {
+            let tx = conn.transaction().map_err(|e| fail.of(e))?;
+            let mut dropped = 0;
+            for drop in &drops {
+                let n = match &drop.scope {
+                    Some(scope) => tx.execute(
+                        "DELETE FROM cache WHERE tool = ?1 AND scope = ?2",
+                        params![drop.tool, scope],
+                    ),
+                    None => tx.execute("DELETE FROM cache WHERE tool = ?1", params![drop.tool]),
+                };
+                dropped += n.map_err(|e| fail.of(e))? as u64;
+            }
+            tx.commit().map_err(|e| fail.of(e))?;
+            Ok(dropped)
         })
     }
 }
@@ -1380,6 +1473,19 @@ fn prune(
         bytes_before: size(),
         ..Pruned::default()
     };
+    // Expired cached reads go whatever the rule says of runs.
+    let expired = "DELETE FROM cache WHERE expires_us <= ?1";
+    if rule.dry_run {
+        pruned.cache_entries = conn
+            .query_row(
+                "SELECT COUNT(*) FROM cache WHERE expires_us <= ?1",
+                [now_us()],
+                |row| row.get::<_, i64>(0),
+            )
+            .map_err(|e| fail.of(e))? as u64;
+    } else {
+        pruned.cache_entries = conn.execute(expired, [now_us()]).map_err(|e| fail.of(e))? as u64;
+    }
     if rule.statuses.is_empty() {
         pruned.bytes_after = pruned.bytes_before;
         return Ok(pruned);

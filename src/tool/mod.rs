@@ -1,10 +1,12 @@
 //! Tools: their specification (name, effect, schemas, timeout, retries), their bodies, and the
 //! registry that validates a set of them once, when it is built.
 
+mod cache;
 mod describe;
 mod fingerprint;
 mod registry;
 
+pub(crate) use cache::ScopePath;
 pub(crate) use describe::describe;
 pub(crate) use fingerprint::fingerprint;
 // The MCP server's `run_script` description heads with the crib sheet too.
@@ -103,6 +105,15 @@ pub struct ToolSpec {
     /// handed back ([`crate::secrets::RedactPath`]); checked against the schemas when the
     /// registry is built.
     pub redact: Vec<String>,
+    /// How long a successful result of this read answers identical calls of later runs (see
+    /// docs/cache.md); `None`: never cached.
+    pub cache_ttl: Option<Duration>,
+    /// What keeps cached results apart besides the arguments, and what an invalidating call
+    /// drops: paths such as `args.account` or `context.tenant`.
+    pub cache_scope: Vec<String>,
+    /// For a tool that is not a read: the cached reads its completion makes stale, dropped in
+    /// the same scope.
+    pub invalidates: Vec<String>,
 }
 
 /// What a tool's body is made of, fingerprinted: a change of it is a change of the catalog a
@@ -140,6 +151,9 @@ impl ToolSpec {
             redact: Vec::new(),
             source: None,
             guard: crate::guard::GuardView::default(),
+            cache_ttl: None,
+            cache_scope: Vec::new(),
+            invalidates: Vec::new(),
         }
     }
 
@@ -457,6 +471,26 @@ impl ToolBuilder {
     /// tool's schemas when the registry is built.
     pub fn redact(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.spec.redact = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Caches this read's successful results across runs for `ttl` (see docs/cache.md).
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.spec.cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the cache's scope: paths such as `args.account` or `context.tenant`, whose values
+    /// keep entries apart and bound what an invalidating call drops.
+    pub fn cache_scope<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.spec.cache_scope = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Declares the cached reads this tool (not a read) makes stale: their entries in the
+    /// call's scope are dropped when it completes.
+    pub fn invalidates<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        self.spec.invalidates = tools.into_iter().map(Into::into).collect();
         self
     }
 

@@ -357,6 +357,7 @@ impl RegistryBuilder {
             let nested = check_composite(&tools, &index, &tools[i])?;
             tools[i].spec.nested = nested;
         }
+        super::cache::check_between(&tools, &index)?;
         let own =
             |spec: &ToolSpec| spec.effect == Effect::Read && spec.speculate && !spec.allow_repeat;
         for i in 0..tools.len() {
@@ -482,6 +483,7 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
             "`approval` is for tools that are not reads: a read has no effect to approve",
         ));
     }
+    super::cache::check_own(&spec)?;
     if spec.max_concurrency == 0 {
         return Err(Error::registry(
             name,

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use toolscript::bench::observable;
 use toolscript::{
     demo_catalog, Effect, ErrorKind, Manifests, Mode, Registry, RunOutcome, Runtime, Tool,
-    ToolError,
+    ToolBuilder, ToolError,
 };
 
 use crate::support::{by_occurrence, fixture_registry, run_in, Probe};
@@ -171,10 +171,25 @@ fn random_catalog() -> Runtime {
 }
 
 fn random_tools() -> Vec<Tool> {
+    random_tools_with(false)
+}
+
+/// The random catalog's tools; with `cache`, `get`, `list` and the composite `pair` keep their
+/// results for a minute, and `put` and `put_checked` invalidate `get`'s entries only (so that
+/// `list`'s go stale within their lifetime, as a cache's may).
+fn random_tools_with(cache: bool) -> Vec<Tool> {
+    let cached = |builder: ToolBuilder| match cache {
+        true => builder.cache_ttl(Duration::from_secs(60)),
+        false => builder,
+    };
+    let invalidating = |builder: ToolBuilder| match cache {
+        true => builder.invalidates(["get"]),
+        false => builder,
+    };
     let puts = Arc::new(Mutex::new(0_i64));
     let latency = |id: i64| Duration::from_micros((id.unsigned_abs() % 3) * 700);
     let (p1, p2, p3) = (Arc::clone(&puts), Arc::clone(&puts), Arc::clone(&puts));
-    let get = Tool::builder("get", Effect::Read)
+    let get = cached(Tool::builder("get", Effect::Read))
         .input_schema(json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}))
         .handler(move |args| {
             let puts = *p1.lock().unwrap();
@@ -187,7 +202,7 @@ fn random_tools() -> Vec<Tool> {
                 Ok(json!({"id": id, "v": (id * 7 + puts) % 13, "ok": (id + puts) % 3 != 0, "next": (id * 5 + 1) % 20}))
             }
         });
-    let list = Tool::builder("list", Effect::Read)
+    let list = cached(Tool::builder("list", Effect::Read))
         .input_schema(
             json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
         )
@@ -199,7 +214,7 @@ fn random_tools() -> Vec<Tool> {
                 Ok(json!([(n + puts) % 20, (n + 1) % 20, (n + 2 * puts) % 20]))
             }
         });
-    let put = Tool::builder("put", Effect::Write)
+    let put = invalidating(Tool::builder("put", Effect::Write))
         .input_schema(
             json!({"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]}),
         )
@@ -240,14 +255,14 @@ fn random_tools() -> Vec<Tool> {
     let notify = Tool::builder("notify", Effect::External)
         .handler(|args| async move { Ok(json!({"sent": args})) });
     // A read composite (speculated as a whole) and a write composite (never speculated).
-    let pair = Tool::builder("pair", Effect::Read)
+    let pair = cached(Tool::builder("pair", Effect::Read))
         .nested(["get", "list"])
         .composite(|args, ctx| async move {
             let record = ctx.call("get", json!({"id": args["id"]})).await?;
             let listed = ctx.call("list", json!({"n": record["next"]})).await?;
             Ok(json!({"v": record["v"], "first": listed[0]}))
         });
-    let put_checked = Tool::builder("put_checked", Effect::Write)
+    let put_checked = invalidating(Tool::builder("put_checked", Effect::Write))
         .nested(["get", "put"])
         .composite(|args, ctx| async move {
             let record = ctx.call("get", json!({"id": args["k"]})).await?;
@@ -795,5 +810,68 @@ fn random_retry_loops_make_the_same_calls_with_the_same_receipts() {
     assert!(
         speculated >= u64::from(cases) / 4,
         "only {speculated} of {cases} random scripts were speculated"
+    );
+}
+
+/// With a cache warmed by a sequential run of the same script on the same runtime, the
+/// speculative and the sequential run give the same result: both see the entries made before
+/// they started, and the scout takes a hit as a read that has landed.
+#[test]
+fn random_scripts_with_cached_reads_give_the_same_result() {
+    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let hit = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(&script_strategy(), |script| {
+        let warm_then = |mode: Mode| {
+            let script = script.clone();
+            async move {
+                let runtime = Runtime::new(
+                    Registry::builder()
+                        .tools(random_tools_with(true))
+                        .build()
+                        .unwrap(),
+                );
+                run_in(&runtime, &script, Mode::Sequential).await;
+                run_in(&runtime, &script, mode).await
+            }
+        };
+        let sequential = rt.block_on(warm_then(Mode::Sequential));
+        let speculative = rt.block_on(warm_then(Mode::Speculative));
+        prop_assert_eq!(
+            observable(&sequential),
+            observable(&speculative),
+            "{}",
+            script
+        );
+        prop_assert_eq!(
+            sequential.stats.cache_hits,
+            speculative.stats.cache_hits,
+            "{}",
+            script
+        );
+        if speculative.stats.cache_hits > 0 {
+            hit.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let hit = hit.into_inner();
+    assert!(
+        hit >= u64::from(cases) / 2,
+        "only {hit} of {cases} cached scripts were answered by the cache"
     );
 }

@@ -10,6 +10,7 @@ static ALLOCATOR: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::Syste
 #[cfg(feature = "cli")]
 mod answers;
 mod api;
+mod cache;
 // The command line is a default feature; its tests run the binary.
 mod check_corpus;
 #[cfg(feature = "cli")]

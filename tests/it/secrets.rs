@@ -626,3 +626,62 @@ async fn an_asked_read_holding_a_secret_is_approved_by_its_digest() {
     assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert!(!done.to_json().to_string().contains(SENTINEL));
 }
+
+/// A cached read whose result holds a secret, or whose tool redacts, is never cached: a second
+/// run within the TTL makes it again, while a plain cached read is answered from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_holding_secrets_or_redacted_values_are_never_cached() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = TempDir::new().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let count = |name: &'static str, result: Value, redact: &'static [&'static str]| {
+        let calls = Arc::clone(&calls);
+        Tool::builder(name, Effect::Read)
+            .cache_ttl(std::time::Duration::from_secs(600))
+            .redact(redact.iter().copied())
+            .handler_with_context(move |_args, ctx| {
+                let (calls, result) = (Arc::clone(&calls), result.clone());
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if result.is_null() {
+                        return Ok(json!({"token": &*ctx.secret("TOKEN").await?}));
+                    }
+                    Ok(result)
+                }
+            })
+    };
+    let registry = || {
+        Registry::builder()
+            .secrets(Secrets::new(BTreeMap::from([(
+                "TOKEN".to_string(),
+                SecretSource::Value(SENTINEL.to_string()),
+            )])))
+            .tool(count("token", Value::Null, &[]))
+            .tool(count("ssn", json!({"ssn": SSN}), &["result.ssn"]))
+            .tool(count("plain", json!({"n": 1}), &[]))
+            .build()
+            .unwrap()
+    };
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
+    for (script, second_run_calls) in [
+        ("token().token.len()", 1),
+        ("ssn().ssn.len()", 1),
+        ("plain().n", 0),
+    ] {
+        let runtime = Runtime::builder(registry()).store(store.clone()).build();
+        runtime.run(script).await.result.unwrap();
+        let before = calls.load(Ordering::SeqCst);
+        let again = runtime.run(script).await;
+        again.result.unwrap();
+        assert_eq!(
+            calls.load(Ordering::SeqCst) - before,
+            second_run_calls,
+            "{script}"
+        );
+    }
+    assert!(
+        leaks_in_files(dir.path()).is_empty(),
+        "{:?}",
+        leaks_in_files(dir.path())
+    );
+}
