@@ -7,11 +7,13 @@
 //! 2. check the caller may call it;
 //!    then authorize: the guard's policies decide whether the call may go on (`permission_denied`
 //!    naming the rule), or ask a person (the script's own call pauses, `paused`; any other
-//!    call a rule asks about is denied: the scout leaves it to the executor);
+//!    call a rule asks about is denied: the scout leaves it to the executor); then the fixture
+//!    sandbox refuses a non-read call (`side_effect_blocked`, [`fixture`]);
 //! 3. repeat guard;
 //! 4. approval gate: a call of the script to a tool that needs approval, not yet approved,
 //!    pauses the run (`paused`);
-//! 5. charge the budget;
+//! 5. charge the budget; a read the run's fixtures answer ends here, never reaching its breaker
+//!    or body (`fixture_missing` when they lack it);
 //! 6. breaker admits;
 //! 7. validate input;
 //! 8. wait for a slot of the tool (outside its timeout); journal a non-read call's intent
@@ -27,6 +29,7 @@
 mod breaker;
 mod budget;
 mod context;
+mod fixture;
 mod nested;
 mod receipt;
 mod repeat;
@@ -36,6 +39,7 @@ mod schema;
 pub use breaker::BreakerConfig;
 pub(crate) use budget::Budget;
 pub use context::{EffectRecord, Progress};
+pub use fixture::Sandbox;
 pub use receipt::{
     verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
 };
@@ -43,6 +47,7 @@ pub use receipt::{
 pub(crate) use breaker::Breakers;
 pub(crate) use budget::deadline_passed;
 pub(crate) use context::{Claim, RunContext};
+pub(crate) use fixture::{Fixtures, Recorder};
 pub(crate) use receipt::Sink;
 pub(crate) use schema::check_input;
 
@@ -130,6 +135,8 @@ pub(crate) struct Speculation {
     /// A nested call was refused or cut short by something only speculation has (an open
     /// breaker seen without admitting, a cancellation): the outcome is not the sequential one.
     shaped: AtomicBool,
+    /// The run's fixtures answered it before its breaker: the claim replays no breaker.
+    answered: AtomicBool,
 }
 
 /// One call to dispatch.
@@ -151,6 +158,10 @@ pub(crate) struct Call {
     /// For a read of the script: its epoch and occurrence (the journal's key of the read, and
     /// of a person's approval of it).
     pub(crate) read_at: Option<ReadAt>,
+    /// For a read of the script (or the scout's ahead of it): its occurrence in the whole run,
+    /// the key of its answer in the run's fixtures (see [`fixture`]). `None`: no fixture
+    /// answers it (a composite's nested call, a run without fixtures).
+    pub(crate) fixture: Option<u64>,
 }
 
 impl Call {
@@ -164,6 +175,7 @@ impl Call {
             seq: None,
             idempotency_key: None,
             read_at: None,
+            fixture: None,
         }
     }
 
@@ -177,6 +189,12 @@ impl Call {
     /// Makes this the script's read `at`.
     pub(crate) fn read_at(mut self, at: ReadAt) -> Call {
         self.read_at = Some(at);
+        self
+    }
+
+    /// Makes this the read answered by the run's fixtures at `occurrence`.
+    pub(crate) fn fixture_at(mut self, occurrence: Option<u64>) -> Call {
+        self.fixture = occurrence;
         self
     }
 
@@ -213,6 +231,8 @@ struct InProgress {
     admission: Option<Admission>,
     /// For a call nested in a speculative composite: its place in the composite's record.
     nested_index: Option<usize>,
+    /// The fixture sandbox refused it: its receipt's status is `blocked`.
+    blocked: bool,
     finished: bool,
 }
 
@@ -251,6 +271,7 @@ impl InProgress {
             effect_index: None,
             admission: None,
             nested_index: None,
+            blocked: false,
             finished: false,
         }
     }
@@ -311,6 +332,7 @@ impl InProgress {
             started_ms: self.started.as_secs_f64() * 1e3,
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
             attempt: self.attempts,
+            blocked: self.blocked,
         });
         self.ctx.call_closed();
     }
@@ -503,6 +525,11 @@ async fn steps(
     }
     // 2. Authorize: the guard's policies, then its default.
     authorize(ctx, spec, call)?;
+    // 2. The fixture sandbox: a non-read call goes no further.
+    if let Some(blocked) = ctx.sandbox.refuse(spec) {
+        flight.blocked = true;
+        return Err(blocked);
+    }
     // 3. Repeat guard.
     ctx.repeat.check(spec, &call.args_key)?;
     // 4. Approval gate: the script's call waits for a person, unless one approved it.
@@ -528,6 +555,13 @@ async fn steps(
         let mut nested = lock(&speculation.nested);
         flight.nested_index = Some(nested.len());
         nested.push((spec.name.clone(), None));
+    }
+    // 5. A read the run's fixtures answer: recorded, it reaches neither breaker nor body.
+    if let (Some(fixtures), Some(occurrence)) = (&ctx.fixtures, call.fixture) {
+        if let Some(speculation) = &speculation {
+            speculation.answered.store(true, Ordering::SeqCst);
+        }
+        return fixtures.answer(&spec.name, &call.args_key, occurrence);
     }
     // 6. The breaker admits or fails fast. A speculative call only checks it: the executor's
     // claim admits and records, as its own call would.

@@ -371,10 +371,12 @@ impl Executor {
             .and_then(|j| j.read(key.epoch, &key.tool, &key.args, key.n));
         if let Some(outcome) = journaled {
             lock(&self.counts).replayed += 1;
+            self.ledger.answered(&key);
             return outcome;
         }
         let at = ReadAt::new(key.epoch, key.n);
-        let result = self.dispatch(call.clone().read_at(at));
+        let fixture = self.ledger.fixture_occurrence(&key);
+        let result = self.dispatch(call.clone().read_at(at).fixture_at(fixture));
         if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
             return Arc::new(Err(self.pause_read(&call, at)));
         }
@@ -393,6 +395,7 @@ impl Executor {
             }
             Read::Replayed(outcome) => {
                 lock(&self.counts).replayed += 1;
+                self.ledger.answered(&key);
                 outcome
             }
             Read::Claimed(outcome) => {
@@ -401,7 +404,8 @@ impl Executor {
             }
             Read::Dispatch(cell) => {
                 let at = ReadAt::new(key.epoch, key.n);
-                let result = self.dispatch(call.clone().read_at(at));
+                let fixture = self.ledger.fixture_occurrence(&key);
+                let result = self.dispatch(call.clone().read_at(at).fixture_at(fixture));
                 // The guard asked a person: the run pauses here, and the read, never made, is
                 // not journaled.
                 if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
