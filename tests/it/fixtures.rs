@@ -299,6 +299,12 @@ async fn record_then_replay_gives_the_same_outcome_without_calling_a_tool() {
                 "recorded {mode:?}, replayed {replay_mode:?}: {:?}",
                 reached(&trace)
             );
+            if replay_mode == Mode::Speculative {
+                assert!(
+                    replayed.stats.speculative_claimed > 0,
+                    "the scout's reads are answered from the fixtures too"
+                );
+            }
             // Answered reads never ran a body: their receipts say no attempt was made.
             assert!(replayed
                 .receipts
@@ -491,4 +497,62 @@ fn a_fixtures_file_that_is_missing_or_malformed_is_a_clear_error() {
     );
     let unwritable = RunOptions::default().record(Path::new("/nonexistent/dir/reads.jsonl"));
     assert!(matches!(unwritable, Err(Error::Fixture { .. })));
+}
+
+/// The command line: a run recorded with `--record`, then replayed with `--fixtures` in the
+/// fixture sandbox, on the demo catalog, gives the same value.
+#[cfg(feature = "cli")]
+#[test]
+fn the_command_line_records_and_replays_the_demo_catalog() {
+    use crate::cli::toolscript;
+    let dir = TempDir::new().unwrap();
+    let script = dir.path().join("offline.rhai");
+    std::fs::write(
+        &script,
+        r#"
+        let c = get_customer(#{ id: 3 });
+        let orders = list_orders(#{ customer_id: 3 });
+        let noted = "";
+        try { add_ticket_note(#{ ticket_id: 1, note: "hello" }); noted = "made"; }
+        catch (e) { noted = e.kind; }
+        #{ name: c.name, orders: orders, noted: noted, again: get_customer(#{ id: 3 }).tier }
+        "#,
+    )
+    .unwrap();
+    let (script, file) = (script.to_str().unwrap(), dir.path().join("reads.jsonl"));
+    let file = file.to_str().unwrap();
+    let value = |out: crate::cli::Output| -> Value {
+        assert_eq!(out.code, 0, "{out:?}");
+        serde_json::from_str::<Value>(&out.stdout).unwrap()["value"].clone()
+    };
+    let recorded = value(toolscript(&[
+        "run",
+        "--json",
+        "--no-store",
+        "--sandbox",
+        "fixture",
+        "--record",
+        file,
+        script,
+    ]));
+    assert_eq!(recorded["noted"], "side_effect_blocked");
+    assert!(std::fs::read_to_string(file).unwrap().lines().count() >= 2);
+    for mode in [&[][..], &["--sequential"][..]] {
+        let mut args = vec![
+            "run",
+            "--json",
+            "--no-store",
+            "--fixtures",
+            file,
+            "--sandbox",
+            "fixture",
+        ];
+        args.extend_from_slice(mode);
+        args.push(script);
+        assert_eq!(value(toolscript(&args)), recorded, "{mode:?}");
+    }
+    // A file that is not there stops the run before it starts, and says how to make one.
+    let out = toolscript(&["run", "--fixtures", "/nonexistent/reads.jsonl", script]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--record"), "{out:?}");
 }
