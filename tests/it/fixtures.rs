@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use toolscript::receipts::Status;
+use toolscript::receipts::{verify_receipts, Status};
 use toolscript::secrets::{SecretSource, Secrets};
 use toolscript::{
     Effect, Error, ErrorKind, Mode, Registry, RunOptions, RunOutcome, Runtime, Sandbox, Tool,
@@ -153,7 +153,10 @@ async fn the_sandbox_blocks_every_non_read_call_before_its_body() {
     "#;
     for mode in MODES {
         let trace = Trace::default();
-        let outcome = run(registry(&trace, true), script, mode, sandboxed()).await;
+        let dir = TempDir::new().unwrap();
+        let receipts = dir.path().join("receipts.jsonl");
+        let options = sandboxed().receipts(&receipts).unwrap();
+        let outcome = run(registry(&trace, true), script, mode, options).await;
         assert_eq!(
             value_of(&outcome),
             &json!([
@@ -195,6 +198,10 @@ async fn the_sandbox_blocks_every_non_read_call_before_its_body() {
             .find(|r| r.tool == "get_item")
             .unwrap();
         assert_eq!(read.status, Status::Ok);
+        // The file's chain holds, `blocked` lines included.
+        assert_eq!(verify_receipts(&receipts).unwrap(), outcome.receipts.len());
+        let text = std::fs::read_to_string(&receipts).unwrap();
+        assert_eq!(text.matches(r#""status":"blocked""#).count(), 4);
         assert_eq!(
             outcome.stats.effectful_calls, 4,
             "counted as refused non-read calls"
