@@ -561,7 +561,10 @@ async fn steps(
         if let Some(speculation) = &speculation {
             speculation.answered.store(true, Ordering::SeqCst);
         }
-        return fixtures.answer(&spec.name, &call.args_key, occurrence);
+        // A hand-edited answer is held to the tool's output schema, as the tool's would be.
+        return fixtures
+            .answer(&spec.name, &call.args_key, occurrence)
+            .and_then(|value| schema::check_output(tool, &value).map(|()| value));
     }
     // 6. The breaker admits or fails fast. A speculative call only checks it: the executor's
     // claim admits and records, as its own call would.

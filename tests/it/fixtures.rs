@@ -69,14 +69,14 @@ fn registry(trace: &Trace, live: bool) -> Registry {
     Registry::builder()
         .secrets(secrets)
         .tool(
-            Tool::builder("get_item", Effect::Read).handler(body("get_item", |args, n| match args
-                ["id"]
-                .as_i64()
-                .unwrap_or_default()
-            {
-                id if id > 100 => Err(ToolError::not_found(format!("no item {id}"))),
-                id => Ok(json!({"id": id, "v": id * 10, "n": n})),
-            })),
+            Tool::builder("get_item", Effect::Read)
+                .output_schema(json!({"type": "object", "required": ["id"]}))
+                .handler(body("get_item", |args, n| {
+                    match args["id"].as_i64().unwrap_or_default() {
+                        id if id > 100 => Err(ToolError::not_found(format!("no item {id}"))),
+                        id => Ok(json!({"id": id, "v": id * 10, "n": n})),
+                    }
+                })),
         )
         .tool(
             Tool::builder("status", Effect::Read)
@@ -288,36 +288,51 @@ async fn record_then_replay_gives_the_same_outcome_without_calling_a_tool() {
         assert!(reached(&trace).contains(&"flaky".to_string()));
 
         for replay_mode in MODES {
-            let trace = Trace::default();
-            let replayed = run(
-                registry(&trace, false),
-                READS,
-                replay_mode,
-                sandboxed().fixtures(&file).unwrap(),
-            )
-            .await;
-            assert_eq!(
-                value_of(&replayed),
-                &value,
-                "recorded {mode:?}, replayed {replay_mode:?}"
-            );
-            assert!(
-                reached(&trace).is_empty(),
-                "recorded {mode:?}, replayed {replay_mode:?}: {:?}",
-                reached(&trace)
-            );
+            // The scout's reads are answered from the fixtures too: a speculative replay is
+            // made until the executor has claimed one (the scout is not always ahead when
+            // every read answers at once).
+            let tries = if replay_mode == Mode::Speculative {
+                50
+            } else {
+                1
+            };
+            let mut claimed = 0;
+            for _ in 0..tries {
+                let trace = Trace::default();
+                let replayed = run(
+                    registry(&trace, false),
+                    READS,
+                    replay_mode,
+                    sandboxed().fixtures(&file).unwrap(),
+                )
+                .await;
+                assert_eq!(
+                    value_of(&replayed),
+                    &value,
+                    "recorded {mode:?}, replayed {replay_mode:?}"
+                );
+                assert!(
+                    reached(&trace).is_empty(),
+                    "recorded {mode:?}, replayed {replay_mode:?}: {:?}",
+                    reached(&trace)
+                );
+                // Answered reads never ran a body: their receipts say no attempt was made.
+                assert!(replayed
+                    .receipts
+                    .iter()
+                    .filter(|r| r.effect == Effect::Read)
+                    .all(|r| r.attempt == 0));
+                claimed += replayed.stats.speculative_claimed;
+                if claimed > 0 {
+                    break;
+                }
+            }
             if replay_mode == Mode::Speculative {
                 assert!(
-                    replayed.stats.speculative_claimed > 0,
-                    "the scout's reads are answered from the fixtures too"
+                    claimed > 0,
+                    "recorded {mode:?}: no speculative read claimed"
                 );
             }
-            // Answered reads never ran a body: their receipts say no attempt was made.
-            assert!(replayed
-                .receipts
-                .iter()
-                .filter(|r| r.effect == Effect::Read)
-                .all(|r| r.attempt == 0));
         }
     }
 }
@@ -480,6 +495,61 @@ async fn reads_holding_a_secret_or_a_redacted_value_are_not_recorded() {
         .await;
         assert_eq!(error_of(&replayed).kind, ErrorKind::FixtureMissing);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edited_answer_is_held_to_the_tool_s_output_schema() {
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("reads.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"tool":"get_item","args":{"id":1},"occurrence":0,"ok":"not an item"}"#,
+            "\n",
+            r#"{"tool":"get_item","args":{"id":2},"occurrence":0,"ok":{"id":2,"v":"edited"}}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let trace = Trace::default();
+    let outcome = run(
+        registry(&trace, false),
+        "let k = \"\"; try { get_item(#{ id: 1 }); } catch (e) { k = e.kind; } [k, get_item(#{ id: 2 }).v]",
+        Mode::Sequential,
+        RunOptions::default().fixtures(&file).unwrap(),
+    )
+    .await;
+    assert_eq!(value_of(&outcome), &json!(["invalid_output", "edited"]));
+    assert!(reached(&trace).is_empty());
+}
+
+/// A durable run journals a blocked call's outcome, never an intent: a resume knows it was not
+/// made.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_run_journals_no_intent_for_a_blocked_call() {
+    use toolscript::{SqliteStore, Store as _};
+    let dir = TempDir::new().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
+    let trace = Trace::default();
+    let runtime = Runtime::builder(registry(&trace, true))
+        .store(Arc::clone(&store) as Arc<dyn toolscript::Store>)
+        .build();
+    let outcome = runtime
+        .run_with(
+            "try { save(#{ id: 1 }); } catch {} get_item(#{ id: 1 }).v",
+            sandboxed(),
+        )
+        .await;
+    assert_eq!(value_of(&outcome), &json!(10));
+    let journal = store.load_journal(&outcome.run_id).await.unwrap();
+    assert_eq!(journal.writes.len(), 1);
+    let write = &journal.writes[0];
+    assert_eq!(write.tool, "save");
+    assert!(!write.state.intent, "its body was never about to run");
+    let blocked = write.outcome.clone().unwrap().unwrap_err();
+    assert_eq!(blocked.kind, ErrorKind::SideEffectBlocked);
+    assert_eq!(reached(&trace), ["get_item"]);
 }
 
 #[test]
