@@ -523,10 +523,16 @@ async fn steps(
             ));
         }
     }
-    // 2. Authorize: the guard's policies, then its default.
-    authorize(ctx, spec, call)?;
-    // 2. The fixture sandbox: a non-read call goes no further.
-    if let Some(blocked) = ctx.sandbox.refuse(spec) {
+    // 2. Authorize: the guard's policies, then its default. Then the fixture sandbox: a
+    // non-read call goes no further (and no person is asked about a call never to be made).
+    let blocked = ctx.sandbox.refuse(spec);
+    match authorize(ctx, spec, call) {
+        Err(e) if e.kind == ErrorKind::Paused && blocked.is_some() => {
+            ctx.take_asked();
+        }
+        other => other?,
+    }
+    if let Some(blocked) = blocked {
         flight.blocked = true;
         return Err(blocked);
     }

@@ -14,8 +14,8 @@ use tempfile::TempDir;
 use toolscript::receipts::{verify_receipts, Status};
 use toolscript::secrets::{SecretSource, Secrets};
 use toolscript::{
-    Effect, Error, ErrorKind, Mode, Registry, RunOptions, RunOutcome, Runtime, Sandbox, Tool,
-    ToolError,
+    Effect, Error, ErrorKind, Mode, Registry, RegistryBuilder, RunOptions, RunOutcome, Runtime,
+    Sandbox, Tool, ToolError,
 };
 
 use crate::support::{error_of, value_of};
@@ -32,6 +32,11 @@ fn reached(trace: &Trace) -> Vec<String> {
 /// The catalog. `live`: the tools answer; otherwise every body fails, so that a run that
 /// reaches one shows it. Every body reached is traced either way.
 fn registry(trace: &Trace, live: bool) -> Registry {
+    catalog(trace, live).build().unwrap()
+}
+
+/// The catalog's builder, for a registry with more (a guard).
+fn catalog(trace: &Trace, live: bool) -> RegistryBuilder {
     let calls = Arc::new(AtomicU64::new(0));
     let body = |name: &'static str, answer: fn(&Value, u64) -> Result<Value, ToolError>| {
         let (trace, calls) = (Arc::clone(trace), Arc::clone(&calls));
@@ -123,8 +128,6 @@ fn registry(trace: &Trace, live: bool) -> Registry {
                     async move { ctx.call("get_item", args).await }
                 }),
         )
-        .build()
-        .unwrap()
 }
 
 async fn run(registry: Registry, script: &str, mode: Mode, options: RunOptions) -> RunOutcome {
@@ -550,6 +553,44 @@ async fn a_durable_run_journals_no_intent_for_a_blocked_call() {
     let blocked = write.outcome.clone().unwrap().unwrap_err();
     assert_eq!(blocked.kind, ErrorKind::SideEffectBlocked);
     assert_eq!(reached(&trace), ["get_item"]);
+}
+
+/// The guard decides first: a call it denies is `permission_denied`; a call it would ask a
+/// person about is blocked, and the run does not pause for a call it will never make.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_decides_first_and_nobody_is_asked_about_a_blocked_call() {
+    use toolscript::guard::{Guard, Rule, Ruling};
+    use toolscript::SqliteStore;
+    let dir = TempDir::new().unwrap();
+    let trace = Trace::default();
+    let guard = Guard::builder(dir.path())
+        .rule(Rule::new(["save"], Ruling::Ask, "saves need a person").unwrap())
+        .rule(Rule::new(["bump"], Ruling::Deny, "no bumps").unwrap())
+        .build()
+        .unwrap();
+    let registry = catalog(&trace, true).guard(guard).build().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap());
+    let runtime = Runtime::builder(registry).store(store).build();
+    let outcome = runtime
+        .run_with(
+            r#"
+            let kinds = [];
+            try { save(#{ id: 1 }); } catch (e) { kinds.push(e.kind); }
+            try { bump(#{}); } catch (e) { kinds.push(e.kind); }
+            kinds
+            "#,
+            sandboxed(),
+        )
+        .await;
+    assert_eq!(
+        value_of(&outcome),
+        &json!(["side_effect_blocked", "permission_denied"]),
+        "{:?}",
+        outcome.pending
+    );
+    assert!(outcome.pending.is_none());
+    assert!(reached(&trace).is_empty());
 }
 
 #[test]
