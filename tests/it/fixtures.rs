@@ -500,6 +500,43 @@ async fn reads_holding_a_secret_or_a_redacted_value_are_not_recorded() {
     }
 }
 
+/// A read answered from the fixtures never meets its breaker, claimed from the scout or made
+/// by the executor: an open breaker (its tool failed before in this runtime) changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_does_not_stand_between_a_read_and_its_fixture() {
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("reads.jsonl");
+    let script = "[get_item(#{ id: 1 }).v, get_item(#{ id: 2 }).v, get_item(#{ id: 3 }).v]";
+    let trace = Trace::default();
+    let recorded = run(
+        registry(&trace, true),
+        script,
+        Mode::Sequential,
+        RunOptions::default().record(&file).unwrap(),
+    )
+    .await;
+    assert_eq!(value_of(&recorded), &json!([10, 20, 30]));
+    let trace = Trace::default();
+    let runtime = Runtime::new(registry(&trace, false));
+    let opened = runtime
+        .run("for i in 10..20 { try { get_item(#{ id: i }); } catch {} } get_item(#{ id: 99 })")
+        .await;
+    assert_eq!(error_of(&opened).kind, ErrorKind::CircuitOpen);
+    for mode in MODES {
+        let mut claimed = 0;
+        for _ in 0..if mode == Mode::Speculative { 50 } else { 1 } {
+            let options = RunOptions::with_mode(mode).fixtures(&file).unwrap();
+            let replayed = runtime.run_with(script, options).await;
+            assert_eq!(value_of(&replayed), &json!([10, 20, 30]), "{mode:?}");
+            claimed += replayed.stats.speculative_claimed;
+            if claimed > 0 {
+                break;
+            }
+        }
+        assert_eq!(claimed > 0, mode == Mode::Speculative, "{mode:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_edited_answer_is_held_to_the_tool_s_output_schema() {
     let dir = TempDir::new().unwrap();
