@@ -2,7 +2,8 @@
 //!
 //! - **The sandbox** ([`Sandbox::Fixture`]) refuses every non-read call in the dispatch path,
 //!   after the guard and before the approval gate, with `side_effect_blocked`: the call never
-//!   reaches its body, its breaker or its timeout, and its receipt's status is `blocked`.
+//!   reaches its body, its breaker or its timeout, and its receipt's status is `blocked`. A
+//!   call the guard would ask a person about is blocked without asking.
 //! - **A recording** ([`Recorder`]) writes each read the executor used, one JSON line each:
 //!   its tool, its arguments, its occurrence and its outcome.
 //! - **Fixtures** ([`Fixtures`]) answer reads from such a file, after the budget and before
