@@ -84,6 +84,12 @@ error_kinds! {
     /// The run is paused at a call that waits for a person's decision: an approval, or the
     /// settling of a call whose outcome was lost. Not an error of the script: `resume` goes on.
     Paused => "paused",
+    /// The run is in the fixture sandbox: a non-read call is refused without reaching its
+    /// tool. Catchable, not recoverable.
+    SideEffectBlocked => "side_effect_blocked",
+    /// The run answers reads from a fixtures file, and the file has no answer for this read
+    /// (its tool, arguments and occurrence).
+    FixtureMissing => "fixture_missing",
 }
 
 impl ErrorKind {
@@ -159,6 +165,12 @@ impl ErrorKind {
             ErrorKind::InvalidScript => "fix the syntax error at the reported line and column",
             ErrorKind::LimitExceeded => "do less work in one script: fewer loops, smaller values",
             ErrorKind::Rejected => "do not make this call; go on without it or ask a person why",
+            ErrorKind::SideEffectBlocked => {
+                "the run is a fixture sandbox: go on without this call, or run without --sandbox"
+            }
+            ErrorKind::FixtureMissing => {
+                "record the read again (run --record), or run without --fixtures to call the tool"
+            }
             _ => return None,
         })
     }
@@ -625,6 +637,16 @@ pub enum Error {
     /// A limit's name or value is wrong (see [`Limits::set`](crate::Limits::set)).
     #[error("{0}")]
     Limit(String),
+    /// A fixtures file cannot be read or is malformed.
+    #[error("fixtures {}{}: {message}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Fixture {
+        /// The fixtures file.
+        file: PathBuf,
+        /// The bad line (1-based), where one is at fault.
+        line: Option<usize>,
+        /// What is wrong, and what to do.
+        message: String,
+    },
     /// Reading or writing a file failed.
     #[error("{}", path.display())]
     Io {

@@ -270,6 +270,44 @@ struct Book {
     predict: bool,
     /// How each tool's guesses have fared.
     predictions: HashMap<Arc<str>, Arc<PredictionRecord>>,
+    /// How often the executor used each read (tool, arguments): the occurrences in the whole
+    /// run that fixtures are keyed by. Kept only when the run has fixtures or records them.
+    tallies: HashMap<(Arc<str>, Arc<str>), Tally>,
+}
+
+/// How often the executor used one read (tool and arguments), counted across epochs.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    /// The latest epoch it was used in.
+    epoch: u64,
+    /// Its uses in the epochs before `epoch`.
+    before: u64,
+    /// Its uses in `epoch`: its occurrences there are 0 to `now - 1`.
+    now: u64,
+}
+
+impl Tally {
+    /// The read's occurrence in the whole run for its occurrence `n` in `epoch`.
+    fn in_run(&self, epoch: u64, n: u64) -> u64 {
+        let before = if self.epoch < epoch {
+            self.before + self.now
+        } else {
+            self.before
+        };
+        before + n
+    }
+
+    /// The executor used occurrence `n` of the read in `epoch` (an epoch it has not left).
+    fn used(&mut self, epoch: u64, n: u64) {
+        if self.epoch < epoch {
+            self.before += self.now;
+            self.epoch = epoch;
+            self.now = 0;
+        }
+        if self.epoch == epoch {
+            self.now = self.now.max(n + 1);
+        }
+    }
 }
 
 /// From how many entries on [`RunLedger::release`] frees a run's ledger on a thread of its
@@ -501,23 +539,65 @@ impl RunLedger {
         journal.read(key.epoch, &key.tool, &key.args, key.n)
     }
 
+    /// The occurrence of the read `key` in the whole run, for fixtures (see
+    /// `dispatch::fixture`): `None` when the run neither answers reads from fixtures nor
+    /// records them. Known for a read of the executor's epoch: every earlier one is done.
+    pub(crate) fn fixture_occurrence(&self, key: &ReadKey) -> Option<u64> {
+        if !self.ctx.counts_occurrences() {
+            return None;
+        }
+        let book = self.lock();
+        let tally = book.tallies.get(&(key.tool.clone(), key.args.clone()));
+        Some(tally.copied().unwrap_or_default().in_run(key.epoch, key.n))
+    }
+
+    /// The executor took the outcome of the read `key` as its own, however it was answered:
+    /// the next occurrence in the run counts it.
+    pub(crate) fn answered(&self, key: &ReadKey) -> Option<u64> {
+        if !self.ctx.counts_occurrences() {
+            return None;
+        }
+        let mut book = self.lock();
+        let tally = book
+            .tallies
+            .entry((key.tool.clone(), key.args.clone()))
+            .or_default();
+        let occurrence = tally.in_run(key.epoch, key.n);
+        tally.used(key.epoch, key.n);
+        Some(occurrence)
+    }
+
     /// The executor used the outcome of the read `key` (the occurrence it names): a durable
-    /// run journals it.
+    /// run journals it, and a recording run records it.
     pub(crate) fn used(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) {
+        let occurrence = self.answered(key);
+        if let (Some(recorder), Some(occurrence)) = (&self.ctx.recorder, occurrence) {
+            if !self.holds_secret(key, outcome) {
+                recorder.record(&key.tool, &key.args, occurrence, outcome);
+            }
+        }
+        self.journal_read(key, outcome);
+    }
+
+    /// Whether the read `key` or its outcome holds a secret or a value its tool redacts: it is
+    /// kept nowhere (neither journaled nor recorded).
+    fn holds_secret(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) -> bool {
+        let masks = self.ctx.masks();
+        let registry = &self.ctx.registry;
+        let redacts = registry.redacts()
+            && registry
+                .get(&key.tool)
+                .is_some_and(|t| !t.redact.is_empty());
+        redacts
+            || (!masks.is_empty() && (masks.holds_text(&key.args) || masks.holds_outcome(outcome)))
+    }
+
+    /// A durable run journals the read `key`.
+    fn journal_read(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) {
         if let Some(journal) = &self.ctx.journal {
             // A read that holds a secret or a redacted value is kept without it: not at all,
             // and a resume makes it again.
-            let masks = self.ctx.masks();
-            let registry = &self.ctx.registry;
-            let redacts = || {
-                registry.redacts()
-                    && registry
-                        .get(&key.tool)
-                        .is_some_and(|t| !t.redact.is_empty())
-            };
-            if (!masks.is_empty() && (masks.holds_text(&key.args) || masks.holds_outcome(outcome)))
-                || redacts()
-            {
+            if self.holds_secret(key, outcome) {
                 return;
             }
             journal.record_read(crate::store::ReadRow::new(

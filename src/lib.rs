@@ -105,7 +105,7 @@ mod store;
 mod sync;
 mod tool;
 
-pub use dispatch::{BreakerConfig, EffectRecord, Progress};
+pub use dispatch::{BreakerConfig, EffectRecord, Progress, Sandbox};
 pub use engine::{set_memory_probe, LimitKey, Limits};
 pub use error::{
     Cause, Error, ErrorKind, ErrorReport, LimitReached, LimitReport, RunError, ToolError, Warning,

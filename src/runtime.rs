@@ -189,6 +189,12 @@ pub struct RunOptions {
     context: Option<Arc<Value>>,
     /// Every read is dispatched: the cache of reads across runs neither answers nor keeps.
     no_cache: bool,
+    /// Whether non-read calls are refused.
+    sandbox: crate::dispatch::Sandbox,
+    /// The recorded reads that answer the run's reads.
+    fixtures: Option<Arc<crate::dispatch::Fixtures>>,
+    /// Where the run's reads are recorded.
+    record: Option<Arc<crate::dispatch::Recorder>>,
 }
 
 impl RunOptions {
@@ -248,6 +254,41 @@ impl RunOptions {
     pub fn script_name(mut self, name: impl Into<String>) -> RunOptions {
         self.script_name = Some(name.into());
         self
+    }
+
+    /// Runs in `sandbox`: with [`Sandbox::Fixture`](crate::Sandbox), every non-read call fails
+    /// with `side_effect_blocked` (catchable, not recoverable) without reaching its tool, and
+    /// its receipt's status is `blocked`; reads run (or are answered by
+    /// [`RunOptions::fixtures`]). See docs/fixtures.md.
+    pub fn sandbox(mut self, sandbox: crate::dispatch::Sandbox) -> RunOptions {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// Records each read the run uses in a new fixtures file at `path` (created, or
+    /// truncated), one JSON line as each is used: its tool, arguments, occurrence and result or
+    /// error. A read whose arguments or outcome hold a secret or a redacted value is not
+    /// recorded. The options are for one run: every run given them appends to the same file.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fixture`](crate::Error::Fixture) when the file cannot be created.
+    pub fn record(mut self, path: &std::path::Path) -> Result<RunOptions, crate::Error> {
+        self.record = Some(Arc::new(crate::dispatch::Recorder::create(path)?));
+        Ok(self)
+    }
+
+    /// Answers the run's reads from the fixtures file at `path` (one that
+    /// [`RunOptions::record`] wrote) without calling their tools: a read the file lacks fails
+    /// with `fixture_missing`. Reads nested in a composite's body are not answered from it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fixture`](crate::Error::Fixture) when the file cannot be read, or a line of it
+    /// (named) is malformed.
+    pub fn fixtures(mut self, path: &std::path::Path) -> Result<RunOptions, crate::Error> {
+        self.fixtures = Some(Arc::new(crate::dispatch::Fixtures::load(path)?));
+        Ok(self)
     }
 
     /// Appends the receipts of a resumed run to the receipts file at `path`, continuing its
@@ -904,7 +945,12 @@ impl Run {
                 runtime.cache.clone(),
                 Arc::clone(&runtime.cache_prints),
                 options.no_cache || runtime.no_cache,
-            ))),
+            )))
+            .with_fixtures(
+                options.sandbox,
+                options.fixtures.clone(),
+                options.record.clone(),
+            ),
         )
     }
 

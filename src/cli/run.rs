@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use toolscript::{Mode, ResultPolicy, RunOptions};
+use toolscript::{Mode, ResultPolicy, RunOptions, Sandbox};
 
 use super::report::{live_ticker, report, with_progress};
 use super::{read_script, runtime, LimitsArg, StoreArg, ToolsArg};
@@ -37,6 +37,24 @@ pub(crate) struct Run {
     /// Dispatch every read: the cache of reads across runs neither answers nor keeps any.
     #[arg(long)]
     no_cache: bool,
+    /// `fixture`: every non-read call fails with `side_effect_blocked` without reaching its
+    /// tool; reads run (or are answered by --fixtures).
+    #[arg(long, value_enum, value_name = "KIND")]
+    sandbox: Option<SandboxArg>,
+    /// Record each read the run uses to FILE (JSON Lines): tool, arguments, occurrence,
+    /// result or error. Reads holding a secret or a redacted value are left out.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Answer reads from FILE (written by --record) without calling their tools; a read it
+    /// lacks fails with `fixture_missing`.
+    #[arg(long, value_name = "FILE")]
+    fixtures: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SandboxArg {
+    /// Non-read calls are refused.
+    Fixture,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -79,6 +97,16 @@ impl Run {
         // before any tool runs, and one that fails midway stops it before its next call.
         if let Some(path) = &self.receipts {
             options = options.receipts(path).map_err(|e| e.report())?;
+        }
+        if let Some(SandboxArg::Fixture) = self.sandbox {
+            options = options.sandbox(Sandbox::Fixture);
+        }
+        // The fixtures are read before the recording is created: the two may be one file.
+        if let Some(path) = &self.fixtures {
+            options = options.fixtures(path).map_err(|e| e.report())?;
+        }
+        if let Some(path) = &self.record {
+            options = options.record(path).map_err(|e| e.report())?;
         }
         let (options, progress) = with_progress(options);
         let ticker = live_ticker(self.json, progress);

@@ -118,6 +118,12 @@ pub(crate) struct RunContext {
     pub(crate) mask: crate::secrets::Mask,
     /// The run's view of the cache of reads across runs; `None`: the run does not use it.
     pub(crate) cache: Option<super::cache::RunCache>,
+    /// Whether non-read calls are refused (the fixture sandbox).
+    pub(crate) sandbox: super::Sandbox,
+    /// The recorded reads that answer this run's reads, when it has them.
+    pub(crate) fixtures: Option<Arc<super::Fixtures>>,
+    /// Where the reads this run uses are recorded, when they are.
+    pub(crate) recorder: Option<Arc<super::Recorder>>,
 }
 
 impl RunContext {
@@ -154,6 +160,9 @@ impl RunContext {
             asked: Mutex::new(None),
             cache: None,
             mask: crate::secrets::Mask::default(),
+            sandbox: super::Sandbox::Off,
+            fixtures: None,
+            recorder: None,
         }
     }
 
@@ -199,6 +208,25 @@ impl RunContext {
     pub(crate) fn with_journal(mut self, journal: Option<Arc<Journal>>) -> RunContext {
         self.journal = journal;
         self
+    }
+
+    /// The fixture sandbox, the fixtures that answer reads, and where reads are recorded.
+    pub(crate) fn with_fixtures(
+        mut self,
+        sandbox: super::Sandbox,
+        fixtures: Option<Arc<super::Fixtures>>,
+        recorder: Option<Arc<super::Recorder>>,
+    ) -> RunContext {
+        self.sandbox = sandbox;
+        self.fixtures = fixtures;
+        self.recorder = recorder;
+        self
+    }
+
+    /// Whether the run keys reads by their occurrence in the whole run: it answers them from
+    /// fixtures or records them.
+    pub(crate) fn counts_occurrences(&self) -> bool {
+        self.fixtures.is_some() || self.recorder.is_some()
     }
 
     /// The run's `input` for the script and the `context` for its tools.
@@ -297,7 +325,13 @@ impl RunContext {
         // The room was checked above, and only the executor charges calls while it claims,
         // so the charges below cannot fail.
         let health = *lock(&speculation.health);
-        match self.breakers.replay(tool, health, &nested, now) {
+        // A read its fixtures answered never met its breaker, sequentially either.
+        let replayed = if speculation.answered.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            self.breakers.replay(tool, health, &nested, now)
+        };
+        match replayed {
             Err(Replay::Diverged) => Claim::Redo,
             Err(Replay::Refused(e)) => {
                 // As the sequential call: charged, then refused by its breaker.

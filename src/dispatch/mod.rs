@@ -7,13 +7,15 @@
 //! 2. check the caller may call it;
 //!    then authorize: the guard's policies decide whether the call may go on (`permission_denied`
 //!    naming the rule), or ask a person (the script's own call pauses, `paused`; any other
-//!    call a rule asks about is denied: the scout leaves it to the executor);
+//!    call a rule asks about is denied: the scout leaves it to the executor); then the fixture
+//!    sandbox refuses a non-read call (`side_effect_blocked`, [`fixture`]);
 //! 3. repeat guard;
 //! 4. approval gate: a call of the script to a tool that needs approval, not yet approved,
 //!    pauses the run (`paused`);
-//! 5. charge the budget;
-//!    then the cache of reads across runs: a hit answers the call here, never reaching the
-//!    breaker, the body, its timeout or its retries (`cache.rs`);
+//! 5. charge the budget; a read the run's fixtures answer ends here, never reaching its breaker
+//!    or body (`fixture_missing` when they lack it); then the cache of reads across runs: a hit
+//!    answers the call here, never reaching the breaker, the body, its timeout or its retries
+//!    (`cache.rs`);
 //! 6. breaker admits;
 //! 7. validate input;
 //! 8. wait for a slot of the tool (outside its timeout); journal a non-read call's intent
@@ -31,6 +33,7 @@ mod breaker;
 mod budget;
 mod cache;
 mod context;
+mod fixture;
 mod nested;
 mod receipt;
 mod repeat;
@@ -40,6 +43,7 @@ mod schema;
 pub use breaker::BreakerConfig;
 pub(crate) use budget::Budget;
 pub use context::{EffectRecord, Progress};
+pub use fixture::Sandbox;
 pub use receipt::{
     verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
 };
@@ -48,6 +52,7 @@ pub(crate) use breaker::Breakers;
 pub(crate) use budget::deadline_passed;
 pub(crate) use cache::{Backend as CacheBackend, RunCache, MEMORY_CACHE_BYTES};
 pub(crate) use context::{Claim, RunContext};
+pub(crate) use fixture::{Fixtures, Recorder};
 pub(crate) use receipt::Sink;
 pub(crate) use schema::check_input;
 
@@ -140,6 +145,8 @@ pub(crate) struct Speculation {
     /// Hits of the cache among the call and its nested calls, counted as the run's when the
     /// call is claimed.
     hits: AtomicU64,
+    /// The run's fixtures answered it before its breaker: the claim replays no breaker.
+    answered: AtomicBool,
 }
 
 /// One call to dispatch.
@@ -161,6 +168,10 @@ pub(crate) struct Call {
     /// For a read of the script: its epoch and occurrence (the journal's key of the read, and
     /// of a person's approval of it).
     pub(crate) read_at: Option<ReadAt>,
+    /// For a read of the script (or the scout's ahead of it): its occurrence in the whole run,
+    /// the key of its answer in the run's fixtures (see [`fixture`]). `None`: no fixture
+    /// answers it (a composite's nested call, a run without fixtures).
+    pub(crate) fixture: Option<u64>,
 }
 
 impl Call {
@@ -174,6 +185,7 @@ impl Call {
             seq: None,
             idempotency_key: None,
             read_at: None,
+            fixture: None,
         }
     }
 
@@ -187,6 +199,12 @@ impl Call {
     /// Makes this the script's read `at`.
     pub(crate) fn read_at(mut self, at: ReadAt) -> Call {
         self.read_at = Some(at);
+        self
+    }
+
+    /// Makes this the read answered by the run's fixtures at `occurrence`.
+    pub(crate) fn fixture_at(mut self, occurrence: Option<u64>) -> Call {
+        self.fixture = occurrence;
         self
     }
 
@@ -229,6 +247,8 @@ struct InProgress {
     lookup: Option<cache::Lookup>,
     /// What the call, an invalidating one whose body started, drops when it completes.
     drops: Vec<crate::store::CacheDrop>,
+    /// The fixture sandbox refused it: its receipt's status is `blocked`.
+    blocked: bool,
     finished: bool,
 }
 
@@ -270,6 +290,7 @@ impl InProgress {
             cached_age_ms: None,
             lookup: None,
             drops: Vec::new(),
+            blocked: false,
             finished: false,
         }
     }
@@ -331,6 +352,7 @@ impl InProgress {
             duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
             attempt: self.attempts,
             cached_age_ms: self.cached_age_ms,
+            blocked: self.blocked,
         });
         self.ctx.call_closed();
     }
@@ -527,8 +549,19 @@ async fn steps(
             ));
         }
     }
-    // 2. Authorize: the guard's policies, then its default.
-    authorize(ctx, spec, call)?;
+    // 2. Authorize: the guard's policies, then its default. Then the fixture sandbox: a
+    // non-read call goes no further (and no person is asked about a call never to be made).
+    let blocked = ctx.sandbox.refuse(spec);
+    match authorize(ctx, spec, call) {
+        Err(e) if e.kind == ErrorKind::Paused && blocked.is_some() => {
+            ctx.take_asked();
+        }
+        other => other?,
+    }
+    if let Some(blocked) = blocked {
+        flight.blocked = true;
+        return Err(blocked);
+    }
     // 3. Repeat guard.
     ctx.repeat.check(spec, &call.args_key)?;
     // 4. Approval gate: the script's call waits for a person, unless one approved it.
@@ -554,6 +587,16 @@ async fn steps(
         let mut nested = lock(&speculation.nested);
         flight.nested_index = Some(nested.len());
         nested.push((spec.name.clone(), None));
+    }
+    // 5. A read the run's fixtures answer: recorded, it reaches neither breaker nor body.
+    if let (Some(fixtures), Some(occurrence)) = (&ctx.fixtures, call.fixture) {
+        if let Some(speculation) = &speculation {
+            speculation.answered.store(true, Ordering::SeqCst);
+        }
+        // A hand-edited answer is held to the tool's output schema, as the tool's would be.
+        return fixtures
+            .answer(&spec.name, &call.args_key, occurrence)
+            .and_then(|value| schema::check_output(tool, &value).map(|()| value));
     }
     // The cache: a hit answers the call, charged as a call, before the breaker.
     if let Some(lookup) = cache::lookup_of(ctx, spec, call) {

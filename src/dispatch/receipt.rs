@@ -52,6 +52,9 @@ pub enum Status {
     Ok,
     /// The call failed; `error_kind` says how.
     Error,
+    /// The fixture sandbox refused the call before it reached its tool (`error_kind`:
+    /// `side_effect_blocked`).
+    Blocked,
 }
 
 /// The record of one dispatch. Serialised as one line of a JSON Lines receipts file.
@@ -200,6 +203,7 @@ impl Receipt {
         out.extend_from_slice(match self.status {
             Status::Ok => b",\"status\":\"ok\",\"tool\":".as_slice(),
             Status::Error => b",\"status\":\"error\",\"tool\":".as_slice(),
+            Status::Blocked => b",\"status\":\"blocked\",\"tool\":".as_slice(),
         });
         push_jcs_string(&self.tool, out);
         out.extend_from_slice(b",\"v\":");
@@ -256,6 +260,8 @@ pub(crate) struct Draft {
     pub(crate) attempt: u32,
     /// For a call the cache answered: the entry's age, in milliseconds.
     pub(crate) cached_age_ms: Option<f64>,
+    /// The fixture sandbox refused the call: its status is [`Status::Blocked`].
+    pub(crate) blocked: bool,
 }
 
 /// One run's receipts, chained by hash as each becomes final: an executor's (or a composite's)
@@ -444,10 +450,10 @@ impl ReceiptLog {
             speculative: draft.speculative,
             claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
             args_sha256: draft.args_sha256,
-            status: if draft.error_kind.is_none() {
-                Status::Ok
-            } else {
-                Status::Error
+            status: match (draft.blocked, &draft.error_kind) {
+                (true, _) => Status::Blocked,
+                (false, None) => Status::Ok,
+                (false, Some(_)) => Status::Error,
             },
             result_sha256: draft.result_sha256,
             error_kind: draft.error_kind,
@@ -645,7 +651,7 @@ mod tests {
             Just(Effect::Idempotent),
             Just(Effect::External),
         ];
-        let status = prop_oneof![Just(Status::Ok), Just(Status::Error)];
+        let status = prop_oneof![Just(Status::Ok), Just(Status::Error), Just(Status::Blocked)];
         (
             (
                 prop_oneof![Just(RECEIPT_VERSION_1), Just(RECEIPT_VERSION)],
@@ -926,6 +932,7 @@ mod tests {
             duration_ms: 2.0,
             attempt: 1,
             cached_age_ms: None,
+            blocked: false,
         }
     }
 

@@ -366,6 +366,7 @@ impl Executor {
             .and_then(|j| j.read(key.epoch, &key.tool, &key.args, key.n));
         if let Some(outcome) = journaled {
             lock(&self.counts).replayed += 1;
+            self.ledger.answered(&key);
             return outcome;
         }
         let result = match self.dispatch_read(call, &key) {
@@ -387,6 +388,7 @@ impl Executor {
             }
             Read::Replayed(outcome) => {
                 lock(&self.counts).replayed += 1;
+                self.ledger.answered(&key);
                 outcome
             }
             Read::Claimed(outcome) => {
@@ -419,7 +421,10 @@ impl Executor {
         call: Call,
         key: &ReadKey,
     ) -> Result<Result<Value, ToolError>, ToolError> {
-        let call = call.read_at(ReadAt::new(key.epoch, key.n));
+        let fixture = self.ledger.fixture_occurrence(key);
+        let call = call
+            .read_at(ReadAt::new(key.epoch, key.n))
+            .fixture_at(fixture);
         // Only the guard pauses a read: without one, the call is not kept for a pause.
         let kept = self.ctx.registry.guard().is_active().then(|| call.clone());
         let result = self.dispatch(call);

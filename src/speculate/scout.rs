@@ -447,6 +447,7 @@ impl Scout {
                     Arc::clone(&cell),
                 );
                 let tool = Arc::clone(&key.tool);
+                let fixture = self.ledger.fixture_occurrence(&key);
                 let read = async move {
                     let call = Call {
                         tool: Arc::clone(&tool),
@@ -456,6 +457,7 @@ impl Scout {
                         seq: None,
                         idempotency_key: None,
                         read_at: None,
+                        fixture,
                     };
                     out.set(dispatch(&ctx, call).await);
                     ledger.landed(&tool);

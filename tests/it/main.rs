@@ -30,6 +30,7 @@ mod errors;
 #[cfg(feature = "cli")]
 mod extreme_limits;
 mod files;
+mod fixtures;
 mod fuzz;
 mod guard;
 mod hardening;
