@@ -1066,7 +1066,21 @@ impl Run {
                 masks.value(&mut effect.args);
             }
             if let Some(p) = &mut pending {
-                masks.value(&mut p.args);
+                let original = crate::json::key_json(&p.args);
+                // Masked after the pause (a value learned since): the journal's form of the
+                // arguments is their digest, never the values.
+                if masks.value(&mut p.args) && p.journal_args.is_none() {
+                    if let Some(journal) = &self.journal {
+                        p.journal_args =
+                            Some(journal.args_form(masks, &original, true).into_owned());
+                    }
+                }
+                for text in [&mut p.reason, &mut p.why, &mut p.rule]
+                    .into_iter()
+                    .flatten()
+                {
+                    masks.string(text);
+                }
             }
         }
         let effects = Arc::new(effects);

@@ -310,7 +310,7 @@ fn finish(builder: crate::tool::ToolBuilder, line: CommandLine, runner: Runner) 
                 let env = crate::secrets::resolve_env(&runner.env, &secrets)
                     .await
                     .map_err(|why| ToolError::unavailable(why).with_recoverable(false))?;
-                runner.run(&args, &env).await
+                runner.run(&args, &env, &secrets).await
             }
         })
 }
@@ -349,7 +349,12 @@ fn beneath(root: &Path, cwd: &str) -> Result<PathBuf, String> {
 }
 
 impl Runner {
-    async fn run(&self, args: &Value, env: &BTreeMap<String, String>) -> Result<Value, ToolError> {
+    async fn run(
+        &self,
+        args: &Value,
+        env: &BTreeMap<String, String>,
+        secrets: &crate::secrets::Secrets,
+    ) -> Result<Value, ToolError> {
         let argv = self.line.argv(args).map_err(ToolError::invalid_input)?;
         let cwd = beneath(&self.root, &argv.cwd)
             .map_err(|e| ToolError::new(ErrorKind::PermissionDenied, format!("`cwd`: {e}")))?;
@@ -362,7 +367,11 @@ impl Runner {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        // A variable a secret comes from is passed on only as that secret, named in `env`.
         for name in &self.env_pass {
+            if secrets.env_vars().any(|var| var == name) {
+                continue;
+            }
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
@@ -588,7 +597,8 @@ mod tests {
         let args = json!({});
         // Boxed, so that dropping it drops the future itself (`tokio::pin!` would not).
         let env = BTreeMap::new();
-        let mut call = Box::pin(runner.run(&args, &env));
+        let secrets = crate::secrets::Secrets::default();
+        let mut call = Box::pin(runner.run(&args, &env, &secrets));
         // Polls the call until both pids are written, then drops it.
         let written = async {
             loop {

@@ -596,7 +596,7 @@ async fn steps(
         // A hand-edited answer is held to the tool's output schema, as the tool's would be.
         return fixtures
             .answer(&spec.name, &call.args_key, occurrence)
-            .and_then(|value| schema::check_output(tool, &value).map(|()| value));
+            .and_then(|value| checked_output(ctx, tool, value));
     }
     // The cache: a hit answers the call, charged as a call, before the breaker.
     if let Some(lookup) = cache::lookup_of(ctx, spec, call) {
@@ -685,7 +685,20 @@ async fn steps(
         None => work.await,
     };
     // 9. Validate the output.
-    result.and_then(|value| schema::check_output(tool, &value).map(|()| value))
+    result.and_then(|value| checked_output(ctx, tool, value))
+}
+
+/// Step 9: the output, held to the tool's output schema. The values its redaction paths name
+/// are masked first, so that an invalid output's error cannot quote one.
+fn checked_output(
+    ctx: &RunContext,
+    tool: &RegisteredTool,
+    value: Value,
+) -> Result<Value, ToolError> {
+    if !tool.redact.is_empty() {
+        tool.mask_redacted(Side::Result, &value, &ctx.mask);
+    }
+    schema::check_output(tool, &value).map(|()| value)
 }
 
 /// Step 8: attempts of the body, each under the tool's timeout and within the run's wall clock.
@@ -759,7 +772,8 @@ async fn run_body(
         };
         match policy.retry_after(flight.attempts, error) {
             Some(pause) if pause < ctx.budget.remaining(Instant::now()) => {
-                tracing::debug!(tool = %spec.name, attempt = flight.attempts, %error, "retrying");
+                // The error's kind alone: its words may quote the call's values.
+                tracing::debug!(tool = %spec.name, attempt = flight.attempts, kind = error.kind_name(), "retrying");
                 tokio::time::sleep(pause).await;
             }
             _ => return result,

@@ -151,7 +151,12 @@ pub(crate) async fn connect(
     let env = crate::secrets::resolve_env(&spec.env, secrets)
         .await
         .map_err(|why| fail(format!("its environment: {why}")))?;
-    let (service, (child, guard), faults, listed) = start(spec, &env).await?;
+    // The variables secrets come from are not passed on to a server that does not name them.
+    let withheld: Vec<&str> = secrets
+        .env_vars()
+        .filter(|var| !env.contains_key(*var))
+        .collect();
+    let (service, (child, guard), faults, listed) = start(spec, &env, &withheld).await?;
     let originals: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     for (table, mut names) in [
         (
@@ -274,6 +279,7 @@ type Started = (
 async fn start(
     spec: &McpServerSpec,
     env: &std::collections::BTreeMap<String, String>,
+    withheld: &[&str],
 ) -> Result<Started, Error> {
     let fail = |message: String| Error::mcp(&spec.name, message, None);
     let Some((program, args)) = spec.command.split_first() else {
@@ -289,6 +295,9 @@ async fn start(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    for var in withheld {
+        command.env_remove(var);
+    }
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }

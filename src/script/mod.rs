@@ -136,19 +136,24 @@ impl Executor {
         let journal = self.ctx.journal.clone();
         let journaled = journal.as_ref().and_then(|j| j.write(seq));
         if let Some(entry) = &journaled {
-            let same = journal
-                .as_ref()
-                .is_some_and(|j| j.same_args(&entry.args, &call.args_key));
-            if *entry.tool != *call.tool || !same {
-                return Arc::new(Err(self.stop_with(format!(
-                    "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {}",
-                    entry.tool, entry.args, call.tool, call.args_key
-                ))));
-            }
-            // Answered without the dispatch path: the values its tool redacts are masked here.
+            // Answered without the dispatch path: the values its tool redacts are masked here,
+            // before anything can quote them.
             let tool = self.ctx.registry.get(&call.tool);
             if let Some(tool) = tool.filter(|t| !t.redact.is_empty()) {
                 tool.mask_redacted(crate::secrets::Side::Args, &call.args, &self.ctx.mask);
+            }
+            if let Some(journal) = journal.as_ref() {
+                if *entry.tool != *call.tool || !journal.same_args(&entry.args, &call.args_key) {
+                    let now = journal.args_form(
+                        self.ctx.masks(),
+                        &call.args_key,
+                        self.redacts_args(&call),
+                    );
+                    return Arc::new(Err(self.stop_with(format!(
+                        "the script no longer matches its journal: its non-read call #{seq} was `{}` with {}, and is now `{}` with {now}",
+                        entry.tool, entry.args, call.tool
+                    ))));
+                }
             }
             if let Some(outcome) = &entry.outcome {
                 if entry.state.intent {

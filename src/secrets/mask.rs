@@ -61,13 +61,27 @@ impl Mask {
         if value.len() < MIN_MASKED_LEN {
             return false;
         }
+        // The value as JSON and Rust's debug output escape it too (a key with a newline, a
+        // password with a quote): each form is found where it stands.
+        let mut forms = vec![value.to_string()];
+        let json = serde_json::to_string(value).unwrap_or_default();
+        let debug = format!("{value:?}");
+        for quoted in [json, debug] {
+            let inner = quoted
+                .strip_prefix('"')
+                .and_then(|q| q.strip_suffix('"'))
+                .unwrap_or_default();
+            if !inner.is_empty() && !forms.iter().any(|f| f == inner) {
+                forms.push(inner.to_string());
+            }
+        }
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         if table.entries.iter().any(|(v, _)| v == value) {
             return true;
         }
-        table
-            .entries
-            .push((value.to_string(), replacement.to_string()));
+        for form in forms {
+            table.entries.push((form, replacement.to_string()));
+        }
         self.count.store(table.entries.len(), Ordering::Release);
         true
     }
@@ -148,12 +162,14 @@ impl Mask {
         }
     }
 
-    /// Whether `value` holds a masked value, in a string or a map key.
+    /// Whether `value` holds a masked value, in a string or a map key (or is one, a number).
     pub fn holds(&self, value: &Value) -> bool {
         self.found(|finder, tail| {
-            holds(value, &|s| {
-                finder.is_match(s) || tail.iter().any(|(v, _)| s.contains(v.as_str()))
-            })
+            holds(
+                value,
+                &|s| finder.is_match(s) || tail.iter().any(|(v, _)| s.contains(v.as_str())),
+                &|n| whole(finder, n) || tail.iter().any(|(v, _)| v == n),
+            )
         })
     }
 
@@ -177,8 +193,26 @@ fn replace<'a>(finder: &AhoCorasick, replacements: &[String], text: &'a str) -> 
     Cow::Owned(out)
 }
 
+/// Whether `finder` matches the whole of `text`: a number is masked only when it is a masked
+/// value itself.
+fn whole(finder: &AhoCorasick, text: &str) -> bool {
+    finder
+        .find(text)
+        .is_some_and(|m| m.start() == 0 && m.end() == text.len())
+}
+
 fn mask_value(finder: &AhoCorasick, replacements: &[String], value: &mut Value) -> bool {
     match value {
+        Value::Number(n) => {
+            let text = n.to_string();
+            match finder.find(&text).filter(|_| whole(finder, &text)) {
+                Some(m) => {
+                    *value = Value::String(replacements[m.pattern().as_usize()].clone());
+                    true
+                }
+                None => false,
+            }
+        }
         Value::String(s) => match replace(finder, replacements, s) {
             Cow::Owned(masked) => {
                 *s = masked;
@@ -206,11 +240,14 @@ fn mask_value(finder: &AhoCorasick, replacements: &[String], value: &mut Value) 
     }
 }
 
-fn holds(value: &Value, matches: &impl Fn(&str) -> bool) -> bool {
+fn holds(value: &Value, matches: &impl Fn(&str) -> bool, number: &impl Fn(&str) -> bool) -> bool {
     match value {
         Value::String(s) => matches(s),
-        Value::Array(items) => items.iter().any(|v| holds(v, matches)),
-        Value::Object(map) => map.iter().any(|(k, v)| matches(k) || holds(v, matches)),
+        Value::Number(n) => number(&n.to_string()),
+        Value::Array(items) => items.iter().any(|v| holds(v, matches, number)),
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| matches(k) || holds(v, matches, number)),
         _ => false,
     }
 }

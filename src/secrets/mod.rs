@@ -104,7 +104,7 @@ async fn run(argv: &[String]) -> Result<String, String> {
 }
 
 /// A fetch shared by every caller that needs the secret at once.
-type Fetch = Arc<tokio::sync::OnceCell<Result<Arc<str>, String>>>;
+type Fetch = Arc<tokio::sync::OnceCell<Arc<str>>>;
 
 /// The secrets of a registry: where each comes from, and those fetched so far.
 #[derive(Default)]
@@ -140,6 +140,15 @@ impl Secrets {
         self.sources.contains_key(name)
     }
 
+    /// The environment variables of toolscript's process that are secrets' sources: never
+    /// passed on to a server or a command that does not name the secret.
+    pub fn env_vars(&self) -> impl Iterator<Item = &str> {
+        self.sources.values().filter_map(|s| match s {
+            SecretSource::Env(var) => Some(var.as_str()),
+            _ => None,
+        })
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty()
@@ -166,8 +175,10 @@ impl Secrets {
             ));
         };
         let cell = Arc::clone(lock(&self.fetched).entry(name.to_string()).or_default());
+        // Only a value is kept: a source that failed (a locked agent, a timeout) is asked
+        // again next time.
         let fetched = cell
-            .get_or_init(|| async {
+            .get_or_try_init(|| async {
                 let value = source.fetch().await.map_err(|why| {
                     format!(
                         "the secret `{name}` (from {}) cannot be had: {why}",
@@ -175,10 +186,10 @@ impl Secrets {
                     )
                 })?;
                 process_mask().add(&value, &format!("[secret:{name}]"));
-                Ok(Arc::from(value))
+                Ok::<Arc<str>, String>(Arc::from(value))
             })
-            .await;
-        fetched.clone()
+            .await?;
+        Ok(Arc::clone(fetched))
     }
 }
 

@@ -1011,7 +1011,10 @@ fn read_or_make_key(path: &Path) -> Result<[u8; 32], String> {
     }
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| format!("no random bytes for its key: {e}"))?;
-    let aside = path.with_extension(format!("key.{}", std::process::id()));
+    // A name of its own for every attempt: two runs of one process may make the key at once.
+    static ATTEMPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let attempt = ATTEMPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let aside = path.with_extension(format!("key.{}.{attempt}", std::process::id()));
     let made = (|| -> std::io::Result<()> {
         use std::io::Write;
         let mut options = std::fs::OpenOptions::new();

@@ -75,12 +75,15 @@ pub(crate) struct RegisteredTool {
     pub(crate) speculable: bool,
     /// Its redaction paths, parsed.
     pub(crate) redact: Vec<RedactPath>,
+    /// A composite one of whose nested tools redacts: its own arguments may carry what they
+    /// redact, so they are kept as a keyed digest too.
+    pub(crate) nested_redacts: bool,
 }
 
 impl RegisteredTool {
     /// Whether a redaction path of `side` names values of its calls.
     pub(crate) fn redacts(&self, side: Side) -> bool {
-        self.redact.iter().any(|p| p.side() == side)
+        (side == Side::Args && self.nested_redacts) || self.redact.iter().any(|p| p.side() == side)
     }
 
     /// Masks, in `mask`, the values of `value` (a call's `side`) its redaction paths name.
@@ -355,6 +358,11 @@ impl RegistryBuilder {
         }
         for i in 0..tools.len() {
             let nested = check_composite(&tools, &index, &tools[i])?;
+            tools[i].nested_redacts = nested.iter().any(|name| {
+                index
+                    .get(name)
+                    .is_some_and(|&j| !tools[j].redact.is_empty())
+            });
             tools[i].spec.nested = nested;
         }
         super::cache::check_between(&tools, &index)?;
@@ -370,7 +378,9 @@ impl RegistryBuilder {
             tools[i].speculable = own(&tools[i].spec) && nested_ok;
         }
         Ok(Registry {
-            redacting: tools.iter().any(|t| !t.redact.is_empty()),
+            redacting: tools
+                .iter()
+                .any(|t| !t.redact.is_empty() || t.nested_redacts),
             tools: tools.into_iter().map(Arc::new).collect(),
             index,
             guard: self.guard,
@@ -544,6 +554,7 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
         slots,
         speculable: false,
         redact,
+        nested_redacts: false,
     })
 }
 

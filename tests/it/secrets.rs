@@ -685,3 +685,98 @@ async fn reads_holding_secrets_or_redacted_values_are_never_cached() {
         leaks_in_files(dir.path())
     );
 }
+
+/// Members of the same class, found by review: a secret with quotes, a backslash and newlines
+/// (escaped in JSON, where a plain search misses it), a redacted value that is a number, a
+/// redacting tool whose invalid output would quote its value, and a composite that forwards a
+/// redacted argument to its nested tool: none of them is kept or handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaped_numeric_invalid_and_forwarded_values_stay_masked() {
+    const PEM: &str = "-----BEGIN KEY-----\nMIIq\"uoted\\slash\n-----END KEY-----";
+    const PIN: i64 = 73_918_264;
+    let dir = TempDir::new().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let registry = Registry::builder()
+        .secrets(Secrets::new(BTreeMap::from([(
+            "PEM".to_string(),
+            SecretSource::Value(PEM.to_string()),
+        )])))
+        .tool(Tool::builder("get_pem", Effect::Read).handler_with_context(
+            |_args, ctx| async move { Ok(json!({"pem": &*ctx.secret("PEM").await?})) },
+        ))
+        .tool(
+            Tool::builder("get_pin", Effect::Read)
+                .redact(["result.pin"])
+                .handler(|_args: Value| async move { Ok(json!({"pin": PIN})) }),
+        )
+        .tool(
+            Tool::builder("bad_ssn", Effect::Read)
+                .redact(["result.ssn"])
+                .output_schema(
+                    json!({"type": "object", "properties": {"ssn": {"type": "integer"}}}),
+                )
+                .handler(|_args: Value| async move { Ok(json!({"ssn": SSN})) }),
+        )
+        .tool(
+            Tool::builder("set_password", Effect::Write)
+                .redact(["args.password"])
+                .handler(
+                    |args: Value| async move { Ok(json!({"ok": args["password"].is_string()})) },
+                ),
+        )
+        .tool(
+            Tool::builder("rotate", Effect::Write)
+                .nested(["set_password"])
+                .composite(|args: Value, ctx: toolscript::ToolContext| async move {
+                    ctx.call("set_password", json!({"password": args["new"]}))
+                        .await
+                }),
+        )
+        .tool(
+            Tool::builder("store_it", Effect::Write).handler(|args: Value| async move { Ok(args) }),
+        )
+        .build()
+        .unwrap();
+    let store = Arc::new(SqliteStore::open(&store_dir.join("runs.sqlite3")).unwrap());
+    let runtime = Runtime::builder(registry).store(store).build();
+    let script = r#"
+        let pem = get_pem().pem;
+        store_it(#{ key: pem });
+        let pin = get_pin().pin;
+        let caught = "";
+        try { bad_ssn(); } catch (e) { caught = e.message; }
+        rotate(#{ fresh: `${pem.len()}-pw-${pin}` });
+        #{ pem: pem, pin: pin, caught: caught, lines: pem.split("\n").len() }
+    "#;
+    let out = runtime.run(script).await;
+    let value = out.result.clone().unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(value["lines"], 3, "the script has the real key");
+    assert_eq!(value["pem"], "[secret:PEM]");
+    assert_eq!(value["pin"], "[redacted]", "a redacted number is masked");
+    let json = out.to_json().to_string();
+    let mut found = Vec::new();
+    for needle in [PEM, "MIIq", &PIN.to_string(), SSN] {
+        if json.contains(needle)
+            || json.contains(&serde_json::to_string(needle).unwrap()[1..needle.len()])
+        {
+            found.push(format!("the output holds {needle:?}"));
+        }
+    }
+    for file in std::fs::read_dir(&store_dir).unwrap() {
+        let path = file.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        for needle in [
+            "MIIq",
+            "uoted\\\\slash",
+            "uoted\\slash",
+            &format!("pw-{PIN}"),
+            SSN,
+        ] {
+            if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                found.push(format!("{} holds {needle:?}", path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}\n{json}");
+}
