@@ -583,12 +583,7 @@ impl RunLedger {
     /// kept nowhere (neither journaled nor recorded).
     fn holds_secret(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) -> bool {
         let masks = self.ctx.masks();
-        let registry = &self.ctx.registry;
-        let redacts = registry.redacts()
-            && registry
-                .get(&key.tool)
-                .is_some_and(|t| !t.redact.is_empty());
-        redacts
+        self.ctx.registry.tool_redacts(&key.tool, None)
             || (!masks.is_empty() && (masks.holds_text(&key.args) || masks.holds_outcome(outcome)))
     }
 

@@ -35,11 +35,7 @@ pub(crate) fn may_cache(ctx: &RunContext, tool: &ToolSpec, value: &Value) -> boo
 
 /// Whether the tool has redaction paths: its calls are never cached.
 fn redacts(ctx: &RunContext, tool: &ToolSpec) -> bool {
-    ctx.registry.redacts()
-        && ctx
-            .registry
-            .get(&tool.name)
-            .is_some_and(|t| !t.redact.is_empty())
+    ctx.registry.tool_redacts(&tool.name, None)
 }
 
 /// Where a runtime keeps its cached reads.

@@ -457,10 +457,7 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
                     || match (call.seq, call.read_at) {
                         (Some(seq), _) => journal.approved(seq),
                         (None, Some(at)) => {
-                            let redacts = ctx
-                                .registry
-                                .get(&spec.name)
-                                .is_some_and(|t| t.redacts(Side::Args));
+                            let redacts = ctx.registry.tool_redacts(&spec.name, Some(Side::Args));
                             let args = journal.args_form(ctx.masks(), &call.args_key, redacts);
                             journal.read_approved(at.epoch, &spec.name, &args, at.occurrence)
                         }

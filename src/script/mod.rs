@@ -268,8 +268,7 @@ impl Executor {
     fn redacts_args(&self, call: &Call) -> bool {
         self.ctx
             .registry
-            .get(&call.tool)
-            .is_some_and(|t| t.redacts(crate::secrets::Side::Args))
+            .tool_redacts(&call.tool, Some(crate::secrets::Side::Args))
     }
 
     /// Pauses the run at `call`: it ends here, uncatchably, with `call` pending.

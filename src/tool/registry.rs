@@ -166,6 +166,15 @@ impl Registry {
         self.redacting
     }
 
+    /// Whether the tool `name` redacts values of its calls (`side`, or either when `None`).
+    pub(crate) fn tool_redacts(&self, name: &str, side: Option<Side>) -> bool {
+        self.redacting
+            && self.get(name).is_some_and(|t| match side {
+                Some(side) => t.redacts(side),
+                None => !t.redact.is_empty(),
+            })
+    }
+
     /// The secrets its tools may use.
     pub fn secrets(&self) -> &Arc<Secrets> {
         &self.secrets

@@ -480,6 +480,26 @@ fn edge_runtime(tools: Vec<Tool>, failures: u32, max_calls: u64) -> Runtime {
         .build()
 }
 
+/// An async runtime of two workers, and a property runner of `TOOLSCRIPT_PROPTEST_CASES`
+/// cases (default 200).
+fn property_runner() -> (tokio::runtime::Runtime, TestRunner) {
+    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    (rt, runner)
+}
+
 /// Runs `TOOLSCRIPT_PROPTEST_CASES` (default 200) random scripts of `strategy` in both modes,
 /// each mode on a fresh runtime of `catalog`; fails at the first difference. Returns the number
 /// of cases and of those in which speculation took part.
@@ -499,20 +519,8 @@ fn same_in_both_modes_by(
     view: &dyn Fn(&RunOutcome) -> Value,
     counts: &dyn Fn(&RunOutcome) -> bool,
 ) -> (u32, u64, u64) {
-    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let (rt, mut runner) = property_runner();
+    let cases = runner.config().cases;
     let speculated = std::sync::atomic::AtomicU64::new(0);
     let counted = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&strategy, |script| {
@@ -818,20 +826,8 @@ fn random_retry_loops_make_the_same_calls_with_the_same_receipts() {
 /// they started, and the scout takes a hit as a read that has landed.
 #[test]
 fn random_scripts_with_cached_reads_give_the_same_result() {
-    let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let (rt, mut runner) = property_runner();
+    let cases = runner.config().cases;
     let hit = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&script_strategy(), |script| {
         let warm_then = |mode: Mode| {

@@ -31,10 +31,7 @@ const NEEDLES: [&str; 5] = [SENTINEL, SSN, EMAIL, PASSWORD, HELPER];
 /// fails schema validation); `fail_with` fails with its argument in the message; `approve_me`
 /// needs a person.
 fn registry() -> Registry {
-    let secrets = Secrets::new(BTreeMap::from([(
-        "TOKEN".to_string(),
-        SecretSource::Value(SENTINEL.to_string()),
-    )]));
+    let secrets = token_secret();
     Registry::builder()
         .secrets(secrets)
         .tool(
@@ -78,6 +75,14 @@ fn registry() -> Registry {
         )
         .build()
         .unwrap()
+}
+
+/// The secret `TOKEN`, whose value is the sentinel.
+fn token_secret() -> Secrets {
+    Secrets::new(BTreeMap::from([(
+        "TOKEN".to_string(),
+        SecretSource::Value(SENTINEL.to_string()),
+    )]))
 }
 
 /// Every way out a script has, in one script (which never writes the values itself: the text
@@ -570,10 +575,7 @@ async fn an_asked_read_holding_a_secret_is_approved_by_its_digest() {
         .build()
         .unwrap();
     let registry = Registry::builder()
-        .secrets(Secrets::new(BTreeMap::from([(
-            "TOKEN".to_string(),
-            SecretSource::Value(SENTINEL.to_string()),
-        )])))
+        .secrets(token_secret())
         .guard(guard)
         .tool(
             Tool::builder("get_token", Effect::Read).handler_with_context(
@@ -652,10 +654,7 @@ async fn reads_holding_secrets_or_redacted_values_are_never_cached() {
     };
     let registry = || {
         Registry::builder()
-            .secrets(Secrets::new(BTreeMap::from([(
-                "TOKEN".to_string(),
-                SecretSource::Value(SENTINEL.to_string()),
-            )])))
+            .secrets(token_secret())
             .tool(count("token", Value::Null, &[]))
             .tool(count("ssn", json!({"ssn": SSN}), &["result.ssn"]))
             .tool(count("plain", json!({"n": 1}), &[]))
