@@ -56,10 +56,14 @@ async fn two_hundred_concurrent_runs_over_serve() {
     cmd.arg("serve")
         .env_remove("RUST_LOG")
         .env("TOOLSCRIPT_STORE", crate::support::test_store());
+    // The server's log, kept so that a failure can say why the server went away.
+    let log = tempfile::NamedTempFile::new().unwrap();
     let (transport, _stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(log.reopen().unwrap()))
         .spawn()
         .expect("toolscript serve starts");
+    let log_path = log.path().to_path_buf();
+    let server_log = move || std::fs::read_to_string(&log_path).unwrap_or_default();
     let pid = transport.id();
     let client = ClientConfig::new(
         ClientCapabilities::default(),
@@ -71,6 +75,7 @@ async fn two_hundred_concurrent_runs_over_serve() {
     let started = Instant::now();
     let calls = (0..RUNS).map(|i| {
         let peer = client.peer().clone();
+        let server_log = server_log.clone();
         async move {
             let id = 1 + i % 8;
             let args =
@@ -81,7 +86,12 @@ async fn two_hundred_concurrent_runs_over_serve() {
             let result = peer
                 .call_tool(CallToolRequestParams::new("run_script").with_arguments(args))
                 .await
-                .expect("run_script answers");
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "run_script answers: {e}; the server's log:\n{}",
+                        server_log()
+                    )
+                });
             (i, id, result.structured_content)
         }
     });
