@@ -90,6 +90,9 @@ error_kinds! {
     /// The run answers reads from a fixtures file, and the file has no answer for this read
     /// (its tool, arguments and occurrence).
     FixtureMissing => "fixture_missing",
+    /// A tool that says `plan = "stop"` ended a plan at its first call: what the script does
+    /// after it depends on what it really does. Not catchable.
+    PlanIncomplete => "plan_incomplete",
 }
 
 impl ErrorKind {
@@ -632,6 +635,15 @@ pub enum Error {
         /// The run.
         run_id: String,
         /// Why not.
+        message: String,
+    },
+    /// A plan cannot be made or applied: no store to keep it, unknown, expired, already
+    /// applied, or made under another catalog.
+    #[error("plan {plan_id}: {message}")]
+    Plan {
+        /// The plan (empty before one exists).
+        plan_id: String,
+        /// Why not, and what to do.
         message: String,
     },
     /// A limit's name or value is wrong (see [`Limits::set`](crate::Limits::set)).

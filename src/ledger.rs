@@ -577,6 +577,15 @@ impl RunLedger {
             }
         }
         self.journal_read(key, outcome);
+        if let Some(plan) = &self.ctx.plan {
+            // A read holding a secret is kept by its tool and place alone.
+            let args = if self.holds_secret(key, outcome) {
+                "(masked)"
+            } else {
+                &key.args
+            };
+            plan.read(&key.tool, args, key.epoch, key.n, outcome);
+        }
     }
 
     /// Whether the read `key` or its outcome holds a secret or a value its tool redacts: it is

@@ -93,6 +93,7 @@ mod ledger;
 #[cfg(feature = "manifest")]
 mod manifest;
 pub mod mcp;
+pub mod plan;
 mod policy;
 mod report;
 mod rhai_ast;
@@ -119,11 +120,13 @@ pub use policy::{
     MIN_PAGE_TOKENS,
 };
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
-pub use runtime::{prune, Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
+pub use runtime::{
+    prune, Decision, PlanOutcome, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script,
+};
 pub use script::{Awaiting, Problem, Severity};
 pub use store::{
     CatalogPrint, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord, RunStatus,
-    RunSummary, Store, StoredArtifact, ToolPrint,
+    RunSummary, Store, StoredArtifact, StoredPlan, ToolPrint,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};

@@ -107,6 +107,10 @@ pub struct RunReport {
     /// there is none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub artifacts_left_out: usize,
+    /// For a run that applied a plan and ended: the planned calls it never reached. Left out
+    /// when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unapplied: Vec<crate::plan::PlannedCall>,
 }
 
 /// How a run ended: `status`, with the value, the error or the pending call that goes with it.

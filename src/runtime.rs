@@ -14,6 +14,7 @@ use crate::dispatch::{
 use crate::engine::{self, Limits};
 use crate::error::{ErrorKind, LimitReached, RunError};
 use crate::ledger::{RunLedger, SpeculationLimits};
+use crate::plan::{PlanBook, PlannedCall};
 use crate::report::{Mode, ReceiptChain, RunEnd, RunReport, Stats};
 use crate::script::{self, Awaiting, Problem};
 use crate::speculate::{self, Scout};
@@ -195,6 +196,8 @@ pub struct RunOptions {
     fixtures: Option<Arc<crate::dispatch::Fixtures>>,
     /// Where the run's reads are recorded.
     record: Option<Arc<crate::dispatch::Recorder>>,
+    /// The plan the run makes or applies.
+    plan: Option<Arc<PlanBook>>,
 }
 
 impl RunOptions {
@@ -348,6 +351,8 @@ pub struct RunOutcome {
     bounded: Option<crate::policy::Bounded>,
     /// The artifacts holding what the bounded output left out.
     pub artifacts: Vec<crate::policy::Artifact>,
+    /// For a run that applied a plan and ended: the planned calls it never reached.
+    pub unapplied: Vec<PlannedCall>,
     /// The run's journal could not be written: it stopped, resumable, rather than failed.
     interrupted: bool,
 }
@@ -407,6 +412,9 @@ fn waits_for(awaiting: Awaiting) -> &'static str {
         Awaiting::Approval => "a decision on its approval: --approve or --reject",
         Awaiting::Resolve => {
             "word on whether its last call took effect: --resolve done or --resolve retry"
+        }
+        Awaiting::PlanDivergence => {
+            "a decision on a call its plan did not plan: --approve (make it) or --reject"
         }
     }
 }
@@ -508,6 +516,7 @@ impl RunOutcome {
             },
             artifacts: self.artifacts[..artifacts_shown].to_vec(),
             artifacts_left_out: self.artifacts.len() - artifacts_shown,
+            unapplied: self.unapplied.clone(),
         }
     }
 
@@ -529,6 +538,7 @@ impl RunOutcome {
             warnings_left_out: 0,
             bounded: None,
             artifacts: Vec::new(),
+            unapplied: Vec::new(),
             interrupted: false,
         }
     }
@@ -655,33 +665,200 @@ impl Runtime {
     pub async fn run_script(&self, script: &Script, options: RunOptions) -> RunOutcome {
         let run_id = new_run_id();
         let journal = match (&self.store, options.no_store) {
-            (Some(store), false) => {
-                let mut record = RunRecord::new(
-                    run_id.clone(),
-                    options.script_name.clone().unwrap_or_else(|| "-".into()),
-                    script.source.to_string(),
-                    self.catalog_sha256.clone(),
-                    options.mode,
-                );
-                record.input = options.input.as_deref().cloned();
-                record.catalog = Some(self.catalog.clone());
-                let opened = match store.create_run(record).await {
-                    Ok(()) => Journal::open(Arc::clone(store), &run_id, self.keyed()).await,
-                    Err(e) => Err(e),
-                };
-                match opened {
-                    Ok(journal) => Some(Arc::new(journal)),
-                    Err(e) => {
-                        return RunOutcome::before_running(RunError::new(
-                            ErrorKind::Internal,
-                            format!("the run could not be recorded: {}", e.report()),
-                        ))
-                    }
+            (Some(store), false) => match self.record_run(store, script, &options, &run_id).await {
+                Ok(journal) => Some(journal),
+                Err(e) => {
+                    return RunOutcome::before_running(RunError::new(
+                        ErrorKind::Internal,
+                        format!("the run could not be recorded: {}", e.report()),
+                    ))
                 }
-            }
+            },
             _ => None,
         };
         self.execute(script, options, run_id, journal).await
+    }
+
+    /// Records the new run `run_id` of `script` in `store`, and opens its journal.
+    async fn record_run(
+        &self,
+        store: &Arc<dyn Store>,
+        script: &Script,
+        options: &RunOptions,
+        run_id: &str,
+    ) -> Result<Arc<Journal>, crate::Error> {
+        let mut record = RunRecord::new(
+            run_id.to_string(),
+            options.script_name.clone().unwrap_or_else(|| "-".into()),
+            script.source.to_string(),
+            self.catalog_sha256.clone(),
+            options.mode,
+        );
+        record.input = options.input.as_deref().cloned();
+        record.catalog = Some(self.catalog.clone());
+        store.create_run(record).await?;
+        Ok(Arc::new(
+            Journal::open(Arc::clone(store), run_id, self.keyed()).await?,
+        ))
+    }
+
+    /// Plans a script: it runs with real reads (speculated as `options.mode` says), and no
+    /// non-read call is made; each is recorded, in order, and answered with its tool's
+    /// `plan_result`. With a store, the plan is kept there for [`Runtime::apply`]; without,
+    /// it is shown only. See docs/plans.md.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Plan`](crate::Error::Plan) when the script does not compile;
+    /// [`Error::Store`](crate::Error::Store) when the plan cannot be kept.
+    pub async fn plan(
+        &self,
+        source: &str,
+        options: RunOptions,
+    ) -> Result<PlanOutcome, crate::Error> {
+        let script = self.compile(source).map_err(|e| crate::Error::Plan {
+            plan_id: String::new(),
+            message: format!("the script does not compile: {e}"),
+        })?;
+        let key = match &self.store {
+            Some(store) => Some(store.digest_key().await?),
+            None => None,
+        };
+        let book = Arc::new(PlanBook::planning(key));
+        let mut options = options.no_store();
+        options.plan = Some(Arc::clone(&book));
+        let (script_name, input) = (options.script_name.clone(), options.input.clone());
+        let mut run = self.execute(&script, options, new_run_id(), None).await;
+        let planning = book.as_planning().expect("a planning book");
+        let (calls, reads) = planning.take();
+        let status = if planning.stopped() {
+            if let Err(e) = &mut run.result {
+                e.kind = ErrorKind::PlanIncomplete;
+            }
+            crate::plan::PlanStatus::Incomplete
+        } else {
+            crate::plan::PlanStatus::Complete
+        };
+        let created_ms = crate::store::now_ms();
+        let mut plan = crate::plan::Plan {
+            plan_id: String::new(),
+            status,
+            created_ms,
+            expires_ms: created_ms.saturating_add(
+                i64::try_from(self.limits.plan_ttl.as_millis()).unwrap_or(i64::MAX),
+            ),
+            script_name: script_name.unwrap_or_else(|| "-".into()),
+            script: source.to_string(),
+            input: input.as_deref().cloned(),
+            catalog_sha256: self.catalog_sha256.clone(),
+            catalog: Some(self.catalog.clone()),
+            calls,
+            reads,
+            value: run.result.as_ref().ok().cloned(),
+            error: run.result.as_ref().err().map(RunError::to_json),
+            applied_by: None,
+        };
+        if let Some(store) = &self.store {
+            plan.plan_id = format!("p{}", new_run_id());
+            let body = serde_json::to_string(&plan).map_err(|e| crate::Error::Plan {
+                plan_id: plan.plan_id.clone(),
+                message: format!("the plan cannot be written: {e}"),
+            })?;
+            let stored = crate::store::StoredPlan::new(
+                plan.plan_id.clone(),
+                plan.created_ms,
+                plan.expires_ms,
+                body,
+            );
+            store.put_plan(stored).await?;
+        }
+        Ok(PlanOutcome { plan, run })
+    }
+
+    /// Applies a plan [`Runtime::plan`] kept: the same script runs for real, as a durable
+    /// run. Each non-read call must be the plan's next planned call (tool and arguments): then
+    /// it is made, with the approvals it needs given by the plan; any other call pauses the run
+    /// (`awaiting: "plan_divergence"`) for a person. Planned calls the run never reached are
+    /// [`RunOutcome::unapplied`]. A plan is applied once; a crash while applying is resumed
+    /// like any run (`resume`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Plan`](crate::Error::Plan) when the runtime has no store, the store has no such
+    /// plan, it expired, it was applied already, or the catalog changed since it was made;
+    /// [`Error::Store`](crate::Error::Store) when the store fails.
+    pub async fn apply(
+        &self,
+        plan_id: &str,
+        options: RunOptions,
+    ) -> Result<RunOutcome, crate::Error> {
+        let refuse = |message: String| crate::Error::Plan {
+            plan_id: plan_id.to_string(),
+            message,
+        };
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(|| refuse("this runtime has no store, where plans are kept".into()))?;
+        let stored = store
+            .plan(plan_id)
+            .await?
+            .ok_or_else(|| refuse(format!("the store {} has no such plan", store.location())))?;
+        let plan: crate::plan::Plan = serde_json::from_str(&stored.body)
+            .map_err(|e| refuse(format!("the stored plan does not parse: {e}")))?;
+        if let Some(run) = &stored.applied_run {
+            return Err(refuse(applied_already(run)));
+        }
+        let now = crate::store::now_ms();
+        if now >= stored.expires_ms {
+            return Err(refuse(format!(
+                "it expired {} s ago (plans wait at most plan_ttl_s): make a new plan, which shows the world as it is now",
+                (now - stored.expires_ms) / 1000
+            )));
+        }
+        self.judge_plan_catalog(&plan).map_err(refuse)?;
+        let script = self
+            .compile(&plan.script)
+            .map_err(|e| refuse(format!("its script no longer compiles: {e}")))?;
+        let run_id = new_run_id();
+        if let Some(other) = store.claim_plan(plan_id, &run_id).await? {
+            return Err(refuse(applied_already(&other)));
+        }
+        let mut options = options;
+        options.no_store = false;
+        options.input = plan.input.clone().map(Arc::new);
+        options.script_name = Some(plan.script_name.clone());
+        let journal = match self.record_run(store, &script, &options, &run_id).await {
+            Ok(journal) => journal,
+            Err(e) => {
+                let _ = store.release_plan(plan_id, &run_id).await;
+                return Err(e);
+            }
+        };
+        let key = store.digest_key().await?;
+        options.plan = Some(Arc::new(PlanBook::applying(Arc::new(plan), Some(key))));
+        Ok(self.execute(&script, options, run_id, Some(journal)).await)
+    }
+
+    /// Whether a plan may be applied under this runtime's catalog: the one it was made under.
+    fn judge_plan_catalog(&self, plan: &crate::plan::Plan) -> Result<(), String> {
+        if plan.catalog_sha256 == self.catalog_sha256 {
+            return Ok(());
+        }
+        let what = match &plan.catalog {
+            Some(then) => {
+                let changes = then.changes(&self.catalog);
+                if changes.is_empty() {
+                    "its tools' descriptions changed".to_string()
+                } else {
+                    changes.join("; ")
+                }
+            }
+            None => "it is not the one the plan was made under".to_string(),
+        };
+        Err(format!(
+            "the catalog changed since the plan was made: {what}; make a new plan under this catalog (or apply it with the tools it was made with)"
+        ))
     }
 
     /// Resumes a paused run, or one whose process died: the stored script runs again from the
@@ -762,6 +939,17 @@ impl Runtime {
         let mut options = options;
         options.mode = record.mode;
         options.input = record.input.map(Arc::new);
+        // A run applying a plan goes on applying it.
+        if let Some(stored) = store.plan_of_run(run_id).await? {
+            let plan: crate::plan::Plan = serde_json::from_str(&stored.body).map_err(|e| {
+                refuse(format!(
+                    "the plan it applies ({}) does not parse: {e}",
+                    stored.plan_id
+                ))
+            })?;
+            let key = store.digest_key().await?;
+            options.plan = Some(Arc::new(PlanBook::applying(Arc::new(plan), Some(key))));
+        }
         let script = self
             .compile(&record.script)
             .map_err(|e| refuse(format!("its stored script no longer compiles: {e}")))?;
@@ -950,7 +1138,8 @@ impl Run {
                 options.sandbox,
                 options.fixtures.clone(),
                 options.record.clone(),
-            ),
+            )
+            .with_plan(options.plan.clone()),
         )
     }
 
@@ -1100,6 +1289,10 @@ impl Run {
         for warning in &output.warnings {
             tracing::debug!(parent: &self.span, warning = %warning.line_text(), "missing field");
         }
+        let unapplied = match (&pending, self.ctx.applying()) {
+            (None, Some(applying)) => applying.unapplied(),
+            _ => Vec::new(),
+        };
         let outcome = RunOutcome {
             run_id: self.run_id.clone(),
             result: output.result,
@@ -1115,6 +1308,7 @@ impl Run {
             warnings_left_out: execution.warnings.left_out,
             bounded: Some(bounded),
             artifacts,
+            unapplied,
             // A journal that could not be written stopped the run: nothing in it is final.
             interrupted,
         };
@@ -1167,6 +1361,9 @@ impl Run {
             (Some(_), Awaiting::Resolve) => format!(
                 "check whether `{}` took effect, then: toolscript resume {run_id} --resolve done (it did) or --resolve retry (it did not)",
                 pending.tool
+            ),
+            (Some(_), Awaiting::PlanDivergence) => format!(
+                "the world changed since the plan, or the script took another branch: read `why`; to make this call anyway: toolscript resume {run_id} --approve (or --reject --reason TEXT, or make a new plan)"
             ),
         });
     }
@@ -1463,6 +1660,25 @@ impl Drop for InterruptOnDrop {
 
 /// How long a run waits, after its script ended, for abandoned calls to write their receipts.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Why a plan applied already is refused.
+fn applied_already(run: &str) -> String {
+    if run.is_empty() {
+        return "the plan is gone from the store".into();
+    }
+    format!("it was applied already, by run {run}: a plan is applied once (`toolscript runs` shows that run; `toolscript resume {run}` goes on with it if it has not ended)")
+}
+
+/// What planning a script gives: the plan, and the run that made it (its logs, stats and
+/// receipts; every non-read call in them is `planned`).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PlanOutcome {
+    /// The plan.
+    pub plan: crate::plan::Plan,
+    /// The planning run.
+    pub run: RunOutcome,
+}
 
 /// A run id unique within the process and unlikely to repeat across processes.
 fn new_run_id() -> String {

@@ -108,6 +108,7 @@ fn print_human(outcome: &RunOutcome) {
             pending.place(),
             match pending.awaiting {
                 toolscript::Awaiting::Approval => "awaiting approval",
+                toolscript::Awaiting::PlanDivergence => "diverged from its plan",
                 _ => "awaiting resolve: its outcome was lost",
             },
             for_terminal(&pending.args.to_string(), err_terminal)
@@ -118,6 +119,11 @@ fn print_human(outcome: &RunOutcome) {
             .filter(|_| pending.uncertain == Some(true))
         {
             eprintln!("  uncertain: {}", for_terminal(why, err_terminal));
+        }
+        if let (toolscript::Awaiting::PlanDivergence, Some(why)) =
+            (pending.awaiting, pending.why.as_deref())
+        {
+            eprintln!("  diverged: {}", for_terminal(why, err_terminal));
         }
     }
     match &outcome.result {

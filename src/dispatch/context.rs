@@ -124,6 +124,8 @@ pub(crate) struct RunContext {
     pub(crate) fixtures: Option<Arc<super::Fixtures>>,
     /// Where the reads this run uses are recorded, when they are.
     pub(crate) recorder: Option<Arc<super::Recorder>>,
+    /// The plan the run makes or applies, when it does.
+    pub(crate) plan: Option<Arc<crate::plan::PlanBook>>,
 }
 
 impl RunContext {
@@ -163,6 +165,7 @@ impl RunContext {
             sandbox: super::Sandbox::Off,
             fixtures: None,
             recorder: None,
+            plan: None,
         }
     }
 
@@ -221,6 +224,26 @@ impl RunContext {
         self.fixtures = fixtures;
         self.recorder = recorder;
         self
+    }
+
+    /// Makes the run make or apply a plan.
+    pub(crate) fn with_plan(mut self, plan: Option<Arc<crate::plan::PlanBook>>) -> RunContext {
+        self.plan = plan;
+        self
+    }
+
+    /// The plan the run makes, when it makes one.
+    pub(crate) fn planning(&self) -> Option<&crate::plan::Planning> {
+        self.plan
+            .as_deref()
+            .and_then(crate::plan::PlanBook::as_planning)
+    }
+
+    /// The plan the run applies, when it applies one.
+    pub(crate) fn applying(&self) -> Option<&crate::plan::Applying> {
+        self.plan
+            .as_deref()
+            .and_then(crate::plan::PlanBook::as_applying)
     }
 
     /// Whether the run keys reads by their occurrence in the whole run: it answers them from

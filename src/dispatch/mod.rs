@@ -172,6 +172,9 @@ pub(crate) struct Call {
     /// the key of its answer in the run's fixtures (see [`fixture`]). `None`: no fixture
     /// answers it (a composite's nested call, a run without fixtures).
     pub(crate) fixture: Option<u64>,
+    /// For a non-read call of a run applying a plan: it is the plan's next planned call, and
+    /// the plan gives the approvals it needs (see [`crate::plan`]).
+    pub(crate) planned: bool,
 }
 
 impl Call {
@@ -186,6 +189,7 @@ impl Call {
             idempotency_key: None,
             read_at: None,
             fixture: None,
+            planned: false,
         }
     }
 
@@ -249,6 +253,8 @@ struct InProgress {
     drops: Vec<crate::store::CacheDrop>,
     /// The fixture sandbox refused it: its receipt's status is `blocked`.
     blocked: bool,
+    /// A plan recorded it: its receipt's status is `planned`.
+    planned: bool,
     finished: bool,
 }
 
@@ -291,6 +297,7 @@ impl InProgress {
             lookup: None,
             drops: Vec::new(),
             blocked: false,
+            planned: false,
             finished: false,
         }
     }
@@ -353,6 +360,7 @@ impl InProgress {
             attempt: self.attempts,
             cached_age_ms: self.cached_age_ms,
             blocked: self.blocked,
+            planned: self.planned,
         });
         self.ctx.call_closed();
     }
@@ -442,6 +450,19 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
             ),
             "call the tool from the script itself, where the run can pause for a person",
         )),
+        // Applying a plan approves the calls it planned.
+        Caller::Script if call.planned => Ok(()),
+        // A plan marks the non-read call a run would ask about, and makes none.
+        Caller::Script if spec.effect != Effect::Read && ctx.planning().is_some() => {
+            ctx.note_asked(rule.clone(), reason.clone());
+            Err(ToolError::new(
+                ErrorKind::Paused,
+                format!(
+                    "the guard asks a person about `{}`: {rule}: {reason}",
+                    spec.name
+                ),
+            ))
+        }
         Caller::Script => {
             let Some(journal) = journal else {
                 return Err(denied(
@@ -513,6 +534,13 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         .instrument(span)
         .await
         .map_err(|e| e.for_tool(&tool.spec.name));
+    // A plan keeps the script's non-read calls the dispatch path refused, as refused.
+    if let (Some(planning), Some(seq), Err(e)) = (ctx.planning(), call.seq, &result) {
+        if !planning.has(seq) {
+            let (shown, _) = shown_args(ctx, &tool, &call);
+            planning.refuse(&tool.spec, seq, shown, e);
+        }
+    }
     if let (false, Ok(value)) = (tool.redact.is_empty(), &result) {
         tool.mask_redacted(Side::Result, value, &ctx.mask);
     }
@@ -549,9 +577,27 @@ async fn steps(
     // 2. Authorize: the guard's policies, then its default. Then the fixture sandbox: a
     // non-read call goes no further (and no person is asked about a call never to be made).
     let blocked = ctx.sandbox.refuse(spec);
+    let planning = ctx.planning().filter(|_| spec.effect != Effect::Read);
+    if planning.is_some() && !matches!(call.caller, Caller::Script) {
+        return Err(ToolError::new(
+            ErrorKind::SideEffectBlocked,
+            format!(
+                "a plan makes no non-read call: `{}`, called inside a composite, is not planned on its own",
+                spec.name
+            ),
+        )
+        .with_recoverable(false));
+    }
+    // What a run would ask a person before making the call, which applying the plan answers.
+    let mut asks = None;
     match authorize(ctx, spec, call) {
         Err(e) if e.kind == ErrorKind::Paused && blocked.is_some() => {
             ctx.take_asked();
+        }
+        Err(e) if e.kind == ErrorKind::Paused && planning.is_some() => {
+            asks = ctx
+                .take_asked()
+                .map(|(rule, reason)| format!("the guard asks ({rule}: {reason})"));
         }
         other => other?,
     }
@@ -563,10 +609,13 @@ async fn steps(
     ctx.repeat.check(spec, &call.args_key)?;
     // 4. Approval gate: the script's call waits for a person, unless one approved it.
     if spec.approval == Approval::Always && matches!(call.caller, Caller::Script) {
-        let approved = call
-            .seq
-            .is_some_and(|seq| ctx.journal.as_ref().is_some_and(|j| j.approved(seq)));
-        if !approved {
+        let approved = call.planned
+            || call
+                .seq
+                .is_some_and(|seq| ctx.journal.as_ref().is_some_and(|j| j.approved(seq)));
+        if planning.is_some() {
+            asks.get_or_insert_with(|| "the tool needs a person's approval".into());
+        } else if !approved {
             return Err(ToolError::new(
                 ErrorKind::Paused,
                 format!("`{}` waits for a person's approval", spec.name),
@@ -580,6 +629,13 @@ async fn steps(
         None => ctx.budget.charge(now)?,
         Some(_) => ctx.budget.charge_speculative(now)?,
     };
+    // A plan records the call and answers it with the tool's `plan_result`.
+    if let Some(planning) = planning {
+        flight.planned = true;
+        let (shown, masked) = shown_args(ctx, tool, call);
+        let seq = call.seq.unwrap_or_default();
+        return planning.plan(spec, seq, &call.args, &call.args_key, shown, masked, asks);
+    }
     if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, &speculation) {
         let mut nested = lock(&speculation.nested);
         flight.nested_index = Some(nested.len());
@@ -683,6 +739,18 @@ async fn steps(
     };
     // 9. Validate the output.
     result.and_then(|value| checked_output(ctx, tool, value))
+}
+
+/// A call's arguments as a person may read them (in a plan): the values its tool redacts and
+/// every secret masked; and whether anything was.
+fn shown_args(ctx: &RunContext, tool: &RegisteredTool, call: &Call) -> (Value, bool) {
+    let mut shown = call.args.clone();
+    let redacts = tool.redacts(Side::Args);
+    if redacts {
+        tool.redact_args(&mut shown);
+    }
+    let masked = ctx.masks().value(&mut shown);
+    (shown, redacts || masked)
 }
 
 /// Step 9: the output, held to the tool's output schema. The values its redaction paths name

@@ -55,6 +55,8 @@ pub enum Status {
     /// The fixture sandbox refused the call before it reached its tool (`error_kind`:
     /// `side_effect_blocked`).
     Blocked,
+    /// A plan recorded the call instead of making it (see docs/plans.md).
+    Planned,
 }
 
 /// The record of one dispatch. Serialised as one line of a JSON Lines receipts file.
@@ -204,6 +206,7 @@ impl Receipt {
             Status::Ok => b",\"status\":\"ok\",\"tool\":".as_slice(),
             Status::Error => b",\"status\":\"error\",\"tool\":".as_slice(),
             Status::Blocked => b",\"status\":\"blocked\",\"tool\":".as_slice(),
+            Status::Planned => b",\"status\":\"planned\",\"tool\":".as_slice(),
         });
         push_jcs_string(&self.tool, out);
         out.extend_from_slice(b",\"v\":");
@@ -262,6 +265,8 @@ pub(crate) struct Draft {
     pub(crate) cached_age_ms: Option<f64>,
     /// The fixture sandbox refused the call: its status is [`Status::Blocked`].
     pub(crate) blocked: bool,
+    /// A plan recorded it instead of making it.
+    pub(crate) planned: bool,
 }
 
 /// One run's receipts, chained by hash as each becomes final: an executor's (or a composite's)
@@ -451,6 +456,7 @@ impl ReceiptLog {
             claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
             args_sha256: draft.args_sha256,
             status: match (draft.blocked, &draft.error_kind) {
+                _ if draft.planned && draft.error_kind.is_none() => Status::Planned,
                 (true, _) => Status::Blocked,
                 (false, None) => Status::Ok,
                 (false, Some(_)) => Status::Error,
@@ -933,6 +939,7 @@ mod tests {
             attempt: 1,
             cached_age_ms: None,
             blocked: false,
+            planned: false,
         }
     }
 

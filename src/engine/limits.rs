@@ -63,6 +63,9 @@ pub struct Limits {
     /// together, as canonical JSON. What does not fit becomes an artifact (see
     /// [`ResultPolicy`](crate::ResultPolicy)). At least 200.
     pub max_inline_tokens: usize,
+    /// How long a plan may wait to be applied (key `plan_ttl_s`): apply refuses it afterwards
+    /// (see docs/plans.md).
+    pub plan_ttl: Duration,
 }
 
 impl Default for Limits {
@@ -84,6 +87,7 @@ impl Default for Limits {
             max_variables: 5_000,
             max_memory_mb: 2_048,
             max_inline_tokens: 1_200,
+            plan_ttl: Duration::from_secs(3_600),
         }
     }
 }
@@ -218,6 +222,13 @@ impl Limits {
             "tokens of output handed back inline",
             crate::policy::MIN_INLINE_TOKENS as f64,
         ),
+        capped(
+            "plan_ttl_s",
+            "seconds a plan may wait to be applied",
+            0.001,
+            Limits::MAX_TIMEOUT_S,
+            "a year: a plan that old shows a world long gone",
+        ),
     ];
 
     /// Sets the limit called `name` (a key of [`Limits::KEYS`]) to `value`: a whole number,
@@ -248,7 +259,7 @@ impl Limits {
                 key.max, key.max_reason
             )));
         }
-        if name != "timeout_s" && value.fract() != 0.0 {
+        if !matches!(name, "timeout_s" | "plan_ttl_s") && value.fract() != 0.0 {
             return Err(Error::Limit(format!(
                 "`{name}` takes a whole number, not {value}"
             )));
@@ -294,6 +305,7 @@ impl Limits {
             "max_variables" => Slot::Size(&mut self.max_variables),
             "max_memory_mb" => Slot::Count(&mut self.max_memory_mb),
             "max_inline_tokens" => Slot::Size(&mut self.max_inline_tokens),
+            "plan_ttl_s" => Slot::Seconds(&mut self.plan_ttl),
             _ => unreachable!("every key of KEYS has a field"),
         }
     }

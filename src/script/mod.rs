@@ -79,6 +79,9 @@ struct Executor {
     stop: Mutex<Option<String>>,
     /// The call the run paused at.
     pending: Mutex<Option<PendingCall>>,
+    /// For a pause at a call the applied plan did not plan: the planned call expected there
+    /// (`None`: the plan had no more) and why the run diverged.
+    divergence: Mutex<Option<(Option<Value>, String)>>,
     /// Results of tools with a result policy of their own, by the SHA-256 of their canonical
     /// JSON: the policy and the tool.
     results: Mutex<ToolResults>,
@@ -168,6 +171,14 @@ impl Executor {
                 counts.replayed += 1;
                 counts.effectful_calls += 1;
                 drop(counts);
+                // An applied plan follows its journal as it followed the run.
+                if let Some(applying) = self.ctx.applying() {
+                    if let crate::plan::Next::Planned =
+                        applying.next(&call.tool, &call.args, &call.args_key)
+                    {
+                        applying.made(outcome);
+                    }
+                }
                 return self.written(&call, outcome.clone());
             }
             // Made, and its outcome lost with the process: only a person (or an idempotent
@@ -182,9 +193,31 @@ impl Executor {
                 return Arc::new(Err(self.pause_uncertain(&call, effect, why)));
             }
         }
+        let mut call = call;
+        if let Some(applying) = self.ctx.applying() {
+            match applying.next(&call.tool, &call.args, &call.args_key) {
+                crate::plan::Next::Planned => call.planned = true,
+                crate::plan::Next::Refused(e) => return self.written(&call, Err(e)),
+                crate::plan::Next::Diverges(planned) => {
+                    let approved = journal.as_ref().is_some_and(|j| j.approved(seq));
+                    if !approved {
+                        return Arc::new(Err(self.pause_divergence(&call, effect, planned)));
+                    }
+                }
+            }
+        }
         let result = self.dispatch(call.clone());
+        if let Some(applying) = self.ctx.applying().filter(|_| call.planned) {
+            applying.made(&result);
+        }
         if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
             return Arc::new(Err(self.pause(&call, effect, Awaiting::Approval)));
+        }
+        // A tool that ends a plan ends the run: nothing after it is planned.
+        if let (Err(e), Some(_)) = (&result, self.ctx.planning()) {
+            if e.kind == ErrorKind::PlanIncomplete {
+                return Arc::new(Err(self.stop_with(e.message.clone())));
+            }
         }
         lock(&self.counts).effectful_calls += 1;
         if let Some(journal) = journal {
@@ -264,6 +297,47 @@ impl Executor {
         self.pause_with(call, effect, Awaiting::Resolve, Some(why), &still)
     }
 
+    /// Pauses the applying run at `call`, which is not the plan's next call (`planned`, or
+    /// none left): a person decides whether it is made.
+    fn pause_divergence(
+        &self,
+        call: &Call,
+        effect: Effect,
+        planned: Option<Box<crate::plan::PlannedCall>>,
+    ) -> ToolError {
+        let applying = self.ctx.applying();
+        let expected = match &planned {
+            Some(p) => format!(
+                "the plan's next call is `{}` with {}",
+                p.tool,
+                crate::plan::rhai_literal(&p.args)
+            ),
+            None => "the plan has no more calls".to_string(),
+        };
+        let changed = applying
+            .map(crate::plan::Applying::changed_reads)
+            .unwrap_or_default();
+        let why = if changed.is_empty() {
+            expected.clone()
+        } else {
+            format!(
+                "{expected}; reads whose results changed since the plan: {}",
+                changed.join(", ")
+            )
+        };
+        *lock(&self.divergence) = Some((
+            planned.map(|p| serde_json::to_value(*p).unwrap_or_default()),
+            why.clone(),
+        ));
+        self.pause_with(
+            call,
+            effect,
+            Awaiting::PlanDivergence,
+            None,
+            &format!(": {why}"),
+        )
+    }
+
     /// Whether the tool of `call` redacts values of its arguments.
     fn redacts_args(&self, call: &Call) -> bool {
         self.ctx
@@ -318,6 +392,12 @@ impl Executor {
             }
         }
         pending.read = call.read_at;
+        if let (Awaiting::PlanDivergence, Some((planned, why))) =
+            (awaiting, lock(&self.divergence).take())
+        {
+            pending.planned = Some(planned.unwrap_or(Value::Null));
+            pending.why = Some(why);
+        }
         let asked = self.ctx.take_asked();
         if let (Awaiting::Approval, Some((rule, reason))) = (awaiting, &asked) {
             pending.rule = Some(rule.clone());
@@ -332,6 +412,9 @@ impl Executor {
             (Awaiting::Approval, None) => "waits for a person's approval".to_string(),
             (Awaiting::Resolve, _) => {
                 "was being made when the run's process stopped, and whether it took effect is unknown".to_string()
+            }
+            (Awaiting::PlanDivergence, _) => {
+                "is not the applied plan's next call, and waits for a person's approval".to_string()
             }
         };
         self.stop_with(format!(
@@ -533,6 +616,7 @@ pub(crate) fn execute(
         polls: Mutex::default(),
         stop: Mutex::default(),
         pending: Mutex::default(),
+        divergence: Mutex::default(),
         results: Mutex::default(),
     });
     let exec = Arc::clone(&executor);

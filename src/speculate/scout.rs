@@ -458,6 +458,7 @@ impl Scout {
                         idempotency_key: None,
                         read_at: None,
                         fixture,
+                        planned: false,
                     };
                     out.set(dispatch(&ctx, call).await);
                     ledger.landed(&tool);

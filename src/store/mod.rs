@@ -12,6 +12,8 @@
 mod cache;
 mod catalog;
 mod journal;
+#[cfg(feature = "sqlite")]
+mod plans;
 mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -186,6 +188,76 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn cache_drop(&self, drops: Vec<CacheDrop>) -> StoreFuture<'_, u64> {
         let _ = drops;
         Box::pin(async { Ok(0) })
+    }
+
+    /// Keeps a plan (see docs/plans.md). The default keeps none: a plan is then refused,
+    /// saying so.
+    fn put_plan(&self, plan: StoredPlan) -> StoreFuture<'_, ()> {
+        let _ = plan;
+        Box::pin(async move { Err(Error::store(&self.location(), NO_PLANS, None)) })
+    }
+
+    /// A plan, if the store keeps it.
+    fn plan<'a>(&'a self, plan_id: &'a str) -> StoreFuture<'a, Option<StoredPlan>> {
+        let _ = plan_id;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// The plan run `run_id` applies, if it applies one.
+    fn plan_of_run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<StoredPlan>> {
+        let _ = run_id;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Gives a plan to the run `run_id` that applies it, atomically: `Ok(None)` when it is
+    /// now that run's, `Ok(Some(other))` when run `other` applied it already (nothing
+    /// changes). A plan is applied once.
+    fn claim_plan<'a>(
+        &'a self,
+        plan_id: &'a str,
+        run_id: &'a str,
+    ) -> StoreFuture<'a, Option<String>> {
+        let _ = (plan_id, run_id);
+        Box::pin(async move { Err(Error::store(&self.location(), NO_PLANS, None)) })
+    }
+
+    /// Takes a plan back from the run `run_id` that claimed it, when that run could not start.
+    fn release_plan<'a>(&'a self, plan_id: &'a str, run_id: &'a str) -> StoreFuture<'a, ()> {
+        let _ = (plan_id, run_id);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Why a store that keeps no plans refuses one.
+const NO_PLANS: &str = "this store keeps no plans";
+
+/// A plan as a store keeps it: its id, times, the run that applied it, and the rest as JSON
+/// (the store reads no more of it).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct StoredPlan {
+    /// Its id.
+    pub plan_id: String,
+    /// When it was made, in ms since the Unix epoch.
+    pub created_ms: i64,
+    /// When it expires.
+    pub expires_ms: i64,
+    /// The run that applied it.
+    pub applied_run: Option<String>,
+    /// The whole plan, as JSON.
+    pub body: String,
+}
+
+impl StoredPlan {
+    /// A plan not yet applied.
+    pub fn new(plan_id: String, created_ms: i64, expires_ms: i64, body: String) -> StoredPlan {
+        StoredPlan {
+            plan_id,
+            created_ms,
+            expires_ms,
+            applied_run: None,
+            body,
+        }
     }
 }
 
@@ -402,11 +474,14 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// What a run must wait for to take this verdict.
-    pub fn answers(&self) -> Awaiting {
+    /// Whether a run waiting for `awaiting` takes this verdict.
+    pub fn answers(&self, awaiting: Awaiting) -> bool {
         match self {
-            Verdict::Approve | Verdict::ApproveRule(_) | Verdict::Reject(_) => Awaiting::Approval,
-            Verdict::Done | Verdict::Retry => Awaiting::Resolve,
+            Verdict::Approve | Verdict::Reject(_) => {
+                matches!(awaiting, Awaiting::Approval | Awaiting::PlanDivergence)
+            }
+            Verdict::ApproveRule(_) => awaiting == Awaiting::Approval,
+            Verdict::Done | Verdict::Retry => awaiting == Awaiting::Resolve,
         }
     }
 

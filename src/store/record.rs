@@ -54,6 +54,10 @@ pub enum Awaiting {
     /// A person's word on a call whose outcome was lost (the process died while it ran):
     /// `done` (it took effect) or `retry` (make it again).
     Resolve,
+    /// A person's approval of a call that an applied plan did not plan (another tool, other
+    /// arguments, a call past the plan's end): `approve` makes it, `reject` throws.
+    #[serde(rename = "plan_divergence")]
+    PlanDivergence,
 }
 
 impl Awaiting {
@@ -62,6 +66,7 @@ impl Awaiting {
         match self {
             Awaiting::Approval => "approval",
             Awaiting::Resolve => "resolve",
+            Awaiting::PlanDivergence => "plan_divergence",
         }
     }
 }
@@ -162,6 +167,10 @@ pub struct PendingCall {
     /// `args` shows masked. A decision is journaled against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_args: Option<String>,
+    /// For a call awaiting `plan_divergence`: the planned call the applied plan expected
+    /// there, or `null` when it had no more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Value>,
 }
 
 impl PendingCall {
@@ -185,6 +194,7 @@ impl PendingCall {
             reason: None,
             read: None,
             journal_args: None,
+            planned: None,
         }
     }
 

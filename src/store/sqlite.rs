@@ -13,16 +13,18 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
+use super::plans;
 use super::{
     now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive,
     PageIndex, PruneRule, Pruned, ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
-    Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+    Store, StoreFuture, StoredArtifact, StoredEnd, StoredPlan, TakeDecision, TakeRefused, Verdict,
+    WriteState,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -31,7 +33,7 @@ const APPLICATION_ID: i32 = 0x5453_6372;
 /// The tables a store of any version may hold: a file whose tables are these (with `runs`
 /// among them) and whose `user_version` is a store's, but that has no application id, is a
 /// store written before stores were stamped.
-const STORE_TABLES: [&str; 11] = [
+const STORE_TABLES: [&str; 13] = [
     "runs",
     "writes",
     "artifacts",
@@ -43,6 +45,8 @@ const STORE_TABLES: [&str; 11] = [
     "runs_by_status",
     "cache",
     "cache_by_tool",
+    "plans",
+    "plans_by_run",
 ];
 
 /// A run's input longer than this (in bytes of JSON) is kept as an artifact, which the run's
@@ -132,6 +136,14 @@ CREATE TABLE IF NOT EXISTS cache (
     expires_us INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS cache_by_tool ON cache (tool, scope);
+CREATE TABLE IF NOT EXISTS plans (
+    plan_id TEXT PRIMARY KEY,
+    created_ms INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    applied_run TEXT,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS plans_by_run ON plans (applied_run);
 ";
 
 /// The embedded store: one SQLite file.
@@ -267,7 +279,8 @@ impl SqliteStore {
                         tx.execute_batch("ALTER TABLE writes ADD COLUMN approved_rule TEXT;")?;
                     }
                     // Version 6 keeps the reads a person approved (`approved_reads`, which
-                    // the schema below creates); version 7, cached reads (`cache`, likewise).
+                    // the schema below creates); version 7, cached reads (`cache`, likewise);
+                    // version 8, plans (`plans`).
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
                          PRAGMA application_id = {APPLICATION_ID};"
@@ -581,7 +594,7 @@ impl Store for SqliteStore {
             match (&decision, paused) {
                 (None, None) => {}
                 (Some(d), Some(p))
-                    if p.seq == d.seq && p.read == d.read && p.awaiting == d.verdict.answers() =>
+                    if p.seq == d.seq && p.read == d.read && d.verdict.answers(p.awaiting) =>
                 {
                     if let Some(at) = p.read {
                         let decided =
@@ -866,6 +879,42 @@ impl Store for SqliteStore {
             }
             tx.commit().map_err(|e| fail.of(e))?;
             Ok(dropped)
+        })
+    }
+
+    fn put_plan(&self, plan: StoredPlan) -> StoreFuture<'_, ()> {
+        self.writing(move |conn, fail| plans::put(conn, &plan).map_err(|e| fail.of(e)))
+    }
+
+    fn plan<'a>(&'a self, plan_id: &'a str) -> StoreFuture<'a, Option<StoredPlan>> {
+        let plan_id = plan_id.to_string();
+        self.blocking(move |conn, fail| {
+            plans::get(conn, "plan_id", &plan_id).map_err(|e| fail.of(e))
+        })
+    }
+
+    fn plan_of_run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<StoredPlan>> {
+        let run_id = run_id.to_string();
+        self.blocking(move |conn, fail| {
+            plans::get(conn, "applied_run", &run_id).map_err(|e| fail.of(e))
+        })
+    }
+
+    fn claim_plan<'a>(
+        &'a self,
+        plan_id: &'a str,
+        run_id: &'a str,
+    ) -> StoreFuture<'a, Option<String>> {
+        let (plan_id, run_id) = (plan_id.to_string(), run_id.to_string());
+        self.writing(move |conn, fail| {
+            plans::claim(conn, &plan_id, &run_id).map_err(|e| fail.of(e))
+        })
+    }
+
+    fn release_plan<'a>(&'a self, plan_id: &'a str, run_id: &'a str) -> StoreFuture<'a, ()> {
+        let (plan_id, run_id) = (plan_id.to_string(), run_id.to_string());
+        self.writing(move |conn, fail| {
+            plans::release(conn, &plan_id, &run_id).map_err(|e| fail.of(e))
         })
     }
 }

@@ -114,6 +114,9 @@ pub struct ToolSpec {
     /// For a tool that is not a read: the cached reads its completion makes stale, dropped in
     /// the same scope.
     pub invalidates: Vec<String>,
+    /// How its calls take part in a plan: what a planned call answers, and whether the plan
+    /// stops there (see docs/plans.md).
+    pub plan: crate::plan::PlanSpec,
 }
 
 /// What a tool's body is made of, fingerprinted: a change of it is a change of the catalog a
@@ -154,6 +157,7 @@ impl ToolSpec {
             cache_ttl: None,
             cache_scope: Vec::new(),
             invalidates: Vec::new(),
+            plan: crate::plan::PlanSpec::default(),
         }
     }
 
@@ -471,6 +475,28 @@ impl ToolBuilder {
     /// tool's schemas when the registry is built.
     pub fn redact(mut self, paths: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.spec.redact = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// What a planned call of this tool answers in a plan: a Rhai expression over `args`
+    /// (`#{ refund_id: "planned", amount_cents: args.amount_cents }`), where the string
+    /// `"planned"` stands for a value known only once the call is made (see docs/plans.md).
+    /// Without one, a planned call answers `()`.
+    ///
+    /// # Errors
+    ///
+    /// When `expr` is not one expression that compiles.
+    pub fn plan_result(mut self, expr: &str) -> Result<Self, crate::Error> {
+        let result = crate::plan::PlanResult::compile(expr)
+            .map_err(|message| crate::Error::registry(&self.spec.name, message))?;
+        self.spec.plan.result = Some(result);
+        Ok(self)
+    }
+
+    /// Ends a plan at this tool's first call (`plan_incomplete`): what a script does after it
+    /// depends on what it really does.
+    pub fn plan_stop(mut self) -> Self {
+        self.spec.plan.stop = true;
         self
     }
 

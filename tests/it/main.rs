@@ -51,6 +51,7 @@ mod mcp_server;
 mod meaning;
 mod mistakes;
 mod placed;
+mod plans;
 mod receipts;
 #[cfg(feature = "cli")]
 mod results;
