@@ -28,6 +28,12 @@ enum Command {
     Run(cli::run::Run),
     /// Resume a paused run, or one whose process died: replay it from its journal, then go on.
     Resume(cli::resume::Resume),
+    /// Plan a script: run it with real reads and no other call, and keep every call it would
+    /// make, in order, for a person to read (docs/plans.md).
+    Plan(cli::plan::Plan),
+    /// Apply a plan: run its script for real, making exactly the planned calls; any other
+    /// call waits for a person.
+    Apply(cli::plan::Apply),
     /// Print an artifact exactly as stored (a run's output refers to it), or one of its pages.
     Artifact(cli::artifact::Artifact),
     /// List the store's runs: id, status, start, script, pending call.
@@ -61,6 +67,8 @@ impl Command {
         match self {
             Command::Run(cmd) => cmd.apply().await,
             Command::Resume(cmd) => cmd.apply().await,
+            Command::Plan(cmd) => cmd.apply().await,
+            Command::Apply(cmd) => cmd.apply().await,
             Command::Artifact(cmd) => cmd.apply().await,
             Command::Runs(cmd) => cmd.apply().await,
             Command::Prune(cmd) => cmd.apply().await,

@@ -18,6 +18,7 @@ use toolscript::{
 pub(crate) mod artifact;
 pub(crate) mod bench;
 pub(crate) mod check;
+pub(crate) mod plan;
 pub(crate) mod prune;
 mod report;
 pub(crate) mod resume;

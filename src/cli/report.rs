@@ -98,6 +98,19 @@ fn print_human(outcome: &RunOutcome) {
             outcome.warnings_left_out
         );
     }
+    if !outcome.unapplied.is_empty() {
+        eprintln!(
+            "unapplied: {} planned call(s) the run never reached:",
+            outcome.unapplied.len()
+        );
+        for call in &outcome.unapplied {
+            eprintln!(
+                "  - {} {}",
+                call.tool,
+                for_terminal(&call.args.to_string(), err_terminal)
+            );
+        }
+    }
     let terminal = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
     if let Some(pending) = &outcome.pending {

@@ -116,7 +116,7 @@ impl Run {
 }
 
 /// `--input`: JSON, or `@FILE` for a file of JSON.
-fn read_input(text: &str) -> Result<serde_json::Value, String> {
+pub(super) fn read_input(text: &str) -> Result<serde_json::Value, String> {
     let (json, from) = match text.strip_prefix('@') {
         Some(path) => (
             std::fs::read_to_string(path).map_err(|e| format!("--input {text}: {e}"))?,

@@ -6,6 +6,7 @@ mod command_tool;
 mod files;
 mod guard;
 mod latency;
+mod plans;
 mod script_tool;
 mod secrets;
 
@@ -100,6 +101,12 @@ struct McpEntry {
     /// The reads each tool makes stale, by the server's tool name.
     #[serde(default)]
     invalidates: std::collections::BTreeMap<String, Vec<String>>,
+    /// What each tool answers in a plan, by the server's tool name (`plans.rs`).
+    #[serde(default)]
+    plan_results: std::collections::BTreeMap<String, String>,
+    /// The tools whose first call ends a plan.
+    #[serde(default)]
+    plan_stop: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +152,10 @@ struct ToolEntry {
     /// The cached reads a tool that is not a read makes stale.
     #[serde(default)]
     invalidates: Vec<String>,
+    /// What a planned call answers in a plan (`plans.rs`).
+    plan_result: Option<String>,
+    /// `"stop"`: a plan ends at its first call.
+    plan: Option<String>,
 }
 
 /// Where a tool was declared, for errors found after parsing.
@@ -336,6 +347,8 @@ impl Manifests {
             spec.redact = entry.redact;
             cache::apply_to_server(&mut spec, entry.cache, entry.invalidates)
                 .map_err(|message| error(Some(span.clone()), message))?;
+            plans::apply_to_server(&mut spec, entry.plan_results, entry.plan_stop)
+                .map_err(|message| error(Some(span.clone()), message))?;
             spec.trust_annotations = entry.trust_annotations.unwrap_or(true);
             if let Some(calls) = entry.max_concurrency {
                 if calls == 0 {
@@ -398,10 +411,14 @@ impl Manifests {
                 entry.cache_ttl_s.take(),
                 entry.cache_scope.take(),
                 std::mem::take(&mut entry.invalidates),
+                entry.plan_result.take(),
+                entry.plan.take(),
             );
             let cached = |mut tool: Tool| {
-                let (ttl, scope, invalidates) = cached;
+                let (ttl, scope, invalidates, plan_result, plan) = cached;
                 cache::apply_to_tool(&mut tool.spec, ttl, scope, invalidates)
+                    .map_err(|message| error(Some(span.clone()), message))?;
+                plans::apply_to_tool(&mut tool.spec, plan_result, plan)
                     .map_err(|message| error(Some(span.clone()), message))?;
                 Ok::<Tool, Error>(tool)
             };

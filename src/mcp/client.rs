@@ -171,6 +171,7 @@ pub(crate) async fn connect(
         ("redact", Box::new(spec.redact.keys())),
         ("cache", Box::new(spec.cache_ttl.keys())),
         ("invalidates", Box::new(spec.invalidates.keys())),
+        ("plan_results", Box::new(spec.plan.keys())),
     ] {
         if let Some(unknown) = names.find(|name| !originals.contains(&name.as_str())) {
             let mut known = originals.clone();
@@ -250,6 +251,9 @@ pub(crate) async fn connect(
             }
             if let Some(paths) = spec.redact.get(tool.name.as_ref()) {
                 tool_spec.redact = paths.clone();
+            }
+            if let Some(plan) = spec.plan.get(tool.name.as_ref()) {
+                tool_spec.plan = plan.clone();
             }
             tool_spec.origin = Some(format!("mcp:{}/{}", spec.name, tool.name));
             tool_spec.source = Some(crate::tool::BodySource::McpServer(server.clone()));

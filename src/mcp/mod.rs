@@ -84,6 +84,8 @@ pub struct McpServerSpec {
     /// The cached reads (by their names in the catalog) each tool makes stale, by the
     /// server's tool name.
     pub invalidates: BTreeMap<String, Vec<String>>,
+    /// How each tool takes part in a plan, by the server's tool name (see docs/plans.md).
+    pub plan: BTreeMap<String, crate::plan::PlanSpec>,
 }
 
 impl McpServerSpec {
@@ -114,6 +116,7 @@ impl McpServerSpec {
             cache_ttl: BTreeMap::new(),
             cache_scope: BTreeMap::new(),
             invalidates: BTreeMap::new(),
+            plan: BTreeMap::new(),
         }
     }
 }

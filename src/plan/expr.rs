@@ -12,7 +12,7 @@ use serde_json::Value;
 const MAX_OPERATIONS: u64 = 100_000;
 
 /// How a tool takes part in a plan.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct PlanSpec {
     /// What a planned call of it answers; `None`: `()`.
@@ -27,6 +27,12 @@ pub struct PlanSpec {
 pub struct PlanResult {
     text: Arc<str>,
     ast: Arc<AST>,
+}
+
+impl PartialEq for PlanResult {
+    fn eq(&self, other: &PlanResult) -> bool {
+        self.text == other.text
+    }
 }
 
 impl std::fmt::Debug for PlanResult {
