@@ -538,7 +538,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     if let (Some(planning), Some(seq), Err(e)) = (ctx.planning(), call.seq, &result) {
         if !planning.has(seq) {
             let (shown, _) = shown_args(ctx, &tool, &call);
-            planning.refuse(&tool.spec, seq, shown, e);
+            planning.refuse(seen(&tool.spec, seq, shown), e);
         }
     }
     if let (false, Ok(value)) = (tool.redact.is_empty(), &result) {
@@ -633,8 +633,8 @@ async fn steps(
     if let Some(planning) = planning {
         flight.planned = true;
         let (shown, masked) = shown_args(ctx, tool, call);
-        let seq = call.seq.unwrap_or_default();
-        return planning.plan(spec, seq, &call.args, &call.args_key, shown, masked, asks);
+        let seen = seen(spec, call.seq.unwrap_or_default(), shown);
+        return planning.plan(seen, &call.args, &call.args_key, masked, asks);
     }
     if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, &speculation) {
         let mut nested = lock(&speculation.nested);
@@ -739,6 +739,17 @@ async fn steps(
     };
     // 9. Validate the output.
     result.and_then(|value| checked_output(ctx, tool, value))
+}
+
+/// The call `seq` of `spec`'s tool, as a plan records it.
+fn seen(spec: &crate::tool::ToolSpec, seq: u64, shown: Value) -> crate::plan::Seen<'_> {
+    crate::plan::Seen {
+        tool: &spec.name,
+        effect: spec.effect,
+        settings: &spec.plan,
+        seq,
+        shown,
+    }
 }
 
 /// A call's arguments as a person may read them (in a plan): the values its tool redacts and

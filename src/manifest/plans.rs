@@ -28,9 +28,11 @@ fn settings(tool: &str, result: Option<&str>, plan: Option<&str>) -> Result<Plan
     match plan {
         None => {}
         Some("stop") => settings.stop = true,
-        Some(other) => return Err(format!(
+        Some(other) => {
+            return Err(format!(
             "tool `{tool}`: `plan` takes \"stop\" (the plan ends at its first call), not {other:?}"
-        )),
+        ))
+        }
     }
     Ok(settings)
 }

@@ -27,6 +27,31 @@ pub(super) struct RunScriptArgs {
     pub(super) input: Value,
 }
 
+/// The arguments of `plan_script`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PlanScriptArgs {
+    /// The Rhai script to plan: the whole task, as for `run_script`.
+    pub(super) script: String,
+    /// Dispatch every read in program order; no read starts early.
+    #[serde(default)]
+    pub(super) sequential: bool,
+    /// Any JSON value: the script reads it as `input`.
+    #[serde(default)]
+    pub(super) input: Value,
+}
+
+/// The arguments of `apply_plan`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ApplyPlanArgs {
+    /// The `plan_id` `plan_script` answered with.
+    pub(super) plan_id: String,
+    /// Dispatch every read in program order; no read starts early.
+    #[serde(default)]
+    pub(super) sequential: bool,
+}
+
 /// The arguments of `resume_run`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

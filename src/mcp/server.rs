@@ -1,5 +1,5 @@
 //! The MCP server: `toolscript serve` offers `run_script`, `describe_tools`, `resume_run`,
-//! `list_runs` and `read_artifact` over stdio, and (`http.rs`) over Streamable HTTP, with one
+//! `list_runs`, `read_artifact`, `plan_script` and `apply_plan` over stdio, and (`http.rs`) over Streamable HTTP, with one
 //! handler.
 //!
 //! The tool list is built once, when the server starts, from the runtime's registry:
@@ -29,7 +29,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::formats::{
-    ArtifactRead, DecisionArg, ListRunsArgs, NoArgs, ResumeRunArgs, RunList, RunScriptArgs,
+    ApplyPlanArgs, ArtifactRead, DecisionArg, ListRunsArgs, NoArgs, PlanScriptArgs, ResumeRunArgs,
+    RunList, RunScriptArgs,
 };
 use crate::dispatch::Progress;
 use crate::error::Error;
@@ -50,6 +51,10 @@ const RESUME_RUN: &str = "resume_run";
 const LIST_RUNS: &str = "list_runs";
 /// The tool that reads an artifact.
 const READ_ARTIFACT: &str = "read_artifact";
+/// The tool that plans a script.
+const PLAN_SCRIPT: &str = "plan_script";
+/// The tool that applies a plan.
+const APPLY_PLAN: &str = "apply_plan";
 
 /// The runs a page of `list_runs` holds unless its `limit` says.
 const LIST_RUNS_PAGE: u32 = 50;
@@ -319,6 +324,8 @@ impl Server {
             resume_run_tool(),
             list_runs_tool(),
             read_artifact_tool(),
+            plan_script_tool(),
+            apply_plan_tool(),
         ];
         let inputs = tools
             .iter()
@@ -485,6 +492,47 @@ impl Server {
             .after(args.cursor);
         match store.list_runs(query).await {
             Ok(page) => structured(&bounded(page)),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
+        }
+    }
+
+    async fn plan_script(
+        &self,
+        arguments: Option<JsonObject>,
+        progress: Arc<Progress>,
+    ) -> CallToolResult {
+        let args: PlanScriptArgs = match self.arguments(PLAN_SCRIPT, arguments) {
+            Ok(args) => args,
+            Err(bad) => return bad,
+        };
+        let mut options = RunOptions::with_mode(Mode::sequential_if(args.sequential))
+            .script_name(PLAN_SCRIPT)
+            .progress(progress);
+        if !args.input.is_null() {
+            options = options.input(args.input);
+        }
+        match self.runtime.plan(&args.script, options).await {
+            Ok(planned) => {
+                let answer = crate::plan::answer(&planned.plan, &planned.run.logs);
+                CallToolResult::success(vec![ContentBlock::text(answer.to_string())])
+            }
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
+        }
+    }
+
+    async fn apply_plan(
+        &self,
+        arguments: Option<JsonObject>,
+        progress: Arc<Progress>,
+    ) -> CallToolResult {
+        let args: ApplyPlanArgs = match self.arguments(APPLY_PLAN, arguments) {
+            Ok(args) => args,
+            Err(bad) => return bad,
+        };
+        let options =
+            RunOptions::with_mode(Mode::sequential_if(args.sequential)).progress(progress);
+        match self.runtime.apply(&args.plan_id, options).await {
+            Ok(outcome) => outcome_result(&outcome, false),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
         }
     }
@@ -689,11 +737,20 @@ impl ServerHandler for Server {
             }
             LIST_RUNS => self.list_runs(request.arguments).await,
             READ_ARTIFACT => self.read_artifact(request.arguments).await,
+            PLAN_SCRIPT => {
+                let run = self.plan_script(request.arguments, Arc::clone(&progress));
+                until_cancelled(&context, reporting(&context, progress, run)).await?
+            }
+            APPLY_PLAN => {
+                let run = self.apply_plan(request.arguments, Arc::clone(&progress));
+                until_cancelled(&context, reporting(&context, progress, run)).await?
+            }
             other => {
                 // The MCP specification answers an unknown tool with invalid params.
                 let message = format!(
                     "unknown tool `{other}`: this server offers `{RUN_SCRIPT}`, \
-                     `{DESCRIBE_TOOLS}`, `{RESUME_RUN}`, `{LIST_RUNS}` and `{READ_ARTIFACT}`"
+                     `{DESCRIBE_TOOLS}`, `{RESUME_RUN}`, `{LIST_RUNS}`, `{READ_ARTIFACT}`, \
+                     `{PLAN_SCRIPT}` and `{APPLY_PLAN}`"
                 );
                 return Err(ErrorData::invalid_params(message, None));
             }
@@ -746,6 +803,49 @@ fn resume_run_tool() -> Tool {
     )
     .with_annotations(
         ToolAnnotations::with_title("Resume a paused run")
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true),
+    )
+}
+
+/// `plan_script`: a script planned, its non-read calls listed and none made.
+fn plan_script_tool() -> Tool {
+    Tool::new(
+        PLAN_SCRIPT,
+        "Plan a script without changing anything: it runs with real reads, and no other call is \
+         made; each is listed in order with its arguments (`calls`: tool, args, status \
+         `planned` or `refused`, `asks` where a person would be asked) and answered in the \
+         script with its tool's planned result, where `<from planned #N .field>` stands for a \
+         value known only once call #N is made. Reads after a planned call see the world \
+         without it. Answers `{plan_id, status, calls, value | error, logs, expires_ms}`; a \
+         person reads the plan, and `apply_plan` makes exactly those calls.",
+        schema::input::<PlanScriptArgs>(),
+    )
+    .with_annotations(
+        ToolAnnotations::with_title("Plan a script")
+            .read_only(true)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(true),
+    )
+}
+
+/// `apply_plan`: a plan made, exactly.
+fn apply_plan_tool() -> Tool {
+    Tool::new(
+        APPLY_PLAN,
+        "Apply a plan `plan_script` made, once: its script runs for real and makes exactly the \
+         planned calls, in order, with the approvals they need given by applying the plan (a \
+         person's decision: apply a plan a person has read). A call the plan did not plan \
+         (the world changed, or the script took another branch) pauses the run with `awaiting: \
+         \"plan_divergence\"` and is made only if a person approves it (`resume_run`). Answers \
+         like `run_script`, with `unapplied`: planned calls the run never reached.",
+        schema::input::<ApplyPlanArgs>(),
+    )
+    .with_annotations(
+        ToolAnnotations::with_title("Apply a plan")
             .read_only(false)
             .destructive(true)
             .idempotent(false)

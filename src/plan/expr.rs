@@ -80,11 +80,12 @@ impl PlanResult {
     /// Its value for a call with `args`, as JSON.
     pub(crate) fn eval(&self, args: &Value) -> Result<Value, String> {
         let mut scope = Scope::new();
-        scope.push_dynamic("args", crate::engine::to_dynamic(args));
+        let args = rhai::serde::to_dynamic(args).map_err(|e| format!("its arguments: {e}"))?;
+        scope.push_dynamic("args", args);
         let value = engine()
             .eval_ast_with_scope::<Dynamic>(&mut scope, &self.ast)
             .map_err(|e| format!("its `plan_result` ({}) failed: {e}", self.text))?;
-        crate::engine::to_json(&value)
+        rhai::serde::from_dynamic::<Value>(&value)
             .map_err(|e| format!("its `plan_result` ({}) has no JSON form: {e}", self.text))
     }
 }

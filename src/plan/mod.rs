@@ -187,6 +187,22 @@ impl Plan {
     }
 }
 
+/// A plan as an MCP client receives it: what a person reads to decide, without the script,
+/// its input, the catalog or the reads' hashes (the store keeps them).
+pub(crate) fn answer(plan: &Plan, logs: &[String]) -> Value {
+    serde_json::json!({
+        "plan_id": plan.plan_id,
+        "status": plan.status,
+        "calls": plan.calls,
+        "value": plan.value,
+        "error": plan.error,
+        "logs": logs,
+        "reads": plan.reads.len(),
+        "expires_ms": plan.expires_ms,
+        "note": WORLD_AS_IT_IS,
+    })
+}
+
 /// What every plan says of itself.
 pub const WORLD_AS_IT_IS: &str = "reads after a planned call see the world without it: the plan shows what the script would do against the world as it is now";
 
@@ -307,70 +323,83 @@ fn digest(key: &[u8; 32], args_key: &str) -> String {
     format!("hmac:{}", crate::json::hmac_sha256_hex(key, args_key))
 }
 
+/// One of the script's non-read calls, as a plan records it.
+pub(crate) struct Seen<'a> {
+    /// Its tool's name and effect, and how the tool takes part in plans.
+    pub(crate) tool: &'a str,
+    pub(crate) effect: Effect,
+    pub(crate) settings: &'a PlanSpec,
+    /// Its place among the script's non-read calls.
+    pub(crate) seq: u64,
+    /// Its arguments as a person may read them (secrets and redacted values masked).
+    pub(crate) shown: Value,
+}
+
 impl Planning {
-    /// Records the script's non-read call `seq` of `tool` as planned, and what the script is
-    /// given in its place: the tool's `plan_result` with its unknowns as markers. `shown`: the
-    /// arguments as a person may read them; `masked`: whether they differ from the call's
-    /// (then apply matches a keyed digest). `asks`: what a run would ask a person.
+    /// Records `call` as planned, and gives what the script is given in its place: its
+    /// tool's `plan_result` over `args` (canonical form `args_key`), its unknowns as markers.
+    /// `masked`: whether the shown arguments differ from the call's (then apply matches a
+    /// keyed digest). `asks`: what a run would ask a person.
     ///
     /// # Errors
     ///
     /// `plan_incomplete` when the tool ends the plan; `internal` when its `plan_result` fails.
     pub(crate) fn plan(
         &self,
-        spec: &crate::tool::ToolSpec,
-        seq: u64,
+        call: Seen<'_>,
         args: &Value,
         args_key: &str,
-        shown: Value,
         masked: bool,
         asks: Option<String>,
     ) -> Result<Value, ToolError> {
-        let result = match &spec.plan.result {
+        let Seen {
+            tool,
+            effect,
+            settings,
+            seq,
+            shown,
+        } = call;
+        let result = match &settings.result {
             Some(expr) => expr.eval(args).map(|value| mark_unknowns(value, seq)),
             None => Ok(Value::Null),
         };
-        let digest = masked.then(|| self.key.as_deref().map(|k| digest(k, args_key)));
-        let call = PlannedCall {
+        let digest = masked.then(|| {
+            self.key
+                .as_deref()
+                .map_or_else(|| "unmatchable".to_string(), |k| digest(k, args_key))
+        });
+        lock(&self.calls).push(PlannedCall {
             seq,
-            tool: spec.name.clone(),
-            effect: spec.effect,
+            tool: tool.to_string(),
+            effect,
             args: shown,
-            digest: digest.map(|d| d.unwrap_or_else(|| "unmatchable".into())),
+            digest,
             status: CallStatus::Planned,
             result: result.clone().unwrap_or(Value::Null),
             error: None,
             asks,
-            stop: spec.plan.stop,
-        };
-        lock(&self.calls).push(call);
-        if spec.plan.stop {
+            stop: settings.stop,
+        });
+        if settings.stop {
             self.stopped.store(true, Ordering::SeqCst);
             return Err(ToolError::new(
                 ErrorKind::PlanIncomplete,
                 format!(
-                    "`{}` ends the plan (`plan = \"stop\"`): what the script does after it depends on what it really does",
-                    spec.name
+                    "`{tool}` ends the plan (`plan = \"stop\"`): what the script does after it depends on what it really does"
                 ),
             )
             .with_recoverable(false));
         }
-        result.map_err(|why| ToolError::internal(format!("`{}`: {why}", spec.name)))
+        result.map_err(|why| ToolError::internal(format!("`{tool}`: {why}")))
     }
 
-    /// Records the script's non-read call `seq` as refused with `error`.
-    pub(crate) fn refuse(
-        &self,
-        spec: &crate::tool::ToolSpec,
-        seq: u64,
-        shown: Value,
-        error: &ToolError,
-    ) {
+    /// Records `call` as refused with `error`.
+    pub(crate) fn refuse(&self, call: Seen<'_>, error: &ToolError) {
         lock(&self.calls).push(PlannedCall {
-            seq,
-            tool: spec.name.clone(),
-            effect: spec.effect,
-            args: shown,
+            seq: call.seq,
+            tool: call.tool.to_string(),
+            effect: call.effect,
+            args: call.shown,
             digest: None,
             status: CallStatus::Refused,
             result: Value::Null,

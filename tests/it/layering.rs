@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "effect", "json", "sync", "schema", "rhai_ast"],
     &["children", "secrets"],
     &["store"],
-    &["policy", "guard"],
+    &["policy", "guard", "plan"],
     &["tool"],
     &["files", "commands"],
     &["dispatch"],

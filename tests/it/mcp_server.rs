@@ -252,7 +252,9 @@ fn inspector_lists_the_tools_with_the_api_in_run_script() {
             "describe_tools",
             "resume_run",
             "list_runs",
-            "read_artifact"
+            "read_artifact",
+            "plan_script",
+            "apply_plan"
         ]
     );
 
@@ -435,7 +437,9 @@ async fn rust_client_session() {
             "describe_tools",
             "resume_run",
             "list_runs",
-            "read_artifact"
+            "read_artifact",
+            "plan_script",
+            "apply_plan"
         ]
     );
     let run_script = &tools[0];
@@ -526,6 +530,72 @@ async fn rust_client_session() {
         .expect("text content");
     assert_eq!(text, demo_runtime().describe(Format::Rhai));
 
+    client.cancel().await.expect("the session closes");
+}
+
+/// `plan_script` lists the demo triage's calls without making one; `apply_plan` makes exactly
+/// them (its outcome's effects are the planned calls, in order), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_script_then_apply_plan_over_mcp() {
+    tokio::time::timeout(DEADLINE, plan_session())
+        .await
+        .expect("the MCP session finished in time");
+}
+
+async fn plan_session() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let client = serve_session(&[], &dir.path().join("store.sqlite3")).await;
+    let demo = std::fs::read_to_string("scripts/demo.rhai").unwrap();
+    let call = |tool: &'static str, args: Value| {
+        let client = &client;
+        async move {
+            client
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments(args)))
+                .await
+                .unwrap_or_else(|e| panic!("{tool}: {e:?}"))
+        }
+    };
+    let planned = call("plan_script", json!({"script": demo})).await;
+    assert_ne!(planned.is_error, Some(true), "{planned:?}");
+    let text = planned.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap();
+    let plan: Value = serde_json::from_str(&text).expect("the plan is JSON");
+    let calls: Vec<(String, Value)> = plan["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["tool"].as_str().unwrap().to_string(), c["args"].clone()))
+        .collect();
+    assert!(calls.len() >= 3, "{plan}");
+    assert!(plan["note"].as_str().unwrap().contains("world without it"));
+    let plan_id = plan["plan_id"].as_str().unwrap().to_string();
+    let applied = call("apply_plan", json!({"plan_id": plan_id})).await;
+    let outcome = wire(&applied);
+    let outcome = &outcome["structuredContent"];
+    assert_eq!(outcome["status"], json!("completed"), "{outcome}");
+    let effects: Vec<(String, Value)> = outcome["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["tool"].as_str().unwrap().to_string(), e["args"].clone()))
+        .collect();
+    let planned_tools: Vec<&str> = calls.iter().map(|(t, _)| t.as_str()).collect();
+    let made_tools: Vec<&str> = effects.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(made_tools, planned_tools);
+    // Arguments without markers are the same; the one with a marker got the real refund id.
+    for ((tool, planned), (_, made)) in calls.iter().zip(&effects) {
+        if !planned.to_string().contains("<from planned #") {
+            assert_eq!(planned, made, "{tool}");
+        } else {
+            assert!(!made.to_string().contains("<from planned"), "{made}");
+        }
+    }
+    let again = call("apply_plan", json!({"plan_id": plan_id})).await;
+    assert_eq!(again.is_error, Some(true));
+    let text = again.content[0].as_text().map(|t| t.text.clone()).unwrap();
+    assert!(text.contains("applied already"), "{text}");
     client.cancel().await.expect("the session closes");
 }
 
