@@ -25,6 +25,8 @@ use toolscript::{
 struct World {
     orders: BTreeMap<i64, (i64, &'static str)>,
     made: Vec<(String, Value)>,
+    /// When set, a write tells it when its body starts, then takes 100 ms.
+    started: Option<Arc<tokio::sync::Notify>>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -74,11 +76,18 @@ fn tools(world: &Shared) -> Vec<Tool> {
     let write = |name: &'static str, answer: fn(usize, &Value) -> Value| {
         let world = Arc::clone(world);
         move |args: Value| {
-            let mut w = world.lock().unwrap();
-            w.made.push((name.to_string(), args.clone()));
-            let n = w.made.len();
-            let answer = answer(n, &args);
-            async move { Ok(answer) }
+            let started = world.lock().unwrap().started.clone();
+            let world = Arc::clone(&world);
+            async move {
+                if let Some(started) = started {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let mut w = world.lock().unwrap();
+                w.made.push((name.to_string(), args.clone()));
+                let n = w.made.len();
+                Ok(answer(n, &args))
+            }
         }
     };
     vec![
@@ -579,4 +588,169 @@ async fn the_guard_refuses_and_asks_in_a_plan_as_in_a_run_and_apply_gives_what_i
     );
     let tools: Vec<String> = made(&s.world).into_iter().map(|(t, _)| t).collect();
     assert_eq!(tools, ["issue_refund", "notify", "issue_refund", "notify"]);
+}
+
+/// Apply is a durable run: its future dropped while a planned write runs (its caller went
+/// away), the run is interrupted; a resume goes on applying the plan, the journal answering
+/// the write already made, so that every planned call is made once and later markers stand
+/// for what it really returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_apply_resumes_and_makes_each_planned_call_once() {
+    let s = setup();
+    let plan = s
+        .runtime
+        .plan(TRIAGE, RunOptions::default())
+        .await
+        .unwrap()
+        .plan;
+    let started = Arc::new(tokio::sync::Notify::new());
+    s.world.lock().unwrap().started = Some(Arc::clone(&started));
+    {
+        let apply = s.runtime.apply(&plan.plan_id, RunOptions::default());
+        tokio::pin!(apply);
+        tokio::select! {
+            outcome = &mut apply => panic!("the apply ended before its first write began: {outcome:?}"),
+            () = started.notified() => {}
+        }
+        // The apply's future is dropped here, mid-call.
+    }
+    let store = s.runtime.store().unwrap();
+    let runs = store
+        .list_runs(toolscript::RunQuery::first(10))
+        .await
+        .unwrap()
+        .runs;
+    assert_eq!(runs.len(), 1);
+    let id = runs[0].run_id.clone();
+    let mut status = runs[0].status;
+    // Waits (up to a minute, not a timed assertion) for the run's end to be recorded.
+    for _ in 0..6000 {
+        status = store.run(&id).await.unwrap().unwrap().status;
+        if status != RunStatus::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, RunStatus::Interrupted);
+    s.world.lock().unwrap().started = None;
+    let done = s
+        .runtime
+        .resume(&id, None, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+    assert_eq!(
+        made(&s.world),
+        vec![
+            (
+                "issue_refund".into(),
+                json!({"order_id": 1, "amount_cents": 719})
+            ),
+            (
+                "notify".into(),
+                json!({"text": "refunded rf_1 for order 1", "refund": "rf_1"})
+            ),
+            (
+                "issue_refund".into(),
+                json!({"order_id": 3, "amount_cents": 2500})
+            ),
+            (
+                "notify".into(),
+                json!({"text": "refunded rf_3 for order 3", "refund": "rf_3"})
+            ),
+        ]
+    );
+    assert!(done.unapplied.is_empty());
+}
+
+/// A planned call whose arguments hold a value a tool redacts is shown and kept masked (the
+/// store's files never hold it), and apply matches it by its keyed digest: the same value is
+/// the planned call, another one diverges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redacted_arguments_are_kept_masked_and_matched_by_digest() {
+    const CARD: &str = "4111-SENTINEL-2222-9c1d";
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let card = Arc::new(Mutex::new(CARD.to_string()));
+    let charged: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let get_card = {
+        let card = Arc::clone(&card);
+        Tool::builder("get_card", Effect::Read)
+            .redact(["result.number"])
+            .handler(move |_: Value| {
+                let number = card.lock().unwrap().clone();
+                async move { Ok(json!({ "number": number })) }
+            })
+    };
+    let charge = {
+        let charged = Arc::clone(&charged);
+        Tool::builder("charge", Effect::Write)
+            .redact(["args.card"])
+            .plan_result(r#"#{ charge_id: "planned" }"#)
+            .unwrap()
+            .handler(move |args: Value| {
+                charged.lock().unwrap().push(args);
+                async move { Ok(json!({"charge_id": "ch_1"})) }
+            })
+    };
+    let registry = Registry::builder()
+        .tool(get_card)
+        .tool(charge)
+        .build()
+        .unwrap();
+    let runtime = Runtime::builder(registry)
+        .store(Arc::new(SqliteStore::open(&path).unwrap()))
+        .build();
+    let script = "let c = get_card(#{}); charge(#{ card: c.number, cents: 500 }).charge_id";
+    let plan = runtime
+        .plan(script, RunOptions::default())
+        .await
+        .unwrap()
+        .plan;
+    assert_eq!(
+        plan.calls[0].args,
+        json!({"card": "[redacted]", "cents": 500})
+    );
+    assert!(plan.calls[0]
+        .digest
+        .as_deref()
+        .unwrap()
+        .starts_with("hmac:"));
+    assert!(!plan.to_json().to_string().contains(CARD));
+    let holds_card = || {
+        std::fs::read_dir(dir.path()).unwrap().any(|entry| {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            bytes.windows(CARD.len()).any(|w| w == CARD.as_bytes())
+        })
+    };
+    assert!(!holds_card(), "the store's files hold the redacted value");
+    let outcome = runtime
+        .apply(&plan.plan_id, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(outcome.result.as_ref().unwrap(), &json!("ch_1"));
+    assert_eq!(
+        charged.lock().unwrap().clone(),
+        [json!({"card": CARD, "cents": 500})]
+    );
+    assert!(!holds_card(), "the store's files hold the redacted value");
+    // The card changed between plan and apply: the charge diverges.
+    let plan = runtime
+        .plan(script, RunOptions::default())
+        .await
+        .unwrap()
+        .plan;
+    *card.lock().unwrap() = "5500-OTHER-CARD-0000".into();
+    let outcome = runtime
+        .apply(&plan.plan_id, RunOptions::default())
+        .await
+        .unwrap();
+    let pending = outcome.pending.expect("the run diverged");
+    assert_eq!(pending.awaiting, Awaiting::PlanDivergence);
+    assert_eq!(pending.args["card"], json!("[redacted]"));
+    assert_eq!(
+        charged.lock().unwrap().len(),
+        1,
+        "nothing unplanned was made"
+    );
 }
