@@ -629,8 +629,11 @@ async fn steps(
         None => ctx.budget.charge(now)?,
         Some(_) => ctx.budget.charge_speculative(now)?,
     };
-    // A plan records the call and answers it with the tool's `plan_result`.
+    // A plan records the call and answers it with the tool's `plan_result`: held to the
+    // tool's input schema first, and seen by the repeat guard, as the call would be.
     if let Some(planning) = planning {
+        schema::check_input(tool, &call.args)?;
+        ctx.repeat.record(spec, &call.args_key);
         flight.planned = true;
         let (shown, masked) = shown_args(ctx, tool, call);
         let seen = seen(spec, call.seq.unwrap_or_default(), shown);

@@ -170,7 +170,7 @@ fn random_catalog() -> Runtime {
     Runtime::new(Registry::builder().tools(random_tools()).build().unwrap())
 }
 
-fn random_tools() -> Vec<Tool> {
+pub(crate) fn random_tools() -> Vec<Tool> {
     random_tools_with(false)
 }
 
@@ -274,7 +274,7 @@ fn random_tools_with(cache: bool) -> Vec<Tool> {
 /// A random script: statements over reads, writes, conditions, loops and try/catch, reads
 /// whose arguments are interpolated or concatenated from other reads, and a map `m` keyed by
 /// read fields (the scout's deferred values).
-fn script_strategy() -> impl Strategy<Value = String> {
+pub(crate) fn script_strategy() -> impl Strategy<Value = String> {
     scripts_with(false, false)
 }
 
@@ -482,7 +482,7 @@ fn edge_runtime(tools: Vec<Tool>, failures: u32, max_calls: u64) -> Runtime {
 
 /// An async runtime of two workers, and a property runner of `TOOLSCRIPT_PROPTEST_CASES`
 /// cases (default 200).
-fn property_runner() -> (tokio::runtime::Runtime, TestRunner) {
+pub(crate) fn property_runner() -> (tokio::runtime::Runtime, TestRunner) {
     let cases = std::env::var("TOOLSCRIPT_PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())

@@ -754,3 +754,83 @@ async fn redacted_arguments_are_kept_masked_and_matched_by_digest() {
         "nothing unplanned was made"
     );
 }
+
+/// The top-level non-read calls of a run's receipts that `keep` keeps: tool and the hash of
+/// the arguments.
+fn top_calls(
+    outcome: &toolscript::RunOutcome,
+    keep: impl Fn(&toolscript::receipts::Receipt) -> bool,
+) -> Vec<(String, String)> {
+    outcome
+        .receipts
+        .iter()
+        .filter(|r| r.parent.is_none() && r.effect != Effect::Read && keep(r))
+        .map(|r| (r.tool.clone(), r.args_sha256.clone()))
+        .collect()
+}
+
+/// Random scripts (reads, writes, composites, failures, branches on what writes changed):
+/// planned sequentially and speculatively, each on a fresh world, give the same plan; applied,
+/// each mode makes the same calls; and an apply never makes a call the plan did not plan: what
+/// it makes is the start of the planned calls, in order, and the rest is `unapplied` or waits
+/// at a divergence.
+#[test]
+fn random_scripts_plan_and_apply_the_same_in_both_modes_and_never_beyond_the_plan() {
+    use proptest::prelude::*;
+    let (rt, mut runner) = crate::equivalence::property_runner();
+    let result = runner.run(&crate::equivalence::script_strategy(), |script| {
+        let mut seen = Vec::new();
+        for mode in [Mode::Sequential, Mode::Speculative] {
+            let dir = TempDir::new().unwrap();
+            let runtime = Runtime::builder(
+                Registry::builder()
+                    .tools(crate::equivalence::random_tools())
+                    .build()
+                    .unwrap(),
+            )
+            .store(Arc::new(
+                SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap(),
+            ))
+            .build();
+            let (planned, applied) = rt.block_on(async {
+                let planned = runtime.plan(&script, mode_options(mode)).await.unwrap();
+                let applied = runtime
+                    .apply(&planned.plan.plan_id, mode_options(mode))
+                    .await
+                    .unwrap();
+                (planned, applied)
+            });
+            let plan_calls = top_calls(&planned.run, |r| r.status == Status::Planned);
+            let made = top_calls(&applied, |r| r.attempt > 0);
+            prop_assert!(
+                made.len() <= plan_calls.len() && made[..] == plan_calls[..made.len()],
+                "{mode:?}: the apply made {made:?}, beyond the plan {plan_calls:?}\n{script}"
+            );
+            if applied.pending.is_none() {
+                prop_assert_eq!(made.len() + applied.unapplied.len(), plan_calls.len());
+            } else {
+                let pending = applied.pending.as_ref().unwrap();
+                prop_assert_eq!(pending.awaiting, Awaiting::PlanDivergence, "{}", script);
+            }
+            let plan = &planned.plan;
+            let calls: Vec<(String, Value, CallStatus)> = plan
+                .calls
+                .iter()
+                .map(|c| (c.tool.clone(), c.args.clone(), c.status))
+                .collect();
+            seen.push((
+                calls,
+                plan.value.clone(),
+                plan.error.as_ref().map(|e| e["kind"].clone()),
+                made,
+                applied.pending.map(|p| (p.tool, p.args)),
+                applied.unapplied.len(),
+            ));
+        }
+        prop_assert_eq!(&seen[0], &seen[1], "{}", script);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
