@@ -806,11 +806,13 @@ fn random_scripts_plan_and_apply_the_same_in_both_modes_and_never_beyond_the_pla
                 made.len() <= plan_calls.len() && made[..] == plan_calls[..made.len()],
                 "{mode:?}: the apply made {made:?}, beyond the plan {plan_calls:?}\n{script}"
             );
-            if applied.pending.is_none() {
-                prop_assert_eq!(made.len() + applied.unapplied.len(), plan_calls.len());
-            } else {
-                let pending = applied.pending.as_ref().unwrap();
-                prop_assert_eq!(pending.awaiting, Awaiting::PlanDivergence, "{}", script);
+            match &applied.pending {
+                None => {
+                    prop_assert_eq!(made.len() + applied.unapplied.len(), plan_calls.len());
+                }
+                Some(pending) => {
+                    prop_assert_eq!(pending.awaiting, Awaiting::PlanDivergence, "{}", script);
+                }
             }
             let plan = &planned.plan;
             let calls: Vec<(String, Value, CallStatus)> = plan
