@@ -93,7 +93,7 @@ impl clap::Args for LimitsArg {
             command.arg(
                 clap::Arg::new(key.name)
                     .long(key.name.replace('_', "-"))
-                    .value_name(if key.name == "timeout_s" { "S" } else { "N" })
+                    .value_name(if key.name.ends_with("_s") { "S" } else { "N" })
                     .value_parser(clap::value_parser!(f64))
                     .allow_negative_numbers(true)
                     .help(if key.max < 2f64.powi(53) {

@@ -80,3 +80,57 @@ pub(super) fn release(conn: &Connection, plan_id: &str, run_id: &str) -> rusqlit
     )
     .map(drop)
 }
+
+/// Forgets the plans that expired before `now_ms` and that no kept run applies (a run applying
+/// one goes on applying it when resumed).
+pub(super) fn prune(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
+    conn.execute(
+        "DELETE FROM plans WHERE expires_ms <= ?1 AND (applied_run IS NULL OR NOT EXISTS \
+         (SELECT 1 FROM runs WHERE runs.run_id = plans.applied_run))",
+        [now_ms],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY); \
+             CREATE TABLE plans (plan_id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL, \
+             expires_ms INTEGER NOT NULL, applied_run TEXT, body TEXT NOT NULL);",
+        )
+        .unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_plan_is_claimed_once_and_pruned_once_expired_and_unused() {
+        let mut conn = table();
+        for (id, expires) in [("a", 10), ("b", 10), ("c", 100)] {
+            put(&conn, &StoredPlan::new(id.into(), 0, expires, "{}".into())).unwrap();
+        }
+        assert_eq!(claim(&mut conn, "a", "r1").unwrap(), None);
+        assert_eq!(claim(&mut conn, "a", "r2").unwrap(), Some("r1".into()));
+        assert_eq!(claim(&mut conn, "gone", "r2").unwrap(), Some(String::new()));
+        assert_eq!(
+            get(&conn, "applied_run", "r1").unwrap().unwrap().plan_id,
+            "a"
+        );
+        release(&conn, "a", "r2").unwrap();
+        assert_eq!(
+            get(&conn, "plan_id", "a").unwrap().unwrap().applied_run,
+            Some("r1".into())
+        );
+        conn.execute("INSERT INTO runs VALUES ('r1')", []).unwrap();
+        // `a` is expired but its run is kept; `b` is expired and unused; `c` waits.
+        assert_eq!(prune(&conn, 50).unwrap(), 1);
+        assert!(get(&conn, "plan_id", "b").unwrap().is_none());
+        conn.execute("DELETE FROM runs", []).unwrap();
+        assert_eq!(prune(&conn, 50).unwrap(), 1);
+        assert!(get(&conn, "plan_id", "a").unwrap().is_none());
+        assert!(get(&conn, "plan_id", "c").unwrap().is_some());
+    }
+}

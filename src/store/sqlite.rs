@@ -1537,6 +1537,7 @@ fn prune(
             .map_err(|e| fail.of(e))? as u64;
     } else {
         pruned.cache_entries = conn.execute(expired, [now_us()]).map_err(|e| fail.of(e))? as u64;
+        plans::prune(conn, now_ms()).map_err(|e| fail.of(e))?;
     }
     if rule.statuses.is_empty() {
         pruned.bytes_after = pruned.bytes_before;
