@@ -843,3 +843,58 @@ fn random_scripts_plan_and_apply_the_same_in_both_modes_and_never_beyond_the_pla
         panic!("{e}");
     }
 }
+
+/// The command line: `plan` prints one planned call a line and keeps the plan; `apply` makes
+/// exactly those calls (exit 0); a second `apply` is refused (exit 2, naming the run);
+/// `plan --no-store` says its plan cannot be applied.
+#[cfg(feature = "cli")]
+#[test]
+fn plan_then_apply_on_the_command_line() {
+    use crate::cli::toolscript;
+    let dir = TempDir::new().unwrap();
+    let store = dir.path().join("store.sqlite3");
+    let store = store.to_str().unwrap();
+    let planned = toolscript(&["plan", "scripts/demo.rhai", "--store", store]);
+    assert_eq!(planned.code, 0, "{planned:?}");
+    assert!(
+        planned
+            .stdout
+            .contains("+ issue_refund #{ amount_cents: 719, order_id: 1701"),
+        "{planned:?}"
+    );
+    assert!(
+        planned.stdout.contains("<from planned #1 .refund_id>"),
+        "{planned:?}"
+    );
+    let json = toolscript(&["plan", "scripts/demo.rhai", "--store", store, "--json"]);
+    let plan: Value = serde_json::from_str(&json.stdout).unwrap();
+    let planned_tools: Vec<&str> = plan["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tool"].as_str().unwrap())
+        .collect();
+    let id = plan["plan_id"].as_str().unwrap();
+    let applied = toolscript(&["apply", id, "--store", store, "--json"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    let outcome: Value = serde_json::from_str(&applied.stdout).unwrap();
+    let made: Vec<&str> = outcome["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(made, planned_tools);
+    let again = toolscript(&["apply", id, "--store", store]);
+    assert_eq!(again.code, 2, "{again:?}");
+    assert!(again.stderr.contains("applied already"), "{again:?}");
+    let throwaway = toolscript(&["plan", "scripts/demo.rhai", "--no-store"]);
+    assert_eq!(throwaway.code, 0, "{throwaway:?}");
+    assert!(
+        throwaway.stderr.contains("cannot be applied"),
+        "{throwaway:?}"
+    );
+    let unknown = toolscript(&["apply", "pnope", "--store", store]);
+    assert_eq!(unknown.code, 2, "{unknown:?}");
+    assert!(unknown.stderr.contains("no such plan"), "{unknown:?}");
+}
