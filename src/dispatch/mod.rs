@@ -685,16 +685,17 @@ async fn steps(
     // tool's own work; then run the body under its timeout, catching panics, retrying where
     // the policy allows.
     let work = async {
-        // A free slot is taken at once; only a wait for one needs the deadline's timer.
-        let slot = match Arc::clone(&tool.slots).try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
+        // A free slot is taken at once; only a wait for one needs the deadline's timer. The
+        // executor's calls go first: a speculative call never keeps one waiting for a slot.
+        let speculative = speculation.is_some();
+        let slot = match tool.slots.try_take(speculative) {
+            Some(slot) => slot,
+            None => {
                 let slot = tokio::time::timeout(
                     ctx.budget.remaining(Instant::now()),
-                    Arc::clone(&tool.slots).acquire_owned(),
+                    tool.slots.take(speculative),
                 );
-                // The semaphore is never closed: only the deadline ends the wait.
-                let Ok(Ok(slot)) = slot.await else {
+                let Ok(slot) = slot.await else {
                     return Err(ctx.budget.past_deadline());
                 };
                 slot

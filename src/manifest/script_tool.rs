@@ -41,7 +41,7 @@ impl ScriptHost {
             engine,
             limits,
             state: RwLock::default(),
-            slots: Arc::new(tokio::sync::Semaphore::new(ScriptPool::threads())),
+            slots: crate::tool::SlotPool::new(ScriptPool::threads()),
         }
     }
 

@@ -197,10 +197,7 @@ pub(crate) async fn connect(
         guard: Mutex::new(Some(guard)),
         faults,
     });
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        spec.max_concurrency
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let slots = crate::tool::SlotPool::new(spec.max_concurrency.max(1));
     let tools = listed
         .iter()
         .zip(names)

@@ -5,6 +5,7 @@ mod cache;
 mod describe;
 mod fingerprint;
 mod registry;
+mod slots;
 
 pub(crate) use cache::ScopePath;
 pub(crate) use describe::describe;
@@ -37,8 +38,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default number of calls of one tool that may run at once.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 32;
 
-/// Slots shared by the tools of one resource: at most so many of their calls run at once.
-pub(crate) type Slots = Arc<tokio::sync::Semaphore>;
+pub(crate) use slots::{SlotPool, Slots};
 
 /// Whether a call of a tool waits for a person's yes.
 #[derive(

@@ -547,12 +547,9 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
             ));
         }
     }
-    let slots = tool.slots.unwrap_or_else(|| {
-        std::sync::Arc::new(tokio::sync::Semaphore::new(
-            spec.max_concurrency
-                .min(tokio::sync::Semaphore::MAX_PERMITS),
-        ))
-    });
+    let slots = tool
+        .slots
+        .unwrap_or_else(|| super::SlotPool::new(spec.max_concurrency));
     Ok(RegisteredTool {
         name: Arc::from(spec.name.as_str()),
         spec,

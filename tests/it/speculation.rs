@@ -558,3 +558,44 @@ async fn the_retries_of_a_fan_out_are_started_early_each_after_its_failure() {
     );
     assert_eq!(outcome.stats.speculative_wasted, 0, "{:?}", outcome.stats);
 }
+
+/// Read composites whose nested calls share one slot of their tool: sequentially each fits in
+/// its timeout; speculatively they start together, and a composite whose nested calls waited
+/// for the slot runs out of time. A speculative call that timed out is never claimed (the
+/// executor makes it itself): both modes give every value, and the breaker stays closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speculative_call_that_timed_out_is_never_claimed() {
+    let tools = || {
+        let step = Tool::builder("step", Effect::Read)
+            .max_concurrency(1)
+            .handler(|args: serde_json::Value| async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok(args["n"].clone())
+            });
+        let three = Tool::builder("three", Effect::Read)
+            .nested(["step"])
+            .timeout(Duration::from_millis(80))
+            .composite(|args, ctx| async move {
+                let mut sum = 0;
+                for i in 0..3 {
+                    let n = ctx
+                        .call(
+                            "step",
+                            json!({"n": args["n"].as_i64().unwrap_or(0) * 10 + i}),
+                        )
+                        .await?;
+                    sum += n.as_i64().unwrap_or(0);
+                }
+                Ok(json!(sum))
+            });
+        vec![step, three]
+    };
+    for composites in [6, 16] {
+        let script = format!(
+            "let out = [];\nfor i in 0..{composites} {{ try {{ out.push(three(#{{n: i}})); }} catch (e) {{ out.push(e.kind); }} }}\nout"
+        );
+        let observed = same_in_both_modes(&tools, Limits::default(), &script).await;
+        let expected: Vec<i64> = (0..composites).map(|i| 30 * i + 3).collect();
+        assert_eq!(observed["result"]["value"], json!(expected), "{composites}");
+    }
+}
