@@ -122,8 +122,9 @@ pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{prune, Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
 pub use script::{Awaiting, Problem, Severity};
 pub use store::{
-    CatalogPrint, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord, RunStatus,
-    RunSummary, Store, StoredArtifact, ToolPrint,
+    lease_from, parse_lease_s, CatalogPrint, PendingCall, PruneRule, Pruned, ReadAt, RunPage,
+    RunQuery, RunRecord, RunStatus, RunSummary, Store, StoredArtifact, ToolPrint, DEFAULT_LEASE,
+    LEASE_ENV,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};
@@ -145,8 +146,9 @@ pub mod receipts {
 pub mod stores {
     pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
-        ApprovedRead, CacheDrop, CacheEntry, JournalRows, JournaledWrite, OwnerAlive, PageIndex,
-        ReadRow, StoreFuture, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+        ApprovedRead, CacheDrop, CacheEntry, Claim, Fence, JournalRows, JournaledWrite, Lease,
+        PageIndex, ReadRow, Renewed, StoreFuture, StoredEnd, TakeDecision, TakeRefused, Verdict,
+        WriteState,
     };
 }
 

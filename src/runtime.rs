@@ -665,12 +665,16 @@ impl Runtime {
                 );
                 record.input = options.input.as_deref().cloned();
                 record.catalog = Some(self.catalog.clone());
+                // This process holds the new run's lease (token 1; the store sets its times).
+                let claim = crate::store::Claim::this_process();
+                record.lease = Some(crate::store::Lease::new(&claim, 1, 0, 0));
+                let fence = Some(crate::store::Fence::new(claim.owner, 1));
                 let opened = match store.create_run(record).await {
-                    Ok(()) => Journal::open(Arc::clone(store), &run_id, self.keyed()).await,
+                    Ok(()) => Journal::open(Arc::clone(store), &run_id, self.keyed(), fence).await,
                     Err(e) => Err(e),
                 };
                 match opened {
-                    Ok(journal) => Some(Arc::new(journal)),
+                    Ok(journal) => Some(leased(journal)),
                     Err(e) => {
                         return RunOutcome::before_running(RunError::new(
                             ErrorKind::Internal,
@@ -720,8 +724,6 @@ impl Runtime {
             )));
         }
         self.judge_catalog(&record).map_err(refuse)?;
-        let owner_run = run_id.to_string();
-        let alive: crate::store::OwnerAlive = Arc::new(move |pid| process_alive(pid, &owner_run));
         // The decision is for the call the run waited at when it was read; the store checks,
         // in the transaction that takes the run, that it still waits there for that decision.
         let seen = record
@@ -732,20 +734,27 @@ impl Runtime {
             (Some(d), Some(p)) => Some(TakeDecision::on(p, verdict(d, p).map_err(refuse)?)),
             (Some(_), None) => {
                 let busy = record
-                    .owner_pid
-                    .filter(|pid| record.status == RunStatus::Running && alive(*pid));
+                    .lease
+                    .as_ref()
+                    .filter(|l| record.status == RunStatus::Running && l.is_live());
                 return Err(refuse(match busy {
-                    Some(pid) => format!("the run is still running, in process {pid}: a decision is for a paused run"),
+                    Some(lease) => format!("{}: a decision is for a paused run", busy_with(lease)),
                     None => not_paused(record.status),
                 }));
             }
             (None, _) => None,
         };
         let asked = take.as_ref().map(|t| t.seq);
-        let record = store.take_run(run_id, alive, take).await?.map_err(|e| match e {
+        // A run this process holds but no longer runs (its caller went away before its end
+        // was recorded) is this process's to take again, lease or not.
+        let mut claim = crate::store::Claim::this_process();
+        if !lock(&ACTIVE).contains(run_id) {
+            claim = claim.retaking_own();
+        }
+        let record = store.take_run(run_id, claim, take).await?.map_err(|e| match e {
             TakeRefused::Unknown => refuse("the store has no such run".into()),
             TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
-            TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
+            TakeRefused::Busy(lease) => refuse(busy_with(&lease)),
             TakeRefused::Settled(seq) => refuse(format!(
                 "the journal already holds the outcome of call #{seq} (another decision or process settled it): a decision never replaces it"
             )),
@@ -758,7 +767,8 @@ impl Runtime {
                 .set_catalog(run_id, self.catalog_sha256.clone(), self.catalog.clone())
                 .await?;
         }
-        let journal = Arc::new(Journal::open(Arc::clone(store), run_id, self.keyed()).await?);
+        let fence = record.lease.as_ref().map(crate::store::Lease::fence);
+        let journal = leased(Journal::open(Arc::clone(store), run_id, self.keyed(), fence).await?);
         let mut options = options;
         options.mode = record.mode;
         options.input = record.input.map(Arc::new);
@@ -1178,7 +1188,9 @@ impl Run {
             return;
         };
         journal.flush().await;
-        let end = StoredEnd::new(outcome.status(), outcome.pending.clone(), outcome.to_json());
+        journal.release();
+        let end = StoredEnd::new(outcome.status(), outcome.pending.clone(), outcome.to_json())
+            .fenced(journal.fence().cloned());
         if let Err(e) = store.finish_run(&outcome.run_id, end).await {
             tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
         }
@@ -1331,7 +1343,7 @@ impl Drop for Active {
 }
 
 /// Removes from `store` the runs `rule` names, with their journals and the artifacts no kept
-/// run refers to; a running run whose process is alive is never removed.
+/// run refers to; a running run whose lease is live is never removed.
 ///
 /// # Errors
 ///
@@ -1341,53 +1353,24 @@ pub async fn prune(
     store: &dyn Store,
     rule: crate::store::PruneRule,
 ) -> Result<crate::store::Pruned, crate::Error> {
-    // A running run's owner is alive when its process exists: another process's runs are
-    // looked for by pid, this process's by the runs it has under way.
-    let alive: crate::store::OwnerAlive = Arc::new(|pid| {
-        if pid == std::process::id() {
-            return !lock(&ACTIVE).is_empty();
-        }
-        process_exists(pid)
-    });
-    store.prune(rule, alive).await
+    store.prune(rule).await
 }
 
-/// Whether the process `pid`, which owns the running run `run_id`, still runs it.
-fn process_alive(pid: u32, run_id: &str) -> bool {
-    if pid == std::process::id() {
-        return lock(&ACTIVE).contains(run_id);
-    }
-    process_exists(pid)
+/// A journal whose lease is renewed while the run is live.
+fn leased(journal: Journal) -> Arc<Journal> {
+    let journal = Arc::new(journal);
+    journal.keep_lease();
+    journal
 }
 
-/// Whether a process `pid` exists and is not a zombie.
-#[cfg(target_os = "linux")]
-fn process_exists(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's closing parenthesis: Z (zombie) and X (dead) are
-        // processes that have ended.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
-/// Whether a process `pid` exists (`kill -0`).
-#[cfg(all(unix, not(target_os = "linux")))]
-fn process_exists(pid: u32) -> bool {
-    std::process::Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Elsewhere a run's process cannot be looked for: it is taken to be gone.
-#[cfg(not(unix))]
-fn process_exists(_pid: u32) -> bool {
-    false
+/// Why a run under a live lease cannot be taken: who holds it, and until when.
+fn busy_with(lease: &crate::store::Lease) -> String {
+    format!(
+        "the run is still running, held by {} (fencing token {}) under a lease that expires at {} unless its owner renews it: resume it after that, once its owner has stopped",
+        lease.holder(),
+        lease.token,
+        crate::store::utc_ms(lease.expires_ms),
+    )
 }
 
 /// Cancels a run when the run's future is dropped before it finished: its token (the root of
@@ -1436,11 +1419,14 @@ impl Drop for InterruptOnDrop {
         handle.spawn(async move {
             done.cancelled().await;
             journal.flush().await;
-            // Only a run this process still owns: one whose end was recorded as the future
-            // was dropped keeps it.
+            journal.release();
+            // Only a run this process still holds: one whose end was recorded as the future
+            // was dropped keeps it, and one a newer owner took is that owner's.
+            let fence = journal.fence().cloned();
             let owned = match store.run(&run_id).await {
                 Ok(Some(r)) => {
-                    r.status == RunStatus::Running && r.owner_pid == Some(std::process::id())
+                    r.status == RunStatus::Running
+                        && r.lease.map(|l| l.token) == fence.as_ref().map(|f| f.token)
                 }
                 _ => false,
             };
@@ -1451,7 +1437,7 @@ impl Drop for InterruptOnDrop {
                     "ok": false,
                     "error": {"kind": "cancelled", "message": "the run's caller went away before it ended; resume it to go on"},
                 });
-                let end = StoredEnd::new(RunStatus::Interrupted, None, outcome);
+                let end = StoredEnd::new(RunStatus::Interrupted, None, outcome).fenced(fence);
                 if let Err(e) = store.finish_run(&run_id, end).await {
                     tracing::error!(run_id = %run_id, error = %e.report(), "a dropped run could not be recorded as interrupted; resume it once this process has ended");
                 }

@@ -14,15 +14,16 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
 use super::{
-    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive,
-    PageIndex, PruneRule, Pruned, ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
-    Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, Claim, Fence, JournalRows,
+    JournaledWrite, Lease, PageIndex, PruneRule, Pruned, ReadRow, Renewed, RunPage, RunQuery,
+    RunRecord, RunStatus, RunSummary, Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision,
+    TakeRefused, Verdict, WriteState, DEFAULT_LEASE,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -66,14 +67,18 @@ CREATE TABLE IF NOT EXISTS runs (
     catalog_sha256 TEXT NOT NULL,
     mode TEXT NOT NULL,
     status TEXT NOT NULL,
-    owner_pid INTEGER,
     started_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     pending TEXT,
     outcome TEXT,
     input TEXT,
     catalog TEXT,
-    input_artifact TEXT
+    input_artifact TEXT,
+    lease_owner TEXT,
+    lease_host TEXT,
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_expires_ms INTEGER,
+    lease_since_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS writes (
     run_id TEXT NOT NULL,
@@ -141,6 +146,8 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     /// The file could not be opened for writing: reads work, writes fail saying so.
     read_only: bool,
+    /// How long a run's lease holds unless renewed.
+    lease: Duration,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -266,6 +273,17 @@ impl SqliteStore {
                     if (1..5).contains(&now) {
                         tx.execute_batch("ALTER TABLE writes ADD COLUMN approved_rule TEXT;")?;
                     }
+                    // Version 8 owns a running run by a lease, not a process id: a run an
+                    // older store holds as running has no lease, which counts as expired.
+                    if (1..8).contains(&now) {
+                        tx.execute_batch(
+                            "ALTER TABLE runs ADD COLUMN lease_owner TEXT; \
+                             ALTER TABLE runs ADD COLUMN lease_host TEXT; \
+                             ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0; \
+                             ALTER TABLE runs ADD COLUMN lease_expires_ms INTEGER; \
+                             ALTER TABLE runs ADD COLUMN lease_since_ms INTEGER;",
+                        )?;
+                    }
                     // Version 6 keeps the reads a person approved (`approved_reads`, which
                     // the schema below creates); version 7, cached reads (`cache`, likewise).
                     tx.execute_batch(&format!(
@@ -286,6 +304,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
             read_only: false,
+            lease: DEFAULT_LEASE,
         })
     }
 
@@ -334,6 +353,7 @@ impl SqliteStore {
                     path: path.to_path_buf(),
                     conn: Arc::new(Mutex::new(conn)),
                     read_only: true,
+                    lease: DEFAULT_LEASE,
                 })
             }
         }
@@ -354,6 +374,15 @@ impl SqliteStore {
             )
         })?;
         Ok(self)
+    }
+
+    /// Sets how long a run's lease holds unless renewed (the store's `lease_s`: 30 s unless
+    /// set; `--lease-s` and `$TOOLSCRIPT_LEASE_S` on the command line). Its owner renews it
+    /// every third of that while the run is live; a resume elsewhere takes the run once it
+    /// has expired. Shorter leases notice a dead owner sooner and renew more often.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> SqliteStore {
+        self.lease = ttl;
+        self
     }
 
     /// Whether the store was opened read-only (its file cannot be written by this process).
@@ -440,7 +469,9 @@ impl Store for SqliteStore {
     }
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
+        let ttl = self.lease.as_millis() as i64;
         self.writing(move |conn, fail| {
+            let now = now_ms();
             let catalog = record
                 .catalog
                 .as_ref()
@@ -473,19 +504,23 @@ impl Store for SqliteStore {
             };
             tx.execute(
                 "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
-                 owner_pid, started_ms, updated_ms, input, catalog, input_artifact) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?8, ?9, ?10)",
+                 started_ms, updated_ms, input, catalog, input_artifact, lease_owner, lease_host, \
+                 lease_token, lease_expires_ms, lease_since_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?12, ?13)",
                 params![
                     record.run_id,
                     record.script_name,
                     record.script,
                     record.catalog_sha256,
                     record.mode.as_str(),
-                    std::process::id(),
                     record.started_ms,
                     input,
                     catalog,
                     input_artifact,
+                    record.lease.as_ref().map(|l| &l.owner),
+                    record.lease.as_ref().map(|l| &l.host),
+                    record.lease.as_ref().map(|_| now + ttl),
+                    record.lease.as_ref().map(|_| now),
                 ],
             )
             .map_err(|e| fail.of(e))?;
@@ -517,9 +552,30 @@ impl Store for SqliteStore {
         self.blocking(move |conn, fail| list_runs(conn, &query, fail))
     }
 
-    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned> {
+    fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned> {
         let path = self.path.clone();
-        self.writing(move |conn, fail| prune(conn, &path, &rule, &alive, fail))
+        self.writing(move |conn, fail| prune(conn, &path, &rule, fail))
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew_lease<'a>(&'a self, run_id: &'a str, fence: &'a Fence) -> StoreFuture<'a, Renewed> {
+        let (run_id, fence) = (run_id.to_string(), fence.clone());
+        let ttl = self.lease.as_millis() as i64;
+        self.writing(move |conn, fail| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| fail.of(e))?;
+            let renewed = match held(&tx, &run_id, &fence, ttl).map_err(|e| fail.of(e))? {
+                Held::Newer(now) => Renewed::TakenOver(now),
+                Held::Renewed(lease) => Renewed::Kept(lease),
+                Held::Gone | Held::Released => Renewed::Released,
+            };
+            tx.commit().map_err(|e| fail.of(e))?;
+            Ok(renewed)
+        })
     }
 
     fn set_catalog<'a>(
@@ -544,10 +600,11 @@ impl Store for SqliteStore {
     fn take_run<'a>(
         &'a self,
         run_id: &'a str,
-        alive: OwnerAlive,
+        claim: Claim,
         decision: Option<TakeDecision>,
     ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>> {
         let run_id = run_id.to_string();
+        let ttl = self.lease.as_millis() as i64;
         self.writing(move |conn, fail| {
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -562,16 +619,22 @@ impl Store for SqliteStore {
                 .map_err(|e| fail.of(e))?;
             // Every refusal below returns before the commit: the transaction rolls back and
             // nothing changes.
-            let record = match raw {
-                Some(raw) => raw.parse(&tx, fail)?,
+            let (mut record, token) = match raw {
+                Some(raw) => {
+                    let token = raw.lease_token;
+                    (raw.parse(&tx, fail)?, token)
+                }
                 None => return Ok(Err(TakeRefused::Unknown)),
             };
             if record.status.is_final() {
                 return Ok(Err(TakeRefused::Ended(Box::new(record))));
             }
             if record.status == RunStatus::Running {
-                if let Some(pid) = record.owner_pid.filter(|pid| alive(*pid)) {
-                    return Ok(Err(TakeRefused::Busy(pid)));
+                let now = now_ms();
+                if let Some(lease) = record.lease.as_ref().filter(|l| l.live_at(now)) {
+                    if !(claim.retake_own && lease.owner == claim.owner) {
+                        return Ok(Err(TakeRefused::Busy(lease.clone())));
+                    }
                 }
             }
             let paused = record
@@ -619,19 +682,32 @@ impl Store for SqliteStore {
                 }
                 _ => return Ok(Err(TakeRefused::Stale(Box::new(record)))),
             }
+            // The next owner's token is one more than any before it.
+            let now = now_ms();
+            let lease = Lease::new(&claim, token as u64 + 1, now, now + ttl);
             tx.execute(
-                "UPDATE runs SET status = 'running', owner_pid = ?2, updated_ms = ?3 \
+                "UPDATE runs SET status = 'running', updated_ms = ?2, lease_owner = ?3, \
+                 lease_host = ?4, lease_token = ?5, lease_expires_ms = ?6, lease_since_ms = ?2 \
                  WHERE run_id = ?1",
-                params![run_id, std::process::id(), now_ms()],
+                params![
+                    run_id,
+                    now,
+                    lease.owner,
+                    lease.host,
+                    lease.token as i64,
+                    lease.expires_ms
+                ],
             )
             .map_err(|e| fail.of(e))?;
             tx.commit().map_err(|e| fail.of(e))?;
+            record.lease = Some(lease);
             Ok(Ok(record))
         })
     }
 
     fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()> {
         let run_id = run_id.to_string();
+        let location = self.location();
         self.writing(move |conn, fail| {
             let pending = end
                 .pending
@@ -639,19 +715,30 @@ impl Store for SqliteStore {
                 .map(serde_json::to_string)
                 .transpose()
                 .map_err(|e| fail.say(format!("the run's pending call cannot be written: {e}")))?;
-            conn.execute(
-                "UPDATE runs SET status = ?2, owner_pid = NULL, pending = ?3, outcome = ?4, \
-                 updated_ms = ?5 WHERE run_id = ?1",
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| fail.of(e))?;
+            if let Some(fence) = &end.fence {
+                if let Held::Newer(now) = held(&tx, &run_id, fence, 0).map_err(|e| fail.of(e))? {
+                    return Err(super::lease::fenced(&location, &run_id, &now, fence.token));
+                }
+            }
+            // The lease is let go (it expires now); its token stays, for the next owner's.
+            let now = now_ms();
+            tx.execute(
+                "UPDATE runs SET status = ?2, pending = ?3, outcome = ?4, updated_ms = ?5, \
+                 lease_expires_ms = CASE WHEN lease_expires_ms > ?5 THEN ?5 \
+                 ELSE lease_expires_ms END WHERE run_id = ?1",
                 params![
                     run_id,
                     end.status.as_str(),
                     pending,
                     end.outcome.to_string(),
-                    now_ms(),
+                    now,
                 ],
             )
             .map_err(|e| fail.of(e))?;
-            Ok(())
+            tx.commit().map_err(|e| fail.of(e))
         })
     }
 
@@ -706,7 +793,8 @@ impl Store for SqliteStore {
 
     fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()> {
         let run_id = run_id.to_string();
-        self.writing(move |conn, fail| append(conn, &run_id, &rows, fail))
+        let (location, ttl) = (self.location(), self.lease.as_millis() as i64);
+        self.writing(move |conn, fail| append(conn, &run_id, &rows, (&location, ttl), fail))
     }
 
     fn put_artifact<'a>(&'a self, id: &'a str, artifact: StoredArtifact) -> StoreFuture<'a, ()> {
@@ -941,13 +1029,25 @@ impl ArtifactRow {
 
 /// Journal rows in one transaction: the reads, then the non-read calls. A non-read call whose
 /// stored row has an outcome is never replaced: the append fails whole.
+/// Appends `rows` to the journal of `run_id` in one transaction; with a fence, only while it
+/// is the run's newest lease (`lease` is the store's location and the lease's time to live in
+/// ms, which the append renews).
 fn append(
     conn: &mut Connection,
     run_id: &str,
     rows: &JournalRows,
+    lease: (&str, i64),
     fail: &Fail,
 ) -> Result<(), Error> {
-    let tx = conn.transaction().map_err(|e| fail.of(e))?;
+    // Immediate: the fence is read under the write lock, so no take-over slips in between.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| fail.of(e))?;
+    if let Some(fence) = &rows.fence {
+        if let Held::Newer(now) = held(&tx, run_id, fence, lease.1).map_err(|e| fail.of(e))? {
+            return Err(super::lease::fenced(lease.0, run_id, &now, fence.token));
+        }
+    }
     {
         let mut insert_read = tx
             .prepare_cached(
@@ -1279,8 +1379,9 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
-                          owner_pid, started_ms, updated_ms, pending, outcome, input, catalog, \
-                          input_artifact FROM runs";
+                          lease_owner, started_ms, updated_ms, pending, outcome, input, catalog, \
+                          input_artifact, lease_host, lease_token, lease_expires_ms, \
+                          lease_since_ms FROM runs";
 
 /// A row of `runs` as SQLite holds it, before its fields are parsed.
 struct RawRun {
@@ -1290,7 +1391,11 @@ struct RawRun {
     catalog_sha256: String,
     mode: String,
     status: String,
-    owner_pid: Option<u32>,
+    lease_owner: Option<String>,
+    lease_host: Option<String>,
+    lease_token: i64,
+    lease_expires_ms: Option<i64>,
+    lease_since_ms: Option<i64>,
     started_ms: i64,
     updated_ms: i64,
     pending: Option<String>,
@@ -1309,7 +1414,11 @@ impl RawRun {
             catalog_sha256: row.get(3)?,
             mode: row.get(4)?,
             status: row.get(5)?,
-            owner_pid: row.get(6)?,
+            lease_owner: row.get(6)?,
+            lease_host: row.get(14)?,
+            lease_token: row.get(15)?,
+            lease_expires_ms: row.get(16)?,
+            lease_since_ms: row.get(17)?,
             started_ms: row.get(7)?,
             updated_ms: row.get(8)?,
             pending: row.get(9)?,
@@ -1317,6 +1426,19 @@ impl RawRun {
             input: row.get(11)?,
             catalog: row.get(12)?,
             input_artifact: row.get(13)?,
+        })
+    }
+
+    /// The run's lease, when an owner has held it since stores kept leases (one without an
+    /// expiry has expired).
+    fn lease(&self) -> Option<Lease> {
+        let owner = self.lease_owner.clone()?;
+        Some(Lease {
+            owner,
+            host: self.lease_host.clone().unwrap_or_default(),
+            token: self.lease_token.max(0) as u64,
+            expires_ms: self.lease_expires_ms.unwrap_or(0),
+            since_ms: self.lease_since_ms.unwrap_or(0),
         })
     }
 
@@ -1371,13 +1493,70 @@ impl RawRun {
                 script_name: self.script_name.clone(),
                 script: self.script.clone(),
                 catalog_sha256: self.catalog_sha256.clone(),
-                owner_pid: self.owner_pid,
+                lease: self.lease(),
                 started_ms: self.started_ms,
                 updated_ms: self.updated_ms,
             })
         })();
         parsed.map_err(|why| fail.say(why))
     }
+}
+
+/// What the store holds of a run's lease, against the fence of a write.
+enum Held {
+    /// The store has no such run.
+    Gone,
+    /// The fence is the run's newest lease, and the run is running: renewed (when asked to).
+    Renewed(Lease),
+    /// The fence is the run's newest lease, but the run has paused or ended: nothing to renew.
+    Released,
+    /// A newer owner took the run: its lease.
+    Newer(Lease),
+}
+
+/// Checks `fence` against the run's lease within the caller's transaction; when it holds and
+/// the run is running, renews it for `ttl_ms` (none when 0).
+fn held(tx: &Connection, run_id: &str, fence: &Fence, ttl_ms: i64) -> rusqlite::Result<Held> {
+    let row = tx
+        .query_row(
+            "SELECT status, lease_owner, lease_host, lease_token, lease_expires_ms, \
+             lease_since_ms FROM runs WHERE run_id = ?1",
+            [run_id],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    Lease {
+                        owner: row
+                            .get::<_, Option<String>>(1)?
+                            .unwrap_or_else(|| "an unknown owner".into()),
+                        host: row
+                            .get::<_, Option<String>>(2)?
+                            .unwrap_or_else(|| "an unknown host".into()),
+                        token: row.get::<_, i64>(3)?.max(0) as u64,
+                        expires_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                        since_ms: row.get::<_, Option<i64>>(5)?.unwrap_or(0),
+                    },
+                ))
+            },
+        )
+        .optional()?;
+    let Some((status, mut lease)) = row else {
+        return Ok(Held::Gone);
+    };
+    if lease.token != fence.token {
+        return Ok(Held::Newer(lease));
+    }
+    if status != RunStatus::Running.as_str() {
+        return Ok(Held::Released);
+    }
+    if ttl_ms > 0 {
+        lease.expires_ms = now_ms() + ttl_ms;
+        tx.execute(
+            "UPDATE runs SET lease_expires_ms = ?2 WHERE run_id = ?1",
+            params![run_id, lease.expires_ms],
+        )?;
+    }
+    Ok(Held::Renewed(lease))
 }
 
 const SELECT_SUMMARY: &str =
@@ -1464,7 +1643,6 @@ fn prune(
     conn: &mut Connection,
     path: &Path,
     rule: &PruneRule,
-    alive: &OwnerAlive,
     fail: &Fail,
 ) -> Result<Pruned, Error> {
     let size = || {
@@ -1501,10 +1679,10 @@ fn prune(
         .iter()
         .map(|s| format!("'{}'", s.as_str()))
         .collect();
-    let candidates: Vec<(String, String, Option<u32>)> = {
+    let candidates: Vec<(String, String, Option<i64>)> = {
         let mut statement = tx
             .prepare(&format!(
-                "SELECT run_id, status, owner_pid FROM runs WHERE status IN ({}) \
+                "SELECT run_id, status, lease_expires_ms FROM runs WHERE status IN ({}) \
                  AND updated_ms < ?1",
                 names.join(", ")
             ))
@@ -1516,9 +1694,10 @@ fn prune(
             .map_err(|e| fail.of(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| fail.of(e))?
     };
-    for (run_id, status, owner) in candidates {
-        // A run a live process runs is never removed, whatever the rule says.
-        if status == RunStatus::Running.as_str() && owner.is_some_and(|pid| alive(pid)) {
+    let now = now_ms();
+    for (run_id, status, expires) in candidates {
+        // A run under a live lease is never removed, whatever the rule says.
+        if status == RunStatus::Running.as_str() && expires.is_some_and(|at| at > now) {
             pruned.kept_alive += 1;
             continue;
         }
