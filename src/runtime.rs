@@ -723,6 +723,21 @@ impl Runtime {
                 record.status.as_str()
             )));
         }
+        // A run under a live lease is refused first, whatever else it would be refused for (the
+        // store checks again, in the transaction that takes it). A run this process holds but
+        // no longer runs (its caller went away before its end was recorded) is this process's
+        // to take again, lease or not.
+        let mut claim = crate::store::Claim::this_process();
+        if !lock(&ACTIVE).contains(run_id) {
+            claim = claim.retaking_own();
+        }
+        if let Some(lease) = record.lease.as_ref().filter(|l| {
+            record.status == RunStatus::Running
+                && l.is_live()
+                && !(claim.retake_own && l.owner == claim.owner)
+        }) {
+            return Err(refuse(busy_with(lease)));
+        }
         self.judge_catalog(&record).map_err(refuse)?;
         // The decision is for the call the run waited at when it was read; the store checks,
         // in the transaction that takes the run, that it still waits there for that decision.
@@ -732,25 +747,10 @@ impl Runtime {
             .filter(|_| record.status == RunStatus::Paused);
         let take = match (&decision, seen) {
             (Some(d), Some(p)) => Some(TakeDecision::on(p, verdict(d, p).map_err(refuse)?)),
-            (Some(_), None) => {
-                let busy = record
-                    .lease
-                    .as_ref()
-                    .filter(|l| record.status == RunStatus::Running && l.is_live());
-                return Err(refuse(match busy {
-                    Some(lease) => format!("{}: a decision is for a paused run", busy_with(lease)),
-                    None => not_paused(record.status),
-                }));
-            }
+            (Some(_), None) => return Err(refuse(not_paused(record.status))),
             (None, _) => None,
         };
         let asked = take.as_ref().map(|t| t.seq);
-        // A run this process holds but no longer runs (its caller went away before its end
-        // was recorded) is this process's to take again, lease or not.
-        let mut claim = crate::store::Claim::this_process();
-        if !lock(&ACTIVE).contains(run_id) {
-            claim = claim.retaking_own();
-        }
         let record = store.take_run(run_id, claim, take).await?.map_err(|e| match e {
             TakeRefused::Unknown => refuse("the store has no such run".into()),
             TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
