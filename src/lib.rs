@@ -122,9 +122,9 @@ pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{prune, Decision, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script};
 pub use script::{Awaiting, Problem, Severity};
 pub use store::{
-    lease_from, parse_lease_s, CatalogPrint, PendingCall, PruneRule, Pruned, ReadAt, RunPage,
-    RunQuery, RunRecord, RunStatus, RunSummary, Store, StoredArtifact, ToolPrint, DEFAULT_LEASE,
-    LEASE_ENV,
+    lease_from, parse_lease_s, CatalogPrint, LeaseListing, PendingCall, PruneRule, Pruned, ReadAt,
+    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoredArtifact, ToolPrint,
+    DEFAULT_LEASE, LEASE_ENV,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};

@@ -258,9 +258,10 @@ pub(crate) async fn connect(
             let effect = tool_spec.effect;
             Tool::from_spec(tool_spec, move |args, ctx: crate::tool::ToolContext| {
                 let (connection, original) = (Arc::clone(&connection), Arc::clone(&original));
-                let fencing = ctx.fenced_run().zip(ctx.fencing_token()).map(|(run, token)| {
-                    serde_json::json!({"run": run, "token": token})
-                });
+                let fencing = ctx
+                    .fenced_run()
+                    .zip(ctx.fencing_token())
+                    .map(|(run, token)| serde_json::json!({"run": run, "token": token}));
                 let key = ctx.idempotency_key;
                 async move { connection.call(&original, effect, args, key, fencing).await }
             })

@@ -77,6 +77,40 @@ impl Lease {
     }
 }
 
+/// A running run's lease as a list of runs shows it (`toolscript runs --json`, MCP's
+/// `list_runs`): who holds it, its fencing token, when it expires, and whether it still holds
+/// (a run whose lease has expired is resumed by the next `resume`).
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[non_exhaustive]
+pub struct LeaseListing {
+    /// The owner's id (random, one per process).
+    pub owner: String,
+    /// The owner's host.
+    pub host: String,
+    /// The fencing token.
+    pub token: u64,
+    /// When the lease expires unless renewed, as a UTC date and time.
+    pub expires: String,
+    /// Whether it still holds: `false` means its owner stopped renewing it (it died, or
+    /// stalled), and a resume takes the run.
+    pub live: bool,
+}
+
+impl LeaseListing {
+    /// The listing of a running run's `lease`.
+    pub fn of(lease: &Lease) -> LeaseListing {
+        LeaseListing {
+            owner: lease.owner.clone(),
+            host: lease.host.clone(),
+            token: lease.token,
+            expires: super::record::utc(lease.expires_ms),
+            live: lease.is_live(),
+        }
+    }
+}
+
 /// Who creates or takes a run: an owner id and its host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -142,8 +176,7 @@ pub(crate) fn this_owner() -> &'static (String, String) {
         let id = match getrandom::fill(&mut bytes) {
             Ok(()) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
             // No randomness: the clock, which two processes share only by bad luck.
-            Err(_) => crate::json::sha256_hex(&format!("{:?}", std::time::SystemTime::now()))
-                [..16]
+            Err(_) => crate::json::sha256_hex(&format!("{:?}", std::time::SystemTime::now()))[..16]
                 .to_string(),
         };
         (id, host_name())
@@ -271,7 +304,9 @@ mod tests {
             let e = parse_lease_s(bad).unwrap_err();
             assert!(e.contains("seconds from 0.1 to 86400"), "{bad}: {e}");
         }
-        assert!(lease_from(Some("nope")).unwrap_err().starts_with("--lease-s:"));
+        assert!(lease_from(Some("nope"))
+            .unwrap_err()
+            .starts_with("--lease-s:"));
     }
 
     #[test]
@@ -292,7 +327,10 @@ mod tests {
         assert_eq!(lease.fence(), Fence::new("o", 3));
         assert_eq!(lease.holder(), "o on h");
         let why = taken_over("r1", &lease, 2);
-        assert!(why.contains("taken over by o on h at 1970-01-01T00:00:00Z"), "{why}");
+        assert!(
+            why.contains("taken over by o on h at 1970-01-01T00:00:00Z"),
+            "{why}"
+        );
         assert!(why.contains("this process stops"), "{why}");
     }
 }

@@ -24,7 +24,7 @@ pub(crate) use journal::Journal;
 pub use journal::{ApprovedRead, JournaledWrite, ReadRow, WriteState};
 pub(crate) use lease::keep as keep_lease;
 pub use lease::{
-    lease_from, parse_lease_s, Claim, Fence, Lease, Renewed, DEFAULT_LEASE, LEASE_ENV,
+    lease_from, parse_lease_s, Claim, Fence, Lease, LeaseListing, Renewed, DEFAULT_LEASE, LEASE_ENV,
 };
 pub use record::{
     Awaiting, Mode, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord,

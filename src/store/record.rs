@@ -338,6 +338,9 @@ pub struct RunSummary {
     pub started_ms: i64,
     /// The pending call of a paused run.
     pub pending: Option<PendingCall>,
+    /// The lease of a running run (`None` for a run no owner has held since stores kept
+    /// leases, and for a run that is not running).
+    pub lease: Option<super::Lease>,
 }
 
 impl RunSummary {

@@ -14,10 +14,10 @@ use serde_json::Value;
 
 use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
 use super::{
-    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, Claim, Fence, JournalRows,
-    JournaledWrite, Lease, PageIndex, PruneRule, Pruned, ReadRow, Renewed, RunPage, RunQuery,
-    RunRecord, RunStatus, RunSummary, Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision,
-    TakeRefused, Verdict, WriteState, DEFAULT_LEASE,
+    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, Claim, Fence, JournalRows, JournaledWrite,
+    Lease, PageIndex, PruneRule, Pruned, ReadRow, Renewed, RunPage, RunQuery, RunRecord, RunStatus,
+    RunSummary, Store, StoreFuture, StoredArtifact, StoredEnd, TakeDecision, TakeRefused, Verdict,
+    WriteState, DEFAULT_LEASE,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
@@ -1560,7 +1560,8 @@ fn held(tx: &Connection, run_id: &str, fence: &Fence, ttl_ms: i64) -> rusqlite::
 }
 
 const SELECT_SUMMARY: &str =
-    "SELECT run_id, script_name, mode, status, started_ms, pending FROM runs";
+    "SELECT run_id, script_name, mode, status, started_ms, pending, lease_owner, lease_host, \
+     lease_token, lease_expires_ms, lease_since_ms FROM runs";
 
 /// A page of the list of runs: the columns a list shows, newest first, one more run read than
 /// the page holds to know whether another page follows.
@@ -1598,6 +1599,7 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
             row.get::<_, String>(3)?,
             row.get::<_, i64>(4)?,
             row.get::<_, Option<String>>(5)?,
+            summary_lease(row)?,
         ))
     };
     let rows = match position {
@@ -1608,7 +1610,7 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
     let mut runs = Vec::new();
     let mut more = false;
     for row in rows {
-        let (run_id, script_name, mode, status, started_ms, pending) =
+        let (run_id, script_name, mode, status, started_ms, pending, lease) =
             row.map_err(|e| fail.of(e))?;
         if runs.len() == limit {
             more = true;
@@ -1622,6 +1624,7 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
                     .as_deref()
                     .map(|p| RunRecord::parse_field(&run_id, "pending", p, true))
                     .transpose()?,
+                lease: lease.filter(|_| status == RunStatus::Running.as_str()),
                 run_id: run_id.clone(),
                 script_name,
                 started_ms,
@@ -1635,6 +1638,20 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
         None
     };
     Ok(RunPage { runs, next })
+}
+
+/// The lease of a row of [`SELECT_SUMMARY`], when it has an owner.
+fn summary_lease(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Lease>> {
+    let Some(owner) = row.get::<_, Option<String>>(6)? else {
+        return Ok(None);
+    };
+    Ok(Some(Lease {
+        owner,
+        host: row.get::<_, Option<String>>(7)?.unwrap_or_default(),
+        token: row.get::<_, i64>(8)?.max(0) as u64,
+        expires_ms: row.get::<_, Option<i64>>(9)?.unwrap_or(0),
+        since_ms: row.get::<_, Option<i64>>(10)?.unwrap_or(0),
+    }))
 }
 
 /// Removes the runs `rule` names and the artifacts no kept run refers to, in one transaction

@@ -331,8 +331,8 @@ async fn a_run_paused_in_the_stored_format_of_the_previous_version_resumes() {
     let insert = |run_id: &str, pending: &str| {
         conn.execute(
             "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
-             owner_pid, started_ms, updated_ms, pending, outcome, input) \
-             VALUES (?1, 'refund.rhai', ?2, ?3, 'sequential', 'paused', NULL, \
+             started_ms, updated_ms, pending, outcome, input) \
+             VALUES (?1, 'refund.rhai', ?2, ?3, 'sequential', 'paused', \
              1764590000000, 1764590000000, ?4, '{\"status\":\"paused\"}', NULL)",
             rusqlite::params![run_id, REFUND, catalog, pending],
         )
@@ -444,7 +444,7 @@ async fn a_store_of_schema_version_3_is_upgraded_and_its_old_hash_run_resumes() 
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
     let pruned = toolscript::prune(&*store, toolscript::PruneRule::default())
         .await
         .unwrap();
@@ -580,7 +580,7 @@ async fn a_write_cut_short_under_the_previous_version_may_still_be_running() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7, "the store was upgraded");
+    assert_eq!(version, 8, "the store was upgraded");
     let processes: Option<String> = conn
         .query_row(
             "SELECT processes FROM writes WHERE run_id = 'v3-run' AND seq = 0",
@@ -625,9 +625,9 @@ async fn a_write_whose_server_still_runs_may_still_be_running() {
         "children": [{"name": "MCP server `shop`", "group": group, "pid": group}]});
     let conn = rusqlite::Connection::open(dir.path().join("store.sqlite3")).unwrap();
     conn.execute(
-        "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, owner_pid, \
+        "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
          started_ms, updated_ms) VALUES ('orphaned', 'refund.rhai', ?1, ?2, 'speculative', \
-         'running', NULL, 1764590000000, 1764590000000)",
+         'running', 1764590000000, 1764590000000)",
         rusqlite::params![REFUND, hash],
     )
     .unwrap();

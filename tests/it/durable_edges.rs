@@ -385,10 +385,15 @@ async fn a_decision_on_a_live_run_says_it_is_still_running() {
         (lease.holder(), lease.token)
     };
     assert!(
-        refused.contains(&format!("still running, held by {owner} (fencing token {token})")),
+        refused.contains(&format!(
+            "still running, held by {owner} (fencing token {token})"
+        )),
         "{refused}"
     );
-    assert!(refused.contains("under a lease that expires at"), "{refused}");
+    assert!(
+        refused.contains("under a lease that expires at"),
+        "{refused}"
+    );
     release.notify_one();
     assert_eq!(run.await.status(), RunStatus::Completed);
 }

@@ -241,13 +241,8 @@ async fn the_store_checks_a_decision_where_it_applies_it() {
         .await
         .unwrap();
     let never = Claim::new("a resume", "here");
-    let take = |seq, verdict| {
-        store.take_run(
-            "r",
-            never.clone(),
-            Some(TakeDecision::new(seq, verdict)),
-        )
-    };
+    let take =
+        |seq, verdict| store.take_run("r", never.clone(), Some(TakeDecision::new(seq, verdict)));
     assert!(
         matches!(take(0, Verdict::Approve).await.unwrap(), Err(TakeRefused::Stale(r)) if r.pending.as_ref().unwrap().seq == 1)
     );

@@ -53,7 +53,10 @@ async fn the_token_grows_with_each_take_over_and_a_live_lease_is_refused() {
     );
     created(&store, "r", &a).await;
     let held = lease_of(&store.run("r").await.unwrap().unwrap());
-    assert_eq!((held.owner.as_str(), held.host.as_str(), held.token), ("owner-a", "host-a", 1));
+    assert_eq!(
+        (held.owner.as_str(), held.host.as_str(), held.token),
+        ("owner-a", "host-a", 1)
+    );
     assert!(held.is_live(), "{held:?}");
 
     // While a's lease lives, nobody takes the run: not b, not a itself from elsewhere.
@@ -79,10 +82,15 @@ async fn the_token_grows_with_each_take_over_and_a_live_lease_is_refused() {
 async fn a_stale_token_writes_nothing_once_a_newer_owner_took_the_run() {
     let dir = TempDir::new().unwrap();
     let store = store(&dir, Duration::from_millis(200));
-    let (a, b) = (Claim::new("owner-a", "host-a"), Claim::new("owner-b", "host-b"));
+    let (a, b) = (
+        Claim::new("owner-a", "host-a"),
+        Claim::new("owner-b", "host-b"),
+    );
     created(&store, "r", &a).await;
     let stale = Fence::new("owner-a", 1);
-    append(&store, "r", 1, &stale).await.expect("the owner writes");
+    append(&store, "r", 1, &stale)
+        .await
+        .expect("the owner writes");
     tokio::time::sleep(Duration::from_millis(250)).await;
     let taken = store.take_run("r", b.clone(), None).await.unwrap().unwrap();
     let fresh = lease_of(&taken).fence();
@@ -90,7 +98,10 @@ async fn a_stale_token_writes_nothing_once_a_newer_owner_took_the_run() {
 
     // Every write of the stale owner is refused, saying who took the run and that it stops.
     let refused = append(&store, "r", 2, &stale).await.unwrap_err();
-    assert!(refused.contains("was taken over by owner-b on host-b at "), "{refused}");
+    assert!(
+        refused.contains("was taken over by owner-b on host-b at "),
+        "{refused}"
+    );
     assert!(refused.contains("this process stops"), "{refused}");
     let end = StoredEnd::new(RunStatus::Completed, None, json!({})).fenced(Some(stale.clone()));
     let refused = store.finish_run("r", end).await.unwrap_err().report();
@@ -107,7 +118,11 @@ async fn a_stale_token_writes_nothing_once_a_newer_owner_took_the_run() {
     let journal = store.load_journal("r").await.unwrap();
     assert_eq!(journal.writes.len(), 1, "the refused intent left no row");
     let record = store.run("r").await.unwrap().unwrap();
-    assert_eq!(record.status, RunStatus::Running, "the refused end changed nothing");
+    assert_eq!(
+        record.status,
+        RunStatus::Running,
+        "the refused end changed nothing"
+    );
 
     // The new owner writes and ends the run; its lease is let go, its token kept.
     append(&store, "r", 2, &fresh).await.unwrap();
@@ -115,14 +130,20 @@ async fn a_stale_token_writes_nothing_once_a_newer_owner_took_the_run() {
     store.finish_run("r", end).await.unwrap();
     let lease = lease_of(&store.run("r").await.unwrap().unwrap());
     assert_eq!(lease.token, 2);
-    assert!(!lease.is_live(), "an ended run holds no live lease: {lease:?}");
+    assert!(
+        !lease.is_live(),
+        "an ended run holds no live lease: {lease:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_a_lease_and_a_pause_lets_it_go() {
     let dir = TempDir::new().unwrap();
     let store = store(&dir, Duration::from_millis(300));
-    let (a, b) = (Claim::new("owner-a", "host-a"), Claim::new("owner-b", "host-b"));
+    let (a, b) = (
+        Claim::new("owner-a", "host-a"),
+        Claim::new("owner-b", "host-b"),
+    );
     created(&store, "r", &a).await;
     let fence = Fence::new("owner-a", 1);
     // Renewed every 100 ms for a second, three times its time to live: never taken.
@@ -154,11 +175,13 @@ async fn renewal_keeps_a_lease_and_a_pause_lets_it_go() {
         store.renew_lease("r", &fence).await.unwrap(),
         Renewed::Released
     );
-    let decision = toolscript::stores::TakeDecision::on(
-        &pending,
-        toolscript::stores::Verdict::Approve,
-    );
-    let taken = store.take_run("r", b, Some(decision)).await.unwrap().unwrap();
+    let decision =
+        toolscript::stores::TakeDecision::on(&pending, toolscript::stores::Verdict::Approve);
+    let taken = store
+        .take_run("r", b, Some(decision))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(lease_of(&taken).token, 2);
 }
 
@@ -227,8 +250,32 @@ async fn a_resume_of_a_live_run_is_refused_with_its_owner_and_expiry() {
     let out = toolscript(&["resume", "r"], &dir.path().join("store.sqlite3"), &[]);
     assert_ne!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("held by owner-elsewhere on box-2"), "{stderr}");
+    assert!(
+        stderr.contains("held by owner-elsewhere on box-2"),
+        "{stderr}"
+    );
     assert!(stderr.contains("expires at"), "{stderr}");
+
+    // The list of runs says who holds it; once the lease has expired, that a resume takes it.
+    let path = dir.path().join("store.sqlite3");
+    let listed: Value = serde_json::from_slice(&toolscript(&["runs", "--json"], &path, &[]).stdout)
+        .unwrap();
+    let lease = &listed[0]["lease"];
+    assert_eq!(
+        (&lease["owner"], &lease["host"], &lease["token"], &lease["live"]),
+        (&json!("owner-elsewhere"), &json!("box-2"), &json!(1), &json!(true)),
+        "{listed}"
+    );
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE runs SET lease_expires_ms = 1", [])
+        .unwrap();
+    let table = toolscript(&["runs"], &path, &[]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("lease expired at 1970-01-01T00:00:00Z: resume it to go on"),
+        "{table}"
+    );
 }
 
 /// A tool sees the run's fencing token: 1 for a new run, one more after each take-over; a run
@@ -258,7 +305,11 @@ async fn the_fencing_token_reaches_the_tool() {
     assert_eq!(paused.status(), RunStatus::Paused);
     let id = paused.run_id.clone();
     let done = runtime
-        .resume(&id, Some(toolscript::Decision::Approve), RunOptions::default())
+        .resume(
+            &id,
+            Some(toolscript::Decision::Approve),
+            RunOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(done.status(), RunStatus::Completed);
@@ -267,7 +318,11 @@ async fn the_fencing_token_reaches_the_tool() {
     let bare = Runtime::builder(registry()).build();
     let paused = bare.run("put(#{})").await;
     assert_ne!(paused.status(), RunStatus::Completed);
-    assert_eq!(seen.lock().unwrap().len(), 1, "a run without a store makes no gated call");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "a run without a store makes no gated call"
+    );
 }
 
 fn now_ms() -> i64 {
@@ -381,7 +436,10 @@ fn a_stopped_owner_loses_its_run_and_never_writes_again() {
     let started = Instant::now();
     while call_under_way(&store) != Some(2) {
         assert!(owner.try_wait().unwrap().is_none(), "the run ended early");
-        assert!(started.elapsed() < Duration::from_secs(60), "no second write");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second write"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -403,7 +461,10 @@ fn a_stopped_owner_loses_its_run_and_never_writes_again() {
     // Once it has expired (and the write the owner started has landed), a resume takes the
     // run: the third write's outcome is lost, so it asks; the write did take effect.
     while recorder.records().len() < 3 {
-        assert!(stopped.elapsed() < Duration::from_secs(30), "write 3 never landed");
+        assert!(
+            stopped.elapsed() < Duration::from_secs(30),
+            "write 3 never landed"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(700).saturating_sub(stopped.elapsed()));
@@ -414,7 +475,15 @@ fn a_stopped_owner_loses_its_run_and_never_writes_again() {
     assert_eq!(paused["pending"]["awaiting"], "resolve", "{paused}");
     assert_eq!(paused["pending"]["seq"], 2, "{paused}");
     let done = toolscript(
-        &["resume", &run_id, "--resolve", "done", "--tools", m, "--json"],
+        &[
+            "resume",
+            &run_id,
+            "--resolve",
+            "done",
+            "--tools",
+            m,
+            "--json",
+        ],
         &store,
         &lease,
     );
