@@ -1192,7 +1192,15 @@ impl Run {
         let end = StoredEnd::new(outcome.status(), outcome.pending.clone(), outcome.to_json())
             .fenced(journal.fence().cloned());
         if let Err(e) = store.finish_run(&outcome.run_id, end).await {
-            tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
+            // A run a newer owner took is that owner's to end: nothing is left to do here.
+            let mine = journal.fence().map(|f| f.token);
+            let now = store.run(&outcome.run_id).await.ok().flatten();
+            let token = now.and_then(|r| r.lease).map(|l| l.token);
+            if mine.is_some() && token > mine {
+                tracing::warn!(parent: &self.span, error = %e, "the run was taken over: its new owner records its end");
+            } else {
+                tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
+            }
         }
     }
 }

@@ -258,12 +258,22 @@ async fn a_resume_of_a_live_run_is_refused_with_its_owner_and_expiry() {
 
     // The list of runs says who holds it; once the lease has expired, that a resume takes it.
     let path = dir.path().join("store.sqlite3");
-    let listed: Value = serde_json::from_slice(&toolscript(&["runs", "--json"], &path, &[]).stdout)
-        .unwrap();
+    let listed: Value =
+        serde_json::from_slice(&toolscript(&["runs", "--json"], &path, &[]).stdout).unwrap();
     let lease = &listed[0]["lease"];
     assert_eq!(
-        (&lease["owner"], &lease["host"], &lease["token"], &lease["live"]),
-        (&json!("owner-elsewhere"), &json!("box-2"), &json!(1), &json!(true)),
+        (
+            &lease["owner"],
+            &lease["host"],
+            &lease["token"],
+            &lease["live"]
+        ),
+        (
+            &json!("owner-elsewhere"),
+            &json!("box-2"),
+            &json!(1),
+            &json!(true)
+        ),
         "{listed}"
     );
     rusqlite::Connection::open(&path)
