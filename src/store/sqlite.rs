@@ -684,7 +684,7 @@ impl Store for SqliteStore {
             }
             // The next owner's token is one more than any before it.
             let now = now_ms();
-            let lease = Lease::new(&claim, token as u64 + 1, now, now + ttl);
+            let lease = Lease::new(&claim, token.max(0) as u64 + 1, now, now + ttl);
             tx.execute(
                 "UPDATE runs SET status = 'running', updated_ms = ?2, lease_owner = ?3, \
                  lease_host = ?4, lease_token = ?5, lease_expires_ms = ?6, lease_since_ms = ?2 \

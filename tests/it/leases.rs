@@ -66,16 +66,49 @@ async fn the_token_grows_with_each_take_over_and_a_live_lease_is_refused() {
             other => panic!("a live lease was taken: {other:?}"),
         }
     }
-    // Once it expired, b takes it with token 2; then c, once b's expired, with token 3.
+    // Only the owner itself, saying it no longer runs the run, takes its own live lease.
+    assert!(matches!(
+        store
+            .take_run("r", b.clone().retaking_own(), None)
+            .await
+            .unwrap(),
+        Err(TakeRefused::Busy(_))
+    ));
+    // An owner that stalled past its lease, with nobody taking the run meanwhile, renews it
+    // and goes on: expiry alone fences nothing, a take-over does.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    match store
+        .renew_lease("r", &Fence::new("owner-a", 1))
+        .await
+        .unwrap()
+    {
+        Renewed::Kept(lease) => assert!(lease.is_live() && lease.token == 1),
+        other => panic!("{other:?}"),
+    }
+    let retaken = store
+        .take_run("r", a.clone().retaking_own(), None)
+        .await
+        .unwrap();
+    let retaken = lease_of(&retaken.expect("an owner retakes its own lease"));
+    assert_eq!((retaken.owner.as_str(), retaken.token), ("owner-a", 2));
+    let held = retaken;
+
+    // Once it expired, b takes it with the next token; then c, once b's expired, with one more.
     tokio::time::sleep(Duration::from_millis(350)).await;
     let taken = store.take_run("r", b.clone(), None).await.unwrap().unwrap();
     let lease_b = lease_of(&taken);
-    assert_eq!((lease_b.owner.as_str(), lease_b.token), ("owner-b", 2));
+    assert_eq!(
+        (lease_b.owner.as_str(), lease_b.token),
+        ("owner-b", held.token + 1)
+    );
     assert!(lease_b.is_live());
     assert_eq!(lease_of(&store.run("r").await.unwrap().unwrap()), lease_b);
     tokio::time::sleep(Duration::from_millis(350)).await;
     let lease_c = lease_of(&store.take_run("r", c, None).await.unwrap().unwrap());
-    assert_eq!((lease_c.owner.as_str(), lease_c.token), ("owner-c", 3));
+    assert_eq!(
+        (lease_c.owner.as_str(), lease_c.token),
+        ("owner-c", held.token + 2)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,6 +366,32 @@ async fn the_fencing_token_reaches_the_tool() {
         1,
         "a run without a store makes no gated call"
     );
+}
+
+/// A script tool sees the token as `ctx.fencing_token`: 1 in a new durable run, `()` (null)
+/// in a run without a store.
+#[test]
+fn a_script_tool_sees_the_fencing_token() {
+    let dir = TempDir::new().unwrap();
+    let manifest = dir.path().join("m.toml");
+    std::fs::write(
+        &manifest,
+        "[[tool]]\nname = \"token\"\neffect = \"write\"\nscript = 'ctx.fencing_token'\n",
+    )
+    .unwrap();
+    let script = dir.path().join("s.rhai");
+    std::fs::write(&script, "token(#{})").unwrap();
+    let (m, s) = (manifest.to_str().unwrap(), script.to_str().unwrap());
+    let store = dir.path().join("store.sqlite3");
+    let durable = toolscript(&["run", s, "--tools", m, "--json"], &store, &[]);
+    let value: Value = serde_json::from_slice(&durable.stdout).unwrap();
+    assert_eq!(value["value"], 1, "{value}");
+    let bare = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(["run", s, "--tools", m, "--json", "--no-store"])
+        .output()
+        .unwrap();
+    let value: Value = serde_json::from_slice(&bare.stdout).unwrap();
+    assert_eq!(value["value"], Value::Null, "{value}");
 }
 
 fn now_ms() -> i64 {
