@@ -176,7 +176,7 @@ pub(crate) fn this_owner() -> &'static (String, String) {
         let id = match getrandom::fill(&mut bytes) {
             Ok(()) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
             // No randomness: the clock, which two processes share only by bad luck.
-            Err(_) => crate::json::sha256_hex(&format!("{:?}", std::time::SystemTime::now()))[..16]
+            Err(_) => crate::json::sha256_hex(format!("{:?}", std::time::SystemTime::now()))[..16]
                 .to_string(),
         };
         (id, host_name())

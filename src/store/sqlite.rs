@@ -1862,34 +1862,58 @@ mod tests {
         RunRecord::new(run_id, "s.rhai", "1", "c", Mode::Speculative)
     }
 
-    fn never(_: u32) -> bool {
-        false
+    /// A claim of another owner than the run's.
+    fn other() -> Claim {
+        Claim::new("another owner", "elsewhere")
     }
 
     #[tokio::test]
     async fn runs_are_taken_once_and_never_after_they_end() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("deep/er/store.sqlite3")).unwrap();
-        store.create_run(record("r1")).await.unwrap();
+        let mut leased = record("r1");
+        leased.lease = Some(Lease::new(&Claim::new("its owner", "here"), 1, 0, 0));
+        store.create_run(leased).await.unwrap();
+        let taken = store.take_run("r1", other(), None).await.unwrap();
+        assert!(
+            matches!(taken, Err(TakeRefused::Busy(_))),
+            "a run under a live lease is not taken"
+        );
+        let store = store.with_lease_ttl(Duration::from_millis(1));
+        let mut expiring = record("r2");
+        expiring.lease = Some(Lease::new(&Claim::new("its owner", "here"), 1, 0, 0));
+        store.create_run(expiring).await.unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let taken = store.take_run("r2", other(), None).await.unwrap();
+        assert_eq!(
+            taken.unwrap().lease.unwrap().token,
+            2,
+            "an expired lease is taken"
+        );
+        let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": true}));
+        store.finish_run("r2", end).await.unwrap();
         let taken = store
-            .take_run("r1", Arc::new(|_| true), None)
+            .take_run("r1", other().retaking_own(), None)
             .await
             .unwrap();
         assert!(
             matches!(taken, Err(TakeRefused::Busy(_))),
-            "a run whose process lives is not taken"
+            "only its own owner retakes it"
         );
-        let taken = store.take_run("r1", Arc::new(never), None).await.unwrap();
+        let taken = store
+            .take_run("r1", Claim::new("its owner", "here").retaking_own(), None)
+            .await
+            .unwrap();
         assert_eq!(taken.unwrap().run_id, "r1");
         let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": true}));
         store.finish_run("r1", end).await.unwrap();
-        let taken = store.take_run("r1", Arc::new(never), None).await.unwrap();
+        let taken = store.take_run("r1", other(), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Ended(_))));
-        let taken = store.take_run("nope", Arc::new(never), None).await.unwrap();
+        let taken = store.take_run("nope", other(), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Unknown)));
         let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
-        assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0].status, RunStatus::Completed);
+        assert_eq!(runs.len(), 2);
+        assert!(runs.iter().all(|r| r.status == RunStatus::Completed));
         let run = store.run("r1").await.unwrap().unwrap();
         assert_eq!(run.outcome, Some(json!({"ok": true})));
     }
@@ -1947,7 +1971,7 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(&format!("`{field}`")), "{e}");
-            let taken = store.take_run("bad", Arc::new(never), None).await;
+            let taken = store.take_run("bad", other(), None).await;
             assert!(matches!(taken, Err(Error::Store { .. })), "{taken:?}");
         }
     }

@@ -321,12 +321,15 @@ async fn a_resume_of_a_live_run_is_refused_with_its_owner_and_expiry() {
     );
 }
 
+/// What a tool saw: the run its token is for, and the token.
+type Fenced = (Option<String>, Option<u64>);
+
 /// A tool sees the run's fencing token: 1 for a new run, one more after each take-over; a run
 /// without a store has none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fencing_token_reaches_the_tool() {
     let dir = TempDir::new().unwrap();
-    let seen: Arc<Mutex<Vec<(Option<String>, Option<u64>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Fenced>>> = Arc::default();
     let registry = || {
         let seen = Arc::clone(&seen);
         let tool = Tool::builder("put", Effect::Write)
