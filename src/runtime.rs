@@ -696,7 +696,7 @@ impl Runtime {
     /// # Errors
     ///
     /// [`Error::Resume`](crate::Error::Resume) when the runtime has no store, the store has no
-    /// such run, the run has ended or still runs in a live process, the decision does not
+    /// such run, the run has ended or still runs under a live lease, the decision does not
     /// answer what the run waits for, or the catalog is not the one the run started with;
     /// [`Error::Store`](crate::Error::Store) when the store fails.
     pub async fn resume(
