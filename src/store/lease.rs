@@ -232,7 +232,7 @@ pub fn lease_from(flag: Option<&str>) -> Result<Duration, String> {
 /// when, and that this process stops.
 pub(crate) fn taken_over(run_id: &str, now: &Lease, mine: u64) -> String {
     format!(
-        "the run {} was taken over by {} at {} (its fencing token is now {}, this process holds {mine}); this process stops: it makes no further call or write of the run",
+        "the run {} was taken over by {} at {} (its fencing token is now {}, this process holds {mine}); this process stops: it makes no further non-read call or write of the run",
         super::shown_run_id(run_id),
         now.holder(),
         super::record::utc(now.since_ms),
