@@ -470,6 +470,26 @@ fn call_under_way(store: &Path) -> Option<i64> {
     .ok()
 }
 
+/// Stops `pid` (SIGSTOP) at a moment it holds no write lock on the store: a process stopped
+/// inside a commit (a renewal, say) keeps SQLite's write lock until it goes on or dies, and a
+/// lease cannot break a lock (docs/durable.md says so). Stopped inside one, it is continued and
+/// stopped again a moment later.
+fn stop_outside_a_commit(pid: u32, store: &Path) {
+    let conn = rusqlite::Connection::open(store).unwrap();
+    conn.busy_timeout(Duration::ZERO).unwrap();
+    for _ in 0..50 {
+        signal("-STOP", pid);
+        // Whatever it was doing, it is stopped now: the lock is free, or it holds it.
+        std::thread::sleep(Duration::from_millis(20));
+        if conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok() {
+            return;
+        }
+        signal("-CONT", pid);
+        std::thread::sleep(Duration::from_millis(7));
+    }
+    panic!("the owner held the store's write lock every time it was stopped");
+}
+
 /// Sends `signal` to `pid`.
 fn signal(signal: &str, pid: u32) {
     let sent = Command::new("kill")
@@ -515,7 +535,7 @@ fn a_stopped_owner_loses_its_run_and_never_writes_again() {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(200));
-    signal("-STOP", owner.id());
+    stop_outside_a_commit(owner.id(), &store);
     let stopped = Instant::now();
     let run_id = {
         let out = toolscript(&["runs", "--json"], &store, &[]);
@@ -585,4 +605,92 @@ fn a_stopped_owner_loses_its_run_and_never_writes_again() {
     let status = toolscript(&["runs", "--json"], &store, &[]);
     let runs: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(runs[0]["status"], "completed", "{runs}");
+}
+
+/// A resume started in another PID namespace (as another container on the same store file
+/// would be), where the owner's process id names nothing, is refused while the owner runs the
+/// run: the store's lease says it is held, whatever `/proc` shows there. The run then completes
+/// in its owner, each write made once. (Without `unshare`, or without the right to use it, the
+/// resume runs as a plain process: the lease is judged the same way.)
+#[test]
+fn a_resume_from_another_pid_namespace_is_refused_while_the_owner_runs() {
+    let recorder = Recorder::new(1500);
+    let dir = recorder.dir.path();
+    let (store, script) = (dir.join("store.sqlite3"), dir.join("two.rhai"));
+    std::fs::write(
+        &script,
+        "record(#{n: 1, seen: 0}); record(#{n: 2, seen: 0}); 2",
+    )
+    .unwrap();
+    let m = recorder.manifest.to_str().unwrap();
+    let owner = Command::new(env!("CARGO_BIN_EXE_toolscript"))
+        .args(["run", script.to_str().unwrap(), "--tools", m, "--json"])
+        .arg("--store")
+        .arg(&store)
+        .env_remove("RUST_LOG")
+        .envs([("TOOLSCRIPT_LEASE_S", "0.5")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while call_under_way(&store).is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no write began"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Past several lease times: the owner renews it all along.
+    std::thread::sleep(Duration::from_millis(800));
+    let run_id = {
+        let out = toolscript(&["runs", "--json"], &store, &[]);
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs[0]["run_id"].as_str().unwrap().to_string()
+    };
+    let resume = [
+        env!("CARGO_BIN_EXE_toolscript"),
+        "resume",
+        &run_id,
+        "--tools",
+        m,
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    let isolated = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .args(resume)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output();
+    let out = match isolated {
+        Ok(out) if !String::from_utf8_lossy(&out.stderr).contains("unshare failed") => out,
+        _ => {
+            eprintln!("unshare is not available here: the resume runs as a plain process");
+            Command::new(resume[0])
+                .args(&resume[1..])
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a refused resume: {stderr}");
+    assert!(stderr.contains("still running, held by "), "{stderr}");
+    assert!(
+        stderr.contains("under a lease that expires at "),
+        "{stderr}"
+    );
+
+    let ran = owner.wait_with_output().unwrap();
+    let stdout: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(stdout["value"], 2, "{stdout}");
+    let made: Vec<i64> = recorder
+        .records()
+        .iter()
+        .map(|r| r["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(made, [1, 2], "each write once, by the owner alone");
 }
