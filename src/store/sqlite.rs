@@ -719,9 +719,8 @@ impl Store for SqliteStore {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(|e| fail.of(e))?;
             if let Some(fence) = &end.fence {
-                if let Held::Newer(now) = held(&tx, &run_id, fence, 0).map_err(|e| fail.of(e))? {
-                    return Err(super::lease::fenced(&location, &run_id, &now, fence.token));
-                }
+                let now = held(&tx, &run_id, fence, 0).map_err(|e| fail.of(e))?;
+                refuse_unheld(&now, &location, &run_id, fence)?;
             }
             // The lease is let go (it expires now); its token stays, for the next owner's.
             let now = now_ms();
@@ -1044,9 +1043,8 @@ fn append(
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(|e| fail.of(e))?;
     if let Some(fence) = &rows.fence {
-        if let Held::Newer(now) = held(&tx, run_id, fence, lease.1).map_err(|e| fail.of(e))? {
-            return Err(super::lease::fenced(lease.0, run_id, &now, fence.token));
-        }
+        let now = held(&tx, run_id, fence, lease.1).map_err(|e| fail.of(e))?;
+        refuse_unheld(&now, lease.0, run_id, fence)?;
     }
     {
         let mut insert_read = tx
@@ -1512,6 +1510,23 @@ enum Held {
     Released,
     /// A newer owner took the run: its lease.
     Newer(Lease),
+}
+
+/// Refuses a fenced write to a run a newer owner took, or that the store no longer has (it was
+/// pruned while its lease had expired).
+fn refuse_unheld(held: &Held, location: &str, run_id: &str, fence: &Fence) -> Result<(), Error> {
+    match held {
+        Held::Newer(now) => Err(super::lease::fenced(location, run_id, now, fence.token)),
+        Held::Gone => Err(Error::store(
+            location,
+            format!(
+                "the run {} is no longer in the store (it was removed while its lease had expired); this process stops: it makes no further non-read call or write of the run",
+                super::shown_run_id(run_id)
+            ),
+            None,
+        )),
+        Held::Renewed(_) | Held::Released => Ok(()),
+    }
 }
 
 /// Checks `fence` against the run's lease within the caller's transaction; when it holds and

@@ -167,6 +167,15 @@ async fn a_stale_token_writes_nothing_once_a_newer_owner_took_the_run() {
         !lease.is_live(),
         "an ended run holds no live lease: {lease:?}"
     );
+
+    // A run removed from the store takes no fenced write: its owner stops.
+    let rule = toolscript::PruneRule::default();
+    assert_eq!(toolscript::prune(&store, rule).await.unwrap().runs, 1);
+    let refused = append(&store, "r", 3, &Fence::new("owner-b", 2))
+        .await
+        .unwrap_err();
+    assert!(refused.contains("is no longer in the store"), "{refused}");
+    assert!(store.load_journal("r").await.unwrap().writes.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
