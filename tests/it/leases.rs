@@ -703,3 +703,33 @@ fn a_resume_from_another_pid_namespace_is_refused_while_the_owner_runs() {
         .collect();
     assert_eq!(made, [1, 2], "each write once, by the owner alone");
 }
+
+/// A lease's time to live that is not a number of seconds is refused before anything runs,
+/// naming where it came from; fractions are taken.
+#[test]
+fn a_bad_lease_time_is_refused_naming_where_it_came_from() {
+    let dir = TempDir::new().unwrap();
+    let store = dir.path().join("store.sqlite3");
+    let script = dir.path().join("s.rhai");
+    std::fs::write(&script, "40 + 2").unwrap();
+    let s = script.to_str().unwrap();
+    for (args, env, named) in [
+        (vec!["run", s, "--lease-s", "soon"], None, "--lease-s:"),
+        (vec!["run", s, "--lease-s=-1"], None, "--lease-s:"),
+        (vec!["run", s], Some("0"), "$TOOLSCRIPT_LEASE_S:"),
+        (vec!["resume", "r"], Some("1e12"), "$TOOLSCRIPT_LEASE_S:"),
+    ] {
+        let env: Vec<(&str, &str)> = env.map(|v| ("TOOLSCRIPT_LEASE_S", v)).into_iter().collect();
+        let out = toolscript(&args, &store, &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("seconds from 0.1 to 86400"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let ok = toolscript(&["run", s, "--lease-s", "0.5", "--json"], &store, &[]);
+    let value: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(value["value"], 42, "{value}");
+}
