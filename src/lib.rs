@@ -125,8 +125,9 @@ pub use runtime::{
 };
 pub use script::{Awaiting, Problem, Severity};
 pub use store::{
-    CatalogPrint, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord, RunStatus,
-    RunSummary, Store, StoredArtifact, StoredPlan, ToolPrint,
+    lease_from, parse_lease_s, CatalogPrint, LeaseListing, PendingCall, PruneRule, Pruned, ReadAt,
+    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoredArtifact, StoredPlan,
+    ToolPrint, DEFAULT_LEASE, LEASE_ENV,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};
@@ -148,8 +149,9 @@ pub mod receipts {
 pub mod stores {
     pub use crate::children::{ChildRecord, ProcessSnapshot};
     pub use crate::store::{
-        ApprovedRead, CacheDrop, CacheEntry, JournalRows, JournaledWrite, OwnerAlive, PageIndex,
-        ReadRow, StoreFuture, StoredEnd, TakeDecision, TakeRefused, Verdict, WriteState,
+        ApprovedRead, CacheDrop, CacheEntry, Claim, Fence, JournalRows, JournaledWrite, Lease,
+        PageIndex, ReadRow, Renewed, StoreFuture, StoredEnd, TakeDecision, TakeRefused, Verdict,
+        WriteState,
     };
 }
 

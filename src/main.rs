@@ -42,8 +42,8 @@ enum Command {
     /// to, then vacuum the file.
     ///
     /// By default only completed and failed runs are removed: a paused, interrupted or running
-    /// run can still be resumed, and is removed only when --status names its status. A run that
-    /// a live process is running is never removed. A manifest's `[store] keep_days = N` does the
+    /// run can still be resumed, and is removed only when --status names its status. A running
+    /// run whose lease is live is never removed. A manifest's `[store] keep_days = N` does the
     /// same for completed and failed runs older than N days, without the vacuum, whenever `run`,
     /// `resume` or `serve` starts with that manifest and a store.
     Prune(cli::prune::Prune),

@@ -165,6 +165,16 @@ impl RunReport {
     }
 }
 
+/// The listing of a run's lease while it runs.
+fn running_lease(
+    status: RunStatus,
+    lease: Option<&crate::store::Lease>,
+) -> Option<crate::store::LeaseListing> {
+    lease
+        .filter(|_| status == RunStatus::Running)
+        .map(crate::store::LeaseListing::of)
+}
+
 /// One run in the store's list of runs, as `toolscript runs --json` and the MCP server's
 /// `list_runs` show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -182,6 +192,9 @@ pub struct RunListing {
     pub mode: Mode,
     /// The call a paused run waits at; null for any other run.
     pub pending: Option<PendingCall>,
+    /// A running run's lease: who holds it, until when, and whether it still holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<crate::store::LeaseListing>,
 }
 
 impl RunListing {
@@ -194,6 +207,7 @@ impl RunListing {
             script: record.script_name.clone(),
             mode: record.mode,
             pending: record.pending.clone(),
+            lease: running_lease(record.status, record.lease.as_ref()),
         }
     }
 
@@ -206,6 +220,7 @@ impl RunListing {
             script: summary.script_name.clone(),
             mode: summary.mode,
             pending: summary.pending.clone(),
+            lease: running_lease(summary.status, summary.lease.as_ref()),
         }
     }
 

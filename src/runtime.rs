@@ -696,10 +696,13 @@ impl Runtime {
         );
         record.input = options.input.as_deref().cloned();
         record.catalog = Some(self.catalog.clone());
+        // This process holds the new run's lease (token 1; the store sets its times).
+        let claim = crate::store::Claim::this_process();
+        record.lease = Some(crate::store::Lease::new(&claim, 1, 0, 0));
+        let fence = Some(crate::store::Fence::new(claim.owner, 1));
         store.create_run(record).await?;
-        Ok(Arc::new(
-            Journal::open(Arc::clone(store), run_id, self.keyed()).await?,
-        ))
+        let journal = Journal::open(Arc::clone(store), run_id, self.keyed(), fence).await?;
+        Ok(leased(journal))
     }
 
     /// Plans a script: it runs with real reads (speculated as `options.mode` says), and no
@@ -869,7 +872,7 @@ impl Runtime {
     /// # Errors
     ///
     /// [`Error::Resume`](crate::Error::Resume) when the runtime has no store, the store has no
-    /// such run, the run has ended or still runs in a live process, the decision does not
+    /// such run, the run has ended or still runs under a live lease, the decision does not
     /// answer what the run waits for, or the catalog is not the one the run started with;
     /// [`Error::Store`](crate::Error::Store) when the store fails.
     pub async fn resume(
@@ -896,9 +899,22 @@ impl Runtime {
                 record.status.as_str()
             )));
         }
+        // A run under a live lease is refused first, whatever else it would be refused for (the
+        // store checks again, in the transaction that takes it). A run this process holds but
+        // no longer runs (its caller went away before its end was recorded) is this process's
+        // to take again, lease or not.
+        let mut claim = crate::store::Claim::this_process();
+        if !lock(&ACTIVE).contains(run_id) {
+            claim = claim.retaking_own();
+        }
+        if let Some(lease) = record.lease.as_ref().filter(|l| {
+            record.status == RunStatus::Running
+                && l.is_live()
+                && !(claim.retake_own && l.owner == claim.owner)
+        }) {
+            return Err(refuse(busy_with(lease)));
+        }
         self.judge_catalog(&record).map_err(refuse)?;
-        let owner_run = run_id.to_string();
-        let alive: crate::store::OwnerAlive = Arc::new(move |pid| process_alive(pid, &owner_run));
         // The decision is for the call the run waited at when it was read; the store checks,
         // in the transaction that takes the run, that it still waits there for that decision.
         let seen = record
@@ -907,22 +923,14 @@ impl Runtime {
             .filter(|_| record.status == RunStatus::Paused);
         let take = match (&decision, seen) {
             (Some(d), Some(p)) => Some(TakeDecision::on(p, verdict(d, p).map_err(refuse)?)),
-            (Some(_), None) => {
-                let busy = record
-                    .owner_pid
-                    .filter(|pid| record.status == RunStatus::Running && alive(*pid));
-                return Err(refuse(match busy {
-                    Some(pid) => format!("the run is still running, in process {pid}: a decision is for a paused run"),
-                    None => not_paused(record.status),
-                }));
-            }
+            (Some(_), None) => return Err(refuse(not_paused(record.status))),
             (None, _) => None,
         };
         let asked = take.as_ref().map(|t| t.seq);
-        let record = store.take_run(run_id, alive, take).await?.map_err(|e| match e {
+        let record = store.take_run(run_id, claim, take).await?.map_err(|e| match e {
             TakeRefused::Unknown => refuse("the store has no such run".into()),
             TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
-            TakeRefused::Busy(pid) => refuse(format!("the run is still running, in process {pid}")),
+            TakeRefused::Busy(lease) => refuse(busy_with(&lease)),
             TakeRefused::Settled(seq) => refuse(format!(
                 "the journal already holds the outcome of call #{seq} (another decision or process settled it): a decision never replaces it"
             )),
@@ -935,7 +943,8 @@ impl Runtime {
                 .set_catalog(run_id, self.catalog_sha256.clone(), self.catalog.clone())
                 .await?;
         }
-        let journal = Arc::new(Journal::open(Arc::clone(store), run_id, self.keyed()).await?);
+        let fence = record.lease.as_ref().map(crate::store::Lease::fence);
+        let journal = leased(Journal::open(Arc::clone(store), run_id, self.keyed(), fence).await?);
         let mut options = options;
         options.mode = record.mode;
         options.input = record.input.map(Arc::new);
@@ -1375,9 +1384,19 @@ impl Run {
             return;
         };
         journal.flush().await;
-        let end = StoredEnd::new(outcome.status(), outcome.pending.clone(), outcome.to_json());
+        journal.release();
+        let end = StoredEnd::new(outcome.status(), outcome.pending.clone(), outcome.to_json())
+            .fenced(journal.fence().cloned());
         if let Err(e) = store.finish_run(&outcome.run_id, end).await {
-            tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
+            // A run a newer owner took is that owner's to end: nothing is left to do here.
+            let mine = journal.fence().map(|f| f.token);
+            let now = store.run(&outcome.run_id).await.ok().flatten();
+            let token = now.and_then(|r| r.lease).map(|l| l.token);
+            if mine.is_some() && token > mine {
+                tracing::warn!(parent: &self.span, error = %e, "the run was taken over: its new owner records its end");
+            } else {
+                tracing::error!(parent: &self.span, error = %e, "the run's end could not be recorded; resume it to record it");
+            }
         }
     }
 }
@@ -1528,7 +1547,7 @@ impl Drop for Active {
 }
 
 /// Removes from `store` the runs `rule` names, with their journals and the artifacts no kept
-/// run refers to; a running run whose process is alive is never removed.
+/// run refers to; a running run whose lease is live is never removed.
 ///
 /// # Errors
 ///
@@ -1538,53 +1557,24 @@ pub async fn prune(
     store: &dyn Store,
     rule: crate::store::PruneRule,
 ) -> Result<crate::store::Pruned, crate::Error> {
-    // A running run's owner is alive when its process exists: another process's runs are
-    // looked for by pid, this process's by the runs it has under way.
-    let alive: crate::store::OwnerAlive = Arc::new(|pid| {
-        if pid == std::process::id() {
-            return !lock(&ACTIVE).is_empty();
-        }
-        process_exists(pid)
-    });
-    store.prune(rule, alive).await
+    store.prune(rule).await
 }
 
-/// Whether the process `pid`, which owns the running run `run_id`, still runs it.
-fn process_alive(pid: u32, run_id: &str) -> bool {
-    if pid == std::process::id() {
-        return lock(&ACTIVE).contains(run_id);
-    }
-    process_exists(pid)
+/// A journal whose lease is renewed while the run is live.
+fn leased(journal: Journal) -> Arc<Journal> {
+    let journal = Arc::new(journal);
+    journal.keep_lease();
+    journal
 }
 
-/// Whether a process `pid` exists and is not a zombie.
-#[cfg(target_os = "linux")]
-fn process_exists(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's closing parenthesis: Z (zombie) and X (dead) are
-        // processes that have ended.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
-/// Whether a process `pid` exists (`kill -0`).
-#[cfg(all(unix, not(target_os = "linux")))]
-fn process_exists(pid: u32) -> bool {
-    std::process::Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Elsewhere a run's process cannot be looked for: it is taken to be gone.
-#[cfg(not(unix))]
-fn process_exists(_pid: u32) -> bool {
-    false
+/// Why a run under a live lease cannot be taken: who holds it, and until when.
+fn busy_with(lease: &crate::store::Lease) -> String {
+    format!(
+        "the run is still running, held by {} (fencing token {}) under a lease that expires at {} unless its owner renews it: resume it after that, once its owner has stopped",
+        lease.holder(),
+        lease.token,
+        crate::store::utc_ms(lease.expires_ms),
+    )
 }
 
 /// Cancels a run when the run's future is dropped before it finished: its token (the root of
@@ -1633,11 +1623,14 @@ impl Drop for InterruptOnDrop {
         handle.spawn(async move {
             done.cancelled().await;
             journal.flush().await;
-            // Only a run this process still owns: one whose end was recorded as the future
-            // was dropped keeps it.
+            journal.release();
+            // Only a run this process still holds: one whose end was recorded as the future
+            // was dropped keeps it, and one a newer owner took is that owner's.
+            let fence = journal.fence().cloned();
             let owned = match store.run(&run_id).await {
                 Ok(Some(r)) => {
-                    r.status == RunStatus::Running && r.owner_pid == Some(std::process::id())
+                    r.status == RunStatus::Running
+                        && r.lease.map(|l| l.token) == fence.as_ref().map(|f| f.token)
                 }
                 _ => false,
             };
@@ -1648,7 +1641,7 @@ impl Drop for InterruptOnDrop {
                     "ok": false,
                     "error": {"kind": "cancelled", "message": "the run's caller went away before it ended; resume it to go on"},
                 });
-                let end = StoredEnd::new(RunStatus::Interrupted, None, outcome);
+                let end = StoredEnd::new(RunStatus::Interrupted, None, outcome).fenced(fence);
                 if let Err(e) = store.finish_run(&run_id, end).await {
                     tracing::error!(run_id = %run_id, error = %e.report(), "a dropped run could not be recorded as interrupted; resume it once this process has ended");
                 }

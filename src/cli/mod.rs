@@ -51,6 +51,8 @@ pub(crate) struct StoreArg {
     /// stops it).
     #[arg(long, conflicts_with = "store")]
     no_store: bool,
+    #[command(flatten)]
+    lease: LeaseArg,
 }
 
 impl StoreArg {
@@ -59,8 +61,17 @@ impl StoreArg {
         if self.no_store {
             return Ok(None);
         }
-        open_store(self.store).map(Some)
+        open_leased(self.store, &self.lease).map(Some)
     }
+}
+
+#[derive(clap::Args)]
+pub(crate) struct LeaseArg {
+    /// How long a run's lease holds unless its owner renews it (every third of it), in
+    /// seconds, fractions allowed: a resume elsewhere takes a running run only once its lease
+    /// has expired. Default: $TOOLSCRIPT_LEASE_S, else 30.
+    #[arg(long = "lease-s", value_name = "SECONDS")]
+    lease_s: Option<String>,
 }
 
 /// A flag for every limit of `Limits::KEYS` (`--max-calls N`, `--timeout-s S`, ...), each
@@ -199,16 +210,25 @@ async fn keep_for(store: &dyn Store, days: u32) {
     }
 }
 
+/// The store at `path`, else at its default place, with the lease's time to live `lease`
+/// gives (else `$TOOLSCRIPT_LEASE_S`, else 30 s): for the commands that run scripts.
+fn open_leased(path: Option<PathBuf>, lease: &LeaseArg) -> Result<Arc<dyn Store>, String> {
+    let ttl = toolscript::lease_from(lease.lease_s.as_deref())?;
+    Ok(Arc::new(open_sqlite(path)?.with_lease_ttl(ttl)))
+}
+
 /// The store at `path`, else at its default place.
 fn open_store(path: Option<PathBuf>) -> Result<Arc<dyn Store>, String> {
+    Ok(Arc::new(open_sqlite(path)?))
+}
+
+/// The SQLite store at `path`, else at its default place.
+fn open_sqlite(path: Option<PathBuf>) -> Result<SqliteStore, String> {
     let path = path.or_else(SqliteStore::default_path).ok_or_else(|| {
         "no data directory to keep the store of runs in: give --store PATH (or --no-store)"
             .to_string()
     })?;
-    match SqliteStore::open(&path) {
-        Ok(store) => Ok(Arc::new(store)),
-        Err(e) => Err(e.report()),
-    }
+    SqliteStore::open(&path).map_err(|e| e.report())
 }
 
 /// A run id as messages show it: whole up to 64 characters, else its start and its length (a

@@ -72,10 +72,14 @@ impl Prune {
         );
         if pruned.kept_alive > 0 {
             println!(
-                "kept {} running run{}: a live process runs {}",
+                "kept {} running run{}: {} under a live lease",
                 pruned.kept_alive,
                 if pruned.kept_alive == 1 { "" } else { "s" },
-                if pruned.kept_alive == 1 { "it" } else { "them" }
+                if pruned.kept_alive == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                }
             );
         }
         if let (Some(before), Some(after), false) =

@@ -8,7 +8,7 @@ use serde_json::Value;
 use toolscript::{Decision, RunOptions};
 
 use super::report::{live_ticker, report, with_progress};
-use super::{exit_for, open_store, runtime, shown_id, LimitsArg, ToolsArg};
+use super::{exit_for, open_leased, runtime, shown_id, LeaseArg, LimitsArg, ToolsArg};
 
 #[derive(clap::Args)]
 pub(crate) struct Resume {
@@ -45,6 +45,8 @@ pub(crate) struct Resume {
     /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,
+    #[command(flatten)]
+    lease: LeaseArg,
     /// Dispatch every read: the cache of reads across runs neither answers nor keeps any.
     #[arg(long)]
     no_cache: bool,
@@ -70,7 +72,7 @@ impl Resume {
         };
         let run_id = self.run_id;
         let shown = shown_id(&run_id);
-        let store = open_store(self.store)?;
+        let store = open_leased(self.store, &self.lease)?;
         let record = store
             .run(&run_id)
             .await

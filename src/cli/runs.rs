@@ -86,7 +86,12 @@ impl Runs {
             "run", "status", "started", "script"
         );
         for r in &runs {
-            let pending = r.pending.as_ref().map_or(String::new(), |p| {
+            // A running run says who holds it, or that its lease expired (a resume takes it).
+            let held = r.lease.as_ref().map(|l| match l.live {
+                true => format!("held by {} on {} until {}", l.owner, l.host, l.expires),
+                false => format!("lease expired at {}: resume it to go on", l.expires),
+            });
+            let pending = r.pending.as_ref().map_or(held.unwrap_or_default(), |p| {
                 let uncertain = if p.uncertain == Some(true) {
                     ", may still be running"
                 } else {

@@ -207,6 +207,14 @@ impl RunContext {
         self
     }
 
+    /// The run's id and the fencing token of the lease this process holds on it, for a tool's
+    /// context.
+    pub(crate) fn fencing(&self) -> Option<(Arc<str>, u64)> {
+        let journal = self.journal.as_ref()?;
+        let token = journal.fence()?.token;
+        Some((Arc::from(journal.run_id()), token))
+    }
+
     /// Makes the run durable: its non-read calls' intents are committed to `journal`.
     pub(crate) fn with_journal(mut self, journal: Option<Arc<Journal>>) -> RunContext {
         self.journal = journal;

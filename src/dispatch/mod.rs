@@ -823,7 +823,8 @@ async fn run_body(
             Some(Arc::clone(ctx.registry.secrets())),
             Arc::clone(slot),
             cancel.clone(),
-        );
+        )
+        .with_fencing(ctx.fencing());
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {
             std::mem::take(&mut call.args)

@@ -1,7 +1,8 @@
 //! Script tools: tools whose body is a Rhai script from a manifest. Their bodies see `args`
 //! (validated input), `state`, an object map shared by all script tools loaded together, and
-//! `ctx`: `#{tool, attempt, idempotency_key, context}` (the key is `()` for a read; `context` is
-//! the run's context value, `()` when it has none).
+//! `ctx`: `#{tool, attempt, idempotency_key, context, fencing_token}` (the key is `()` for a
+//! read; `context` is the run's context value, `()` when it has none; `fencing_token` is the
+//! run's lease's token, `()` for a run without a store).
 //!
 //! A body runs on a script-sized thread, never on an async worker or tokio's blocking pool
 //! (whose default stack a deep recursion in a body would overflow): an ordinary body on the
@@ -251,6 +252,12 @@ fn call_map(ctx: &ToolContext) -> Map {
         "idempotency_key".into(),
         ctx.idempotency_key
             .clone()
+            .map_or(Dynamic::UNIT, Into::into),
+    );
+    map.insert(
+        "fencing_token".into(),
+        ctx.fencing_token()
+            .and_then(|t| rhai::INT::try_from(t).ok())
             .map_or(Dynamic::UNIT, Into::into),
     );
     map.insert(

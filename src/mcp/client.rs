@@ -259,8 +259,12 @@ pub(crate) async fn connect(
             let effect = tool_spec.effect;
             Tool::from_spec(tool_spec, move |args, ctx: crate::tool::ToolContext| {
                 let (connection, original) = (Arc::clone(&connection), Arc::clone(&original));
+                let fencing = ctx
+                    .fenced_run()
+                    .zip(ctx.fencing_token())
+                    .map(|(run, token)| serde_json::json!({"run": run, "token": token}));
                 let key = ctx.idempotency_key;
-                async move { connection.call(&original, effect, args, key).await }
+                async move { connection.call(&original, effect, args, key, fencing).await }
             })
             .sharing(&slots)
         })
@@ -524,20 +528,29 @@ impl Connection {
     /// `Peer::call_tool` arms a guard that does so while the response is awaited.
     ///
     /// A non-read call carries its idempotency key in the request's `_meta`
-    /// (`idempotency_key`), the same in every attempt and across a resume of the run.
+    /// (`idempotency_key`), the same in every attempt and across a resume of the run. A call
+    /// of a durable run carries the run's fencing token there too
+    /// (`"toolscript/fencing": {"run": ID, "token": N}`), so that a service can refuse an
+    /// owner that lost the run.
     async fn call(
         &self,
         tool: &str,
         effect: Effect,
         args: Value,
         idempotency_key: Option<String>,
+        fencing: Option<Value>,
     ) -> Result<Value, ToolError> {
         let mut params = CallToolRequestParams::new(tool.to_string());
+        let mut meta = rmcp::model::RequestMetaObject::new();
         if let Some(key) = idempotency_key {
-            let mut meta = rmcp::model::RequestMetaObject::new();
             meta.0
                  .0
                 .insert("idempotency_key".into(), Value::String(key));
+        }
+        if let Some(fencing) = fencing {
+            meta.0 .0.insert("toolscript/fencing".into(), fencing);
+        }
+        if !meta.0 .0.is_empty() {
             params.meta = Some(meta);
         }
         match args {

@@ -14,6 +14,10 @@
 //! Commits go through [`Store`] one at a time, in order (a commit takes every read journaled
 //! before it), so a write's intent is never durable before the reads journaled ahead of it.
 //!
+//! Every commit carries the run's lease (its [`Fence`]): the store refuses it once a newer
+//! owner took the run, and the journal then fails, so that the run makes no further call. A
+//! task renews the lease while the run is live ([`Journal::keep_lease`]).
+//!
 //! Non-read calls are keyed by `seq`, their position among the executor's non-read calls (the
 //! epoch each one ends), which is the same in every run and resume of a script.
 
@@ -22,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use super::{JournalRows, Store};
+use super::{Fence, JournalRows, Store};
 use crate::children::ProcessSnapshot;
 use crate::error::{Error, Outcome, ToolError};
 use crate::sync::lock;
@@ -198,6 +202,18 @@ pub(crate) struct Journal {
     handle: tokio::runtime::Handle,
     /// The store's key of keyed digests, for a run that may hold secrets or redacted values.
     key: Option<Arc<[u8; 32]>>,
+    /// The lease this process holds on the run, which every commit carries.
+    fence: Option<Fence>,
+    /// The task that renews the lease while the run is live.
+    renewal: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.renewal).take() {
+            task.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for Journal {
@@ -218,6 +234,7 @@ impl Journal {
         store: Arc<dyn Store>,
         run_id: &str,
         keyed: bool,
+        fence: Option<Fence>,
     ) -> Result<Journal, Error> {
         let rows = store.load_journal(run_id).await?;
         let key = match keyed {
@@ -245,7 +262,46 @@ impl Journal {
             committing: tokio::sync::Mutex::new(()),
             handle: tokio::runtime::Handle::current(),
             key,
+            fence,
+            renewal: Mutex::new(None),
         })
+    }
+
+    /// Renews the run's lease, in a task of its own, until the run lets it go
+    /// ([`Journal::release`]) or the journal is dropped.
+    pub(crate) fn keep_lease(self: &Arc<Self>) {
+        if self.fence.is_some() {
+            let task = super::keep_lease(self, Arc::clone(&self.store));
+            if let Some(old) = lock(&self.renewal).replace(task) {
+                old.abort();
+            }
+        }
+    }
+
+    /// Stops renewing the run's lease: the run is ending or pausing, and the store lets the
+    /// lease go when it records that.
+    pub(crate) fn release(&self) {
+        if let Some(task) = lock(&self.renewal).take() {
+            task.abort();
+        }
+    }
+
+    /// The lease this process holds on the run, if it holds one.
+    pub(crate) fn fence(&self) -> Option<&Fence> {
+        self.fence.as_ref()
+    }
+
+    /// The run's id.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Fails the journal: the run makes no further call, and nothing more is committed.
+    pub(crate) fn fail(&self, why: String) {
+        let mut state = lock(&self.state);
+        if state.failed.is_none() {
+            state.failed = Some(why);
+        }
     }
 
     /// A non-read call's arguments (their key form) as the journal keeps them: as they are,
@@ -449,7 +505,8 @@ impl Journal {
         if reads.is_empty() && write.is_none() {
             return;
         }
-        let rows = JournalRows::new(write.into_iter().collect(), reads);
+        let mut rows = JournalRows::new(write.into_iter().collect(), reads);
+        rows.fence = self.fence.clone();
         if let Err(e) = self.store.append(&self.run_id, rows).await {
             let e = e.report();
             tracing::error!(run_id = %self.run_id, error = %e, "the journal could not be written");

@@ -12,6 +12,7 @@
 mod cache;
 mod catalog;
 mod journal;
+mod lease;
 #[cfg(feature = "sqlite")]
 mod plans;
 mod record;
@@ -23,6 +24,10 @@ pub use cache::{CacheDrop, CacheEntry};
 pub use catalog::{CatalogPrint, ToolPrint};
 pub(crate) use journal::Journal;
 pub use journal::{ApprovedRead, JournaledWrite, ReadRow, WriteState};
+pub(crate) use lease::keep as keep_lease;
+pub use lease::{
+    lease_from, parse_lease_s, Claim, Fence, Lease, LeaseListing, Renewed, DEFAULT_LEASE, LEASE_ENV,
+};
 pub use record::{
     Awaiting, Mode, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord,
     RunStatus, RunSummary,
@@ -41,9 +46,6 @@ use crate::error::Error;
 /// What a store's method returns: a future that owns or borrows what it was given, `Send` so
 /// that a run can await it on any worker.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
-
-/// Whether the process that owns a running run still runs it (given its process id).
-pub type OwnerAlive = Arc<dyn Fn(u32) -> bool + Send + Sync>;
 
 /// The store of durable runs: runs, their journals and artifacts.
 ///
@@ -67,8 +69,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// credentials.
     fn location(&self) -> String;
 
-    /// Records a new run, `running` and owned by this process.
+    /// Records a new run, `running` and leased to the owner `record.lease` names (its token
+    /// and times are the store's to set: token 1, expiring [`Store::lease_ttl`] from now). A
+    /// record without a lease is stored unowned, as a run whose lease has expired.
     fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()>;
+
+    /// How long a run's lease holds unless renewed (the store's setting `lease_s`, 30 s unless
+    /// set).
+    fn lease_ttl(&self) -> std::time::Duration {
+        DEFAULT_LEASE
+    }
+
+    /// Renews the lease `fence` holds on a running run for another [`Store::lease_ttl`]; says
+    /// when a newer owner took the run, or when there is no lease left to renew (the run
+    /// paused or ended).
+    fn renew_lease<'a>(&'a self, run_id: &'a str, fence: &'a Fence) -> StoreFuture<'a, Renewed>;
 
     /// A run, if the store has it.
     fn run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<RunRecord>>;
@@ -81,9 +96,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn list_runs(&self, query: RunQuery) -> StoreFuture<'_, RunPage>;
 
     /// Removes the runs `rule` names (with their journals, and the artifacts no kept run
-    /// refers to), except a running run whose process is alive (`alive` says so); then gives
-    /// the freed space back where `rule.vacuum` asks.
-    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned>;
+    /// refers to), except a running run whose lease is live; then gives the freed space back
+    /// where `rule.vacuum` asks.
+    fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned>;
 
     /// Records the catalog a run now runs under (its resume was judged by an earlier rule,
     /// or its catalog changed in prose only): both the whole-catalog hash and the fingerprints.
@@ -94,10 +109,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         catalog: CatalogPrint,
     ) -> StoreFuture<'a, ()>;
 
-    /// Takes a run for this process to resume, atomically: a paused run with a decision on
-    /// the call it waits at, or an interrupted run, or a running one whose owner is gone
-    /// (`alive` says whether an owner still runs it), without one. The run is `running`
-    /// again, owned by this process; the record is as it was before it was taken.
+    /// Takes a run for `claim`'s owner to resume, atomically: a paused run with a decision on
+    /// the call it waits at, or an interrupted run, or a running one whose lease has expired,
+    /// without one. The run is `running` again, leased to `claim` with the next fencing token
+    /// for [`Store::lease_ttl`]; the record is as it was before it was taken, but for its
+    /// `lease`, which is the new one. A running run whose lease is live is refused
+    /// ([`TakeRefused::Busy`], with that lease), unless `claim` retakes its own.
     ///
     /// The decision is checked and journaled in the same transaction that takes the run: the
     /// run must still be paused at `decision.seq` (and `decision.read`), waiting for what the decision answers, and
@@ -106,12 +123,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn take_run<'a>(
         &'a self,
         run_id: &'a str,
-        alive: OwnerAlive,
+        claim: Claim,
         decision: Option<TakeDecision>,
     ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>>;
 
     /// Records where a run ended (or paused): its status, its pending call and the outcome its
-    /// process printed. The run has no owner afterwards.
+    /// process printed. The run has no owner afterwards (its fencing token stays). With
+    /// `end.fence`, refused when a newer owner took the run.
     fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()>;
 
     /// A run's journal, whole: its non-read calls by seq, and the reads the executor used.
@@ -120,7 +138,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Appends journal rows in one transaction, durable when the future completes: the reads
     /// (a read already stored is kept as it is), then the non-read calls (a row per seq,
     /// replaced whole, unless the stored row has an outcome: then the whole append fails, for
-    /// a journaled outcome is never replaced).
+    /// a journaled outcome is never replaced). With `rows.fence`, the append is refused when a
+    /// newer owner took the run, and renews the lease otherwise.
     fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()>;
 
     /// Keeps an artifact under `id` (content-addressed: one kept before with the same id stays).
@@ -271,6 +290,8 @@ pub struct StoredEnd {
     pub pending: Option<PendingCall>,
     /// What the run's process printed with `--json`.
     pub outcome: Value,
+    /// The lease the owner that records it holds: refused when a newer owner took the run.
+    pub fence: Option<Fence>,
 }
 
 impl StoredEnd {
@@ -280,7 +301,14 @@ impl StoredEnd {
             status,
             pending,
             outcome,
+            fence: None,
         }
+    }
+
+    /// The end, recorded only while `fence` is the run's newest lease.
+    pub fn fenced(mut self, fence: Option<Fence>) -> StoredEnd {
+        self.fence = fence;
+        self
     }
 }
 
@@ -294,6 +322,8 @@ pub struct JournalRows {
     pub reads: Vec<ReadRow>,
     /// Reads of the script a person approved after the guard asked about them.
     pub approved_reads: Vec<ApprovedRead>,
+    /// The lease the owner that appends holds: refused when a newer owner took the run.
+    pub fence: Option<Fence>,
 }
 
 impl JournalRows {
@@ -303,6 +333,7 @@ impl JournalRows {
             writes,
             reads,
             approved_reads: Vec::new(),
+            fence: None,
         }
     }
 }
@@ -414,8 +445,8 @@ pub enum TakeRefused {
     Unknown,
     /// The run has ended.
     Ended(Box<RunRecord>),
-    /// The run is running, in the process with this id.
-    Busy(u32),
+    /// The run is running, under this live lease.
+    Busy(Lease),
     /// The decision does not fit the run as it is now (it is not paused, or paused at another
     /// call, or waiting for another kind of decision), or a paused run was given none: the
     /// record says where it is.
@@ -504,6 +535,7 @@ impl Verdict {
 }
 
 pub(crate) use crate::error::shown_run_id;
+pub(crate) use record::utc as utc_ms;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {

@@ -1,4 +1,4 @@
-//! Plans in the SQLite store: the `plans` table (schema 8). A plan is kept whole as JSON; the
+//! Plans in the SQLite store: the `plans` table (schema 9). A plan is kept whole as JSON; the
 //! store reads only its id, its times and the run that applied it.
 
 use rusqlite::{params, Connection, OptionalExtension};

@@ -245,8 +245,10 @@ pub struct RunRecord {
     pub mode: Mode,
     /// Where the run is.
     pub status: RunStatus,
-    /// The process running it, while it runs.
-    pub owner_pid: Option<u32>,
+    /// Who holds it, and until when: the lease of its last owner (expired, or let go, once
+    /// the run paused or ended: then only its fencing token counts). `None` for a run no
+    /// owner has held since stores kept leases.
+    pub lease: Option<super::Lease>,
     /// When it started, in milliseconds since the Unix epoch.
     pub started_ms: i64,
     /// When its record last changed.
@@ -277,7 +279,7 @@ impl RunRecord {
             catalog: None,
             mode,
             status: RunStatus::Running,
-            owner_pid: None,
+            lease: None,
             started_ms: now,
             updated_ms: now,
             pending: None,
@@ -346,6 +348,9 @@ pub struct RunSummary {
     pub started_ms: i64,
     /// The pending call of a paused run.
     pub pending: Option<PendingCall>,
+    /// The lease of a running run (`None` for a run no owner has held since stores kept
+    /// leases, and for a run that is not running).
+    pub lease: Option<super::Lease>,
 }
 
 impl RunSummary {
@@ -427,7 +432,7 @@ pub struct RunPage {
 }
 
 /// Which runs a prune removes: those of `statuses` whose record last changed before
-/// `updated_before_ms` (any time when `None`). A running run whose process is alive is never
+/// `updated_before_ms` (any time when `None`). A running run whose lease is live is never
 /// removed, whatever the rule.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -478,7 +483,7 @@ pub struct Pruned {
     pub runs: u64,
     /// Artifacts removed: none that a kept run refers to.
     pub artifacts: u64,
-    /// Running runs of the rule's statuses kept because their process is alive.
+    /// Running runs of the rule's statuses kept because their lease is live.
     pub kept_alive: u64,
     /// Expired cached reads removed.
     pub cache_entries: u64,
@@ -489,7 +494,7 @@ pub struct Pruned {
 }
 
 /// Milliseconds since the Unix epoch as a UTC date and time, `2026-12-01T11:37:06Z`.
-fn utc(ms: i64) -> String {
+pub(crate) fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Days to a civil date (Howard Hinnant's algorithm).

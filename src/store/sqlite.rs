@@ -15,16 +15,16 @@ use serde_json::Value;
 use super::journal::{decode_outcome, encode_outcome, ApprovedRead};
 use super::plans;
 use super::{
-    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, JournalRows, JournaledWrite, OwnerAlive,
-    PageIndex, PruneRule, Pruned, ReadRow, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
-    Store, StoreFuture, StoredArtifact, StoredEnd, StoredPlan, TakeDecision, TakeRefused, Verdict,
-    WriteState,
+    now_ms, now_us, CacheDrop, CacheEntry, CatalogPrint, Claim, Fence, JournalRows, JournaledWrite,
+    Lease, PageIndex, PruneRule, Pruned, ReadRow, Renewed, RunPage, RunQuery, RunRecord, RunStatus,
+    RunSummary, Store, StoreFuture, StoredArtifact, StoredEnd, StoredPlan, TakeDecision,
+    TakeRefused, Verdict, WriteState, DEFAULT_LEASE,
 };
 use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -70,14 +70,18 @@ CREATE TABLE IF NOT EXISTS runs (
     catalog_sha256 TEXT NOT NULL,
     mode TEXT NOT NULL,
     status TEXT NOT NULL,
-    owner_pid INTEGER,
     started_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     pending TEXT,
     outcome TEXT,
     input TEXT,
     catalog TEXT,
-    input_artifact TEXT
+    input_artifact TEXT,
+    lease_owner TEXT,
+    lease_host TEXT,
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_expires_ms INTEGER,
+    lease_since_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS writes (
     run_id TEXT NOT NULL,
@@ -153,6 +157,8 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     /// The file could not be opened for writing: reads work, writes fail saying so.
     read_only: bool,
+    /// How long a run's lease holds unless renewed.
+    lease: Duration,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -278,9 +284,20 @@ impl SqliteStore {
                     if (1..5).contains(&now) {
                         tx.execute_batch("ALTER TABLE writes ADD COLUMN approved_rule TEXT;")?;
                     }
+                    // Version 8 owns a running run by a lease, not a process id: a run an
+                    // older store holds as running has no lease, which counts as expired.
+                    if (1..8).contains(&now) {
+                        tx.execute_batch(
+                            "ALTER TABLE runs ADD COLUMN lease_owner TEXT; \
+                             ALTER TABLE runs ADD COLUMN lease_host TEXT; \
+                             ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0; \
+                             ALTER TABLE runs ADD COLUMN lease_expires_ms INTEGER; \
+                             ALTER TABLE runs ADD COLUMN lease_since_ms INTEGER;",
+                        )?;
+                    }
                     // Version 6 keeps the reads a person approved (`approved_reads`, which
                     // the schema below creates); version 7, cached reads (`cache`, likewise);
-                    // version 8, plans (`plans`).
+                    // version 9, plans (`plans`, likewise).
                     tx.execute_batch(&format!(
                         "{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; \
                          PRAGMA application_id = {APPLICATION_ID};"
@@ -299,6 +316,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
             read_only: false,
+            lease: DEFAULT_LEASE,
         })
     }
 
@@ -347,6 +365,7 @@ impl SqliteStore {
                     path: path.to_path_buf(),
                     conn: Arc::new(Mutex::new(conn)),
                     read_only: true,
+                    lease: DEFAULT_LEASE,
                 })
             }
         }
@@ -367,6 +386,15 @@ impl SqliteStore {
             )
         })?;
         Ok(self)
+    }
+
+    /// Sets how long a run's lease holds unless renewed (the store's `lease_s`: 30 s unless
+    /// set; `--lease-s` and `$TOOLSCRIPT_LEASE_S` on the command line). Its owner renews it
+    /// every third of that while the run is live; a resume elsewhere takes the run once it
+    /// has expired. Shorter leases notice a dead owner sooner and renew more often.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> SqliteStore {
+        self.lease = ttl;
+        self
     }
 
     /// Whether the store was opened read-only (its file cannot be written by this process).
@@ -453,7 +481,9 @@ impl Store for SqliteStore {
     }
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
+        let ttl = self.lease.as_millis() as i64;
         self.writing(move |conn, fail| {
+            let now = now_ms();
             let catalog = record
                 .catalog
                 .as_ref()
@@ -486,19 +516,23 @@ impl Store for SqliteStore {
             };
             tx.execute(
                 "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
-                 owner_pid, started_ms, updated_ms, input, catalog, input_artifact) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?8, ?9, ?10)",
+                 started_ms, updated_ms, input, catalog, input_artifact, lease_owner, lease_host, \
+                 lease_token, lease_expires_ms, lease_since_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?12, ?13)",
                 params![
                     record.run_id,
                     record.script_name,
                     record.script,
                     record.catalog_sha256,
                     record.mode.as_str(),
-                    std::process::id(),
                     record.started_ms,
                     input,
                     catalog,
                     input_artifact,
+                    record.lease.as_ref().map(|l| &l.owner),
+                    record.lease.as_ref().map(|l| &l.host),
+                    record.lease.as_ref().map(|_| now + ttl),
+                    record.lease.as_ref().map(|_| now),
                 ],
             )
             .map_err(|e| fail.of(e))?;
@@ -530,9 +564,30 @@ impl Store for SqliteStore {
         self.blocking(move |conn, fail| list_runs(conn, &query, fail))
     }
 
-    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned> {
+    fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned> {
         let path = self.path.clone();
-        self.writing(move |conn, fail| prune(conn, &path, &rule, &alive, fail))
+        self.writing(move |conn, fail| prune(conn, &path, &rule, fail))
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew_lease<'a>(&'a self, run_id: &'a str, fence: &'a Fence) -> StoreFuture<'a, Renewed> {
+        let (run_id, fence) = (run_id.to_string(), fence.clone());
+        let ttl = self.lease.as_millis() as i64;
+        self.writing(move |conn, fail| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| fail.of(e))?;
+            let renewed = match held(&tx, &run_id, &fence, ttl).map_err(|e| fail.of(e))? {
+                Held::Newer(now) => Renewed::TakenOver(now),
+                Held::Renewed(lease) => Renewed::Kept(lease),
+                Held::Gone | Held::Released => Renewed::Released,
+            };
+            tx.commit().map_err(|e| fail.of(e))?;
+            Ok(renewed)
+        })
     }
 
     fn set_catalog<'a>(
@@ -557,10 +612,11 @@ impl Store for SqliteStore {
     fn take_run<'a>(
         &'a self,
         run_id: &'a str,
-        alive: OwnerAlive,
+        claim: Claim,
         decision: Option<TakeDecision>,
     ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>> {
         let run_id = run_id.to_string();
+        let ttl = self.lease.as_millis() as i64;
         self.writing(move |conn, fail| {
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -575,16 +631,22 @@ impl Store for SqliteStore {
                 .map_err(|e| fail.of(e))?;
             // Every refusal below returns before the commit: the transaction rolls back and
             // nothing changes.
-            let record = match raw {
-                Some(raw) => raw.parse(&tx, fail)?,
+            let (mut record, token) = match raw {
+                Some(raw) => {
+                    let token = raw.lease_token;
+                    (raw.parse(&tx, fail)?, token)
+                }
                 None => return Ok(Err(TakeRefused::Unknown)),
             };
             if record.status.is_final() {
                 return Ok(Err(TakeRefused::Ended(Box::new(record))));
             }
             if record.status == RunStatus::Running {
-                if let Some(pid) = record.owner_pid.filter(|pid| alive(*pid)) {
-                    return Ok(Err(TakeRefused::Busy(pid)));
+                let now = now_ms();
+                if let Some(lease) = record.lease.as_ref().filter(|l| l.live_at(now)) {
+                    if !(claim.retake_own && lease.owner == claim.owner) {
+                        return Ok(Err(TakeRefused::Busy(lease.clone())));
+                    }
                 }
             }
             let paused = record
@@ -632,19 +694,32 @@ impl Store for SqliteStore {
                 }
                 _ => return Ok(Err(TakeRefused::Stale(Box::new(record)))),
             }
+            // The next owner's token is one more than any before it.
+            let now = now_ms();
+            let lease = Lease::new(&claim, token.max(0) as u64 + 1, now, now + ttl);
             tx.execute(
-                "UPDATE runs SET status = 'running', owner_pid = ?2, updated_ms = ?3 \
+                "UPDATE runs SET status = 'running', updated_ms = ?2, lease_owner = ?3, \
+                 lease_host = ?4, lease_token = ?5, lease_expires_ms = ?6, lease_since_ms = ?2 \
                  WHERE run_id = ?1",
-                params![run_id, std::process::id(), now_ms()],
+                params![
+                    run_id,
+                    now,
+                    lease.owner,
+                    lease.host,
+                    lease.token as i64,
+                    lease.expires_ms
+                ],
             )
             .map_err(|e| fail.of(e))?;
             tx.commit().map_err(|e| fail.of(e))?;
+            record.lease = Some(lease);
             Ok(Ok(record))
         })
     }
 
     fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()> {
         let run_id = run_id.to_string();
+        let location = self.location();
         self.writing(move |conn, fail| {
             let pending = end
                 .pending
@@ -652,19 +727,29 @@ impl Store for SqliteStore {
                 .map(serde_json::to_string)
                 .transpose()
                 .map_err(|e| fail.say(format!("the run's pending call cannot be written: {e}")))?;
-            conn.execute(
-                "UPDATE runs SET status = ?2, owner_pid = NULL, pending = ?3, outcome = ?4, \
-                 updated_ms = ?5 WHERE run_id = ?1",
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| fail.of(e))?;
+            if let Some(fence) = &end.fence {
+                let now = held(&tx, &run_id, fence, 0).map_err(|e| fail.of(e))?;
+                refuse_unheld(&now, &location, &run_id, fence)?;
+            }
+            // The lease is let go (it expires now); its token stays, for the next owner's.
+            let now = now_ms();
+            tx.execute(
+                "UPDATE runs SET status = ?2, pending = ?3, outcome = ?4, updated_ms = ?5, \
+                 lease_expires_ms = CASE WHEN lease_expires_ms > ?5 THEN ?5 \
+                 ELSE lease_expires_ms END WHERE run_id = ?1",
                 params![
                     run_id,
                     end.status.as_str(),
                     pending,
                     end.outcome.to_string(),
-                    now_ms(),
+                    now,
                 ],
             )
             .map_err(|e| fail.of(e))?;
-            Ok(())
+            tx.commit().map_err(|e| fail.of(e))
         })
     }
 
@@ -719,7 +804,8 @@ impl Store for SqliteStore {
 
     fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()> {
         let run_id = run_id.to_string();
-        self.writing(move |conn, fail| append(conn, &run_id, &rows, fail))
+        let (location, ttl) = (self.location(), self.lease.as_millis() as i64);
+        self.writing(move |conn, fail| append(conn, &run_id, &rows, (&location, ttl), fail))
     }
 
     fn put_artifact<'a>(&'a self, id: &'a str, artifact: StoredArtifact) -> StoreFuture<'a, ()> {
@@ -990,13 +1076,24 @@ impl ArtifactRow {
 
 /// Journal rows in one transaction: the reads, then the non-read calls. A non-read call whose
 /// stored row has an outcome is never replaced: the append fails whole.
+/// Appends `rows` to the journal of `run_id` in one transaction; with a fence, only while it
+/// is the run's newest lease (`lease` is the store's location and the lease's time to live in
+/// ms, which the append renews).
 fn append(
     conn: &mut Connection,
     run_id: &str,
     rows: &JournalRows,
+    lease: (&str, i64),
     fail: &Fail,
 ) -> Result<(), Error> {
-    let tx = conn.transaction().map_err(|e| fail.of(e))?;
+    // Immediate: the fence is read under the write lock, so no take-over slips in between.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| fail.of(e))?;
+    if let Some(fence) = &rows.fence {
+        let now = held(&tx, run_id, fence, lease.1).map_err(|e| fail.of(e))?;
+        refuse_unheld(&now, lease.0, run_id, fence)?;
+    }
     {
         let mut insert_read = tx
             .prepare_cached(
@@ -1328,8 +1425,9 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
-                          owner_pid, started_ms, updated_ms, pending, outcome, input, catalog, \
-                          input_artifact FROM runs";
+                          lease_owner, started_ms, updated_ms, pending, outcome, input, catalog, \
+                          input_artifact, lease_host, lease_token, lease_expires_ms, \
+                          lease_since_ms FROM runs";
 
 /// A row of `runs` as SQLite holds it, before its fields are parsed.
 struct RawRun {
@@ -1339,7 +1437,11 @@ struct RawRun {
     catalog_sha256: String,
     mode: String,
     status: String,
-    owner_pid: Option<u32>,
+    lease_owner: Option<String>,
+    lease_host: Option<String>,
+    lease_token: i64,
+    lease_expires_ms: Option<i64>,
+    lease_since_ms: Option<i64>,
     started_ms: i64,
     updated_ms: i64,
     pending: Option<String>,
@@ -1358,7 +1460,11 @@ impl RawRun {
             catalog_sha256: row.get(3)?,
             mode: row.get(4)?,
             status: row.get(5)?,
-            owner_pid: row.get(6)?,
+            lease_owner: row.get(6)?,
+            lease_host: row.get(14)?,
+            lease_token: row.get(15)?,
+            lease_expires_ms: row.get(16)?,
+            lease_since_ms: row.get(17)?,
             started_ms: row.get(7)?,
             updated_ms: row.get(8)?,
             pending: row.get(9)?,
@@ -1366,6 +1472,19 @@ impl RawRun {
             input: row.get(11)?,
             catalog: row.get(12)?,
             input_artifact: row.get(13)?,
+        })
+    }
+
+    /// The run's lease, when an owner has held it since stores kept leases (one without an
+    /// expiry has expired).
+    fn lease(&self) -> Option<Lease> {
+        let owner = self.lease_owner.clone()?;
+        Some(Lease {
+            owner,
+            host: self.lease_host.clone().unwrap_or_default(),
+            token: self.lease_token.max(0) as u64,
+            expires_ms: self.lease_expires_ms.unwrap_or(0),
+            since_ms: self.lease_since_ms.unwrap_or(0),
         })
     }
 
@@ -1420,7 +1539,7 @@ impl RawRun {
                 script_name: self.script_name.clone(),
                 script: self.script.clone(),
                 catalog_sha256: self.catalog_sha256.clone(),
-                owner_pid: self.owner_pid,
+                lease: self.lease(),
                 started_ms: self.started_ms,
                 updated_ms: self.updated_ms,
             })
@@ -1429,8 +1548,83 @@ impl RawRun {
     }
 }
 
+/// What the store holds of a run's lease, against the fence of a write.
+enum Held {
+    /// The store has no such run.
+    Gone,
+    /// The fence is the run's newest lease, and the run is running: renewed (when asked to).
+    Renewed(Lease),
+    /// The fence is the run's newest lease, but the run has paused or ended: nothing to renew.
+    Released,
+    /// A newer owner took the run: its lease.
+    Newer(Lease),
+}
+
+/// Refuses a fenced write to a run a newer owner took, or that the store no longer has (it was
+/// pruned while its lease had expired).
+fn refuse_unheld(held: &Held, location: &str, run_id: &str, fence: &Fence) -> Result<(), Error> {
+    match held {
+        Held::Newer(now) => Err(super::lease::fenced(location, run_id, now, fence.token)),
+        Held::Gone => Err(Error::store(
+            location,
+            format!(
+                "the run {} is no longer in the store (it was removed while its lease had expired); this process stops: it makes no further non-read call or write of the run",
+                super::shown_run_id(run_id)
+            ),
+            None,
+        )),
+        Held::Renewed(_) | Held::Released => Ok(()),
+    }
+}
+
+/// Checks `fence` against the run's lease within the caller's transaction; when it holds and
+/// the run is running, renews it for `ttl_ms` (none when 0).
+fn held(tx: &Connection, run_id: &str, fence: &Fence, ttl_ms: i64) -> rusqlite::Result<Held> {
+    let row = tx
+        .query_row(
+            "SELECT status, lease_owner, lease_host, lease_token, lease_expires_ms, \
+             lease_since_ms FROM runs WHERE run_id = ?1",
+            [run_id],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    Lease {
+                        owner: row
+                            .get::<_, Option<String>>(1)?
+                            .unwrap_or_else(|| "an unknown owner".into()),
+                        host: row
+                            .get::<_, Option<String>>(2)?
+                            .unwrap_or_else(|| "an unknown host".into()),
+                        token: row.get::<_, i64>(3)?.max(0) as u64,
+                        expires_ms: row.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                        since_ms: row.get::<_, Option<i64>>(5)?.unwrap_or(0),
+                    },
+                ))
+            },
+        )
+        .optional()?;
+    let Some((status, mut lease)) = row else {
+        return Ok(Held::Gone);
+    };
+    if lease.token != fence.token {
+        return Ok(Held::Newer(lease));
+    }
+    if status != RunStatus::Running.as_str() {
+        return Ok(Held::Released);
+    }
+    if ttl_ms > 0 {
+        lease.expires_ms = now_ms() + ttl_ms;
+        tx.execute(
+            "UPDATE runs SET lease_expires_ms = ?2 WHERE run_id = ?1",
+            params![run_id, lease.expires_ms],
+        )?;
+    }
+    Ok(Held::Renewed(lease))
+}
+
 const SELECT_SUMMARY: &str =
-    "SELECT run_id, script_name, mode, status, started_ms, pending FROM runs";
+    "SELECT run_id, script_name, mode, status, started_ms, pending, lease_owner, lease_host, \
+     lease_token, lease_expires_ms, lease_since_ms FROM runs";
 
 /// A page of the list of runs: the columns a list shows, newest first, one more run read than
 /// the page holds to know whether another page follows.
@@ -1468,6 +1662,7 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
             row.get::<_, String>(3)?,
             row.get::<_, i64>(4)?,
             row.get::<_, Option<String>>(5)?,
+            summary_lease(row)?,
         ))
     };
     let rows = match position {
@@ -1478,7 +1673,7 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
     let mut runs = Vec::new();
     let mut more = false;
     for row in rows {
-        let (run_id, script_name, mode, status, started_ms, pending) =
+        let (run_id, script_name, mode, status, started_ms, pending, lease) =
             row.map_err(|e| fail.of(e))?;
         if runs.len() == limit {
             more = true;
@@ -1492,6 +1687,7 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
                     .as_deref()
                     .map(|p| RunRecord::parse_field(&run_id, "pending", p, true))
                     .transpose()?,
+                lease: lease.filter(|_| status == RunStatus::Running.as_str()),
                 run_id: run_id.clone(),
                 script_name,
                 started_ms,
@@ -1507,13 +1703,26 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
     Ok(RunPage { runs, next })
 }
 
+/// The lease of a row of [`SELECT_SUMMARY`], when it has an owner.
+fn summary_lease(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Lease>> {
+    let Some(owner) = row.get::<_, Option<String>>(6)? else {
+        return Ok(None);
+    };
+    Ok(Some(Lease {
+        owner,
+        host: row.get::<_, Option<String>>(7)?.unwrap_or_default(),
+        token: row.get::<_, i64>(8)?.max(0) as u64,
+        expires_ms: row.get::<_, Option<i64>>(9)?.unwrap_or(0),
+        since_ms: row.get::<_, Option<i64>>(10)?.unwrap_or(0),
+    }))
+}
+
 /// Removes the runs `rule` names and the artifacts no kept run refers to, in one transaction
 /// (rolled back for a dry run); then gives freed pages back.
 fn prune(
     conn: &mut Connection,
     path: &Path,
     rule: &PruneRule,
-    alive: &OwnerAlive,
     fail: &Fail,
 ) -> Result<Pruned, Error> {
     let size = || {
@@ -1551,10 +1760,10 @@ fn prune(
         .iter()
         .map(|s| format!("'{}'", s.as_str()))
         .collect();
-    let candidates: Vec<(String, String, Option<u32>)> = {
+    let candidates: Vec<(String, String, Option<i64>)> = {
         let mut statement = tx
             .prepare(&format!(
-                "SELECT run_id, status, owner_pid FROM runs WHERE status IN ({}) \
+                "SELECT run_id, status, lease_expires_ms FROM runs WHERE status IN ({}) \
                  AND updated_ms < ?1",
                 names.join(", ")
             ))
@@ -1566,9 +1775,10 @@ fn prune(
             .map_err(|e| fail.of(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| fail.of(e))?
     };
-    for (run_id, status, owner) in candidates {
-        // A run a live process runs is never removed, whatever the rule says.
-        if status == RunStatus::Running.as_str() && owner.is_some_and(|pid| alive(pid)) {
+    let now = now_ms();
+    for (run_id, status, expires) in candidates {
+        // A run under a live lease is never removed, whatever the rule says.
+        if status == RunStatus::Running.as_str() && expires.is_some_and(|at| at > now) {
             pruned.kept_alive += 1;
             continue;
         }
@@ -1716,34 +1926,58 @@ mod tests {
         RunRecord::new(run_id, "s.rhai", "1", "c", Mode::Speculative)
     }
 
-    fn never(_: u32) -> bool {
-        false
+    /// A claim of another owner than the run's.
+    fn other() -> Claim {
+        Claim::new("another owner", "elsewhere")
     }
 
     #[tokio::test]
     async fn runs_are_taken_once_and_never_after_they_end() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("deep/er/store.sqlite3")).unwrap();
-        store.create_run(record("r1")).await.unwrap();
+        let mut leased = record("r1");
+        leased.lease = Some(Lease::new(&Claim::new("its owner", "here"), 1, 0, 0));
+        store.create_run(leased).await.unwrap();
+        let taken = store.take_run("r1", other(), None).await.unwrap();
+        assert!(
+            matches!(taken, Err(TakeRefused::Busy(_))),
+            "a run under a live lease is not taken"
+        );
+        let store = store.with_lease_ttl(Duration::from_millis(1));
+        let mut expiring = record("r2");
+        expiring.lease = Some(Lease::new(&Claim::new("its owner", "here"), 1, 0, 0));
+        store.create_run(expiring).await.unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let taken = store.take_run("r2", other(), None).await.unwrap();
+        assert_eq!(
+            taken.unwrap().lease.unwrap().token,
+            2,
+            "an expired lease is taken"
+        );
+        let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": true}));
+        store.finish_run("r2", end).await.unwrap();
         let taken = store
-            .take_run("r1", Arc::new(|_| true), None)
+            .take_run("r1", other().retaking_own(), None)
             .await
             .unwrap();
         assert!(
             matches!(taken, Err(TakeRefused::Busy(_))),
-            "a run whose process lives is not taken"
+            "only its own owner retakes it"
         );
-        let taken = store.take_run("r1", Arc::new(never), None).await.unwrap();
+        let taken = store
+            .take_run("r1", Claim::new("its owner", "here").retaking_own(), None)
+            .await
+            .unwrap();
         assert_eq!(taken.unwrap().run_id, "r1");
         let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": true}));
         store.finish_run("r1", end).await.unwrap();
-        let taken = store.take_run("r1", Arc::new(never), None).await.unwrap();
+        let taken = store.take_run("r1", other(), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Ended(_))));
-        let taken = store.take_run("nope", Arc::new(never), None).await.unwrap();
+        let taken = store.take_run("nope", other(), None).await.unwrap();
         assert!(matches!(taken, Err(TakeRefused::Unknown)));
         let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
-        assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0].status, RunStatus::Completed);
+        assert_eq!(runs.len(), 2);
+        assert!(runs.iter().all(|r| r.status == RunStatus::Completed));
         let run = store.run("r1").await.unwrap().unwrap();
         assert_eq!(run.outcome, Some(json!({"ok": true})));
     }
@@ -1801,7 +2035,7 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(&format!("`{field}`")), "{e}");
-            let taken = store.take_run("bad", Arc::new(never), None).await;
+            let taken = store.take_run("bad", other(), None).await;
             assert!(matches!(taken, Err(Error::Store { .. })), "{taken:?}");
         }
     }

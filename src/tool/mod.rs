@@ -194,6 +194,9 @@ pub struct ToolContext {
     slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
     /// The call's node of the run's cancellation tree.
     cancel: tokio_util::sync::CancellationToken,
+    /// The run's id and the fencing token of the lease this process holds on it, for a
+    /// durable run.
+    fencing: Option<(Arc<str>, u64)>,
 }
 
 /// How a composite's body reaches its nested tools: the dispatch path provides it, so that a
@@ -241,7 +244,29 @@ impl ToolContext {
             secrets,
             slot,
             cancel,
+            fencing: None,
         }
+    }
+
+    /// The context, for a durable run's call, with the run's id and the fencing token of the
+    /// lease this process holds on it.
+    pub(crate) fn with_fencing(mut self, fencing: Option<(Arc<str>, u64)>) -> ToolContext {
+        self.fencing = fencing;
+        self
+    }
+
+    /// The fencing token of the lease this process holds on the call's run: 1 when the run
+    /// was created, one more with each take-over by a resume. A service that keeps the
+    /// highest token it has seen for a run (see [`ToolContext::fenced_run`]) can refuse a
+    /// call with a lower one: it comes from an owner that stalled and lost the run. `None`
+    /// for a run without a store.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing.as_ref().map(|(_, token)| *token)
+    }
+
+    /// The run the fencing token is for.
+    pub fn fenced_run(&self) -> Option<&str> {
+        self.fencing.as_ref().map(|(run, _)| &**run)
     }
 
     /// The secret `name`'s value (fetched the first time any tool asks for it). From then on it

@@ -331,8 +331,8 @@ async fn a_run_paused_in_the_stored_format_of_the_previous_version_resumes() {
     let insert = |run_id: &str, pending: &str| {
         conn.execute(
             "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
-             owner_pid, started_ms, updated_ms, pending, outcome, input) \
-             VALUES (?1, 'refund.rhai', ?2, ?3, 'sequential', 'paused', NULL, \
+             started_ms, updated_ms, pending, outcome, input) \
+             VALUES (?1, 'refund.rhai', ?2, ?3, 'sequential', 'paused', \
              1764590000000, 1764590000000, ?4, '{\"status\":\"paused\"}', NULL)",
             rusqlite::params![run_id, REFUND, catalog, pending],
         )
@@ -444,7 +444,7 @@ async fn a_store_of_schema_version_3_is_upgraded_and_its_old_hash_run_resumes() 
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
     let pruned = toolscript::prune(&*store, toolscript::PruneRule::default())
         .await
         .unwrap();
@@ -580,7 +580,7 @@ async fn a_write_cut_short_under_the_previous_version_may_still_be_running() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 8, "the store was upgraded");
+    assert_eq!(version, 9, "the store was upgraded");
     let processes: Option<String> = conn
         .query_row(
             "SELECT processes FROM writes WHERE run_id = 'v3-run' AND seq = 0",
@@ -625,9 +625,9 @@ async fn a_write_whose_server_still_runs_may_still_be_running() {
         "children": [{"name": "MCP server `shop`", "group": group, "pid": group}]});
     let conn = rusqlite::Connection::open(dir.path().join("store.sqlite3")).unwrap();
     conn.execute(
-        "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, owner_pid, \
+        "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
          started_ms, updated_ms) VALUES ('orphaned', 'refund.rhai', ?1, ?2, 'speculative', \
-         'running', NULL, 1764590000000, 1764590000000)",
+         'running', 1764590000000, 1764590000000)",
         rusqlite::params![REFUND, hash],
     )
     .unwrap();
@@ -928,14 +928,23 @@ script = '#{ charged: args.amount, key: ctx.idempotency_key }'
     assert!(refused.stderr.contains("catalog"), "{}", refused.stderr);
 }
 
+/// The lease of a run these tests kill: short, so that a resume takes the run soon after.
+const KILLED_LEASE_S: &str = "0.3";
+
+/// Waits for the lease of a killed run's process to expire: a resume takes the run then.
+fn lease_expires() {
+    std::thread::sleep(Duration::from_millis(350));
+}
+
 /// Starts `toolscript ARGS --store STORE`, kills it with SIGKILL after `after` unless it
-/// ended first; what it printed if it ended.
+/// ended first (and waits for its lease to expire); what it printed if it ended.
 fn run_or_kill(args: &[String], store: &Path, after: Duration) -> Option<Ran> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolscript"))
         .args(args)
         .arg("--store")
         .arg(store)
         .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_LEASE_S", KILLED_LEASE_S)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -950,6 +959,7 @@ fn run_or_kill(args: &[String], store: &Path, after: Duration) -> Option<Ran> {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+    lease_expires();
     None
 }
 
@@ -1192,6 +1202,7 @@ fn a_killed_run_s_mcp_server_and_what_it_started_die_with_it() {
         .arg("--store")
         .arg(&store)
         .env_remove("RUST_LOG")
+        .env("TOOLSCRIPT_LEASE_S", KILLED_LEASE_S)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1215,6 +1226,7 @@ fn a_killed_run_s_mcp_server_and_what_it_started_die_with_it() {
     run.kill().unwrap();
     run.wait().unwrap();
     let killed = std::time::Instant::now();
+    lease_expires();
 
     // Resumed at once, the run asks whether the write took effect; the person looks now.
     let runs = json_of(&toolscript(&["runs", "--json"], &store));
@@ -1306,6 +1318,7 @@ fn a_signal_mid_call_stops_the_run_after_the_call_and_closes_its_servers() {
             .arg("--store")
             .arg(&store)
             .env_remove("RUST_LOG")
+            .env("TOOLSCRIPT_LEASE_S", KILLED_LEASE_S)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1342,6 +1355,7 @@ fn a_signal_mid_call_stops_the_run_after_the_call_and_closes_its_servers() {
         }
         let left: Vec<u32> = pids.into_iter().filter(|&pid| running(pid)).collect();
         assert!(left.is_empty(), "{signal}: {left:?} outlived toolscript");
+        lease_expires();
         let runs = json_of(&toolscript(&["runs", "--json"], &store));
         let run_id = runs[0]["run_id"].as_str().unwrap().to_string();
         let resumed = toolscript(&["resume", &run_id, "--tools", m, "--json"], &store);

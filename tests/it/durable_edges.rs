@@ -336,7 +336,7 @@ async fn a_write_cut_short_by_a_dropped_run_is_asked_about_not_replayed_as_an_er
 }
 
 /// A decision given to a run that is still running, in this process: refused, saying it is
-/// still running and where (not that its process stopped).
+/// still running, who holds it and until when (not that its process stopped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_on_a_live_run_says_it_is_still_running() {
     let dir = TempDir::new().unwrap();
@@ -379,8 +379,19 @@ async fn a_decision_on_a_live_run_says_it_is_still_running() {
         .await
         .unwrap_err()
         .to_string();
+    let (owner, token) = {
+        let record = other.store().unwrap().run(&id).await.unwrap().unwrap();
+        let lease = record.lease.expect("a running run has a lease");
+        (lease.holder(), lease.token)
+    };
     assert!(
-        refused.contains(&format!("still running, in process {}", std::process::id())),
+        refused.contains(&format!(
+            "still running, held by {owner} (fencing token {token})"
+        )),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("under a lease that expires at"),
         "{refused}"
     );
     release.notify_one();

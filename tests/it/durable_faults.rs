@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use tempfile::TempDir;
 use toolscript::stores::{
-    JournalRows, OwnerAlive, StoreFuture, StoredEnd, TakeDecision, TakeRefused,
+    Claim, Fence, JournalRows, Renewed, StoreFuture, StoredEnd, TakeDecision, TakeRefused,
 };
 use toolscript::{
     CatalogPrint, Decision, Effect, Error, PruneRule, Pruned, Registry, RunOptions, RunPage,
@@ -119,8 +119,11 @@ impl Store for FullDisk {
     fn list_runs(&self, query: RunQuery) -> StoreFuture<'_, RunPage> {
         self.inner.list_runs(query)
     }
-    fn prune(&self, rule: PruneRule, alive: OwnerAlive) -> StoreFuture<'_, Pruned> {
-        self.inner.prune(rule, alive)
+    fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned> {
+        self.inner.prune(rule)
+    }
+    fn renew_lease<'a>(&'a self, run_id: &'a str, fence: &'a Fence) -> StoreFuture<'a, Renewed> {
+        self.inner.renew_lease(run_id, fence)
     }
     fn set_catalog<'a>(
         &'a self,
@@ -133,10 +136,10 @@ impl Store for FullDisk {
     fn take_run<'a>(
         &'a self,
         run_id: &'a str,
-        alive: OwnerAlive,
+        claim: Claim,
         decision: Option<TakeDecision>,
     ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>> {
-        self.inner.take_run(run_id, alive, decision)
+        self.inner.take_run(run_id, claim, decision)
     }
     fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()> {
         self.inner.finish_run(run_id, end)
@@ -237,14 +240,9 @@ async fn the_store_checks_a_decision_where_it_applies_it() {
         .finish_run("r", pause(1, Awaiting::Approval))
         .await
         .unwrap();
-    let never: OwnerAlive = Arc::new(|_| false);
-    let take = |seq, verdict| {
-        store.take_run(
-            "r",
-            Arc::clone(&never),
-            Some(TakeDecision::new(seq, verdict)),
-        )
-    };
+    let never = Claim::new("a resume", "here");
+    let take =
+        |seq, verdict| store.take_run("r", never.clone(), Some(TakeDecision::new(seq, verdict)));
     assert!(
         matches!(take(0, Verdict::Approve).await.unwrap(), Err(TakeRefused::Stale(r)) if r.pending.as_ref().unwrap().seq == 1)
     );
@@ -253,7 +251,7 @@ async fn the_store_checks_a_decision_where_it_applies_it() {
         Err(TakeRefused::Stale(_))
     ));
     assert!(matches!(
-        store.take_run("r", Arc::clone(&never), None).await.unwrap(),
+        store.take_run("r", never.clone(), None).await.unwrap(),
         Err(TakeRefused::Stale(_))
     ));
     assert_eq!(

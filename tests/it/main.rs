@@ -39,6 +39,8 @@ mod helpers;
 mod inputs;
 mod jcs;
 mod layering;
+#[cfg(feature = "cli")]
+mod leases;
 mod limits;
 #[cfg(feature = "cli")]
 mod load;

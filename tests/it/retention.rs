@@ -59,21 +59,24 @@ fn ids(store: &SqliteStore) -> Vec<String> {
     rows.map(Result::unwrap).collect()
 }
 
-/// The pid of a process that has ended (and been reaped).
-fn dead_pid() -> u32 {
-    let mut child = Command::new("true").spawn().unwrap();
-    let pid = child.id();
-    child.wait().unwrap();
-    pid
-}
-
-fn set_owner(dir: &TempDir, id: &str, pid: u32) {
+/// Leases `id` to an owner until `expires_ms` (milliseconds since the Unix epoch): a live
+/// lease when it is ahead, an expired one (its owner stalled or died) when it is behind.
+fn set_lease(dir: &TempDir, id: &str, expires_ms: i64) {
     sql(dir)
         .execute(
-            "UPDATE runs SET owner_pid = ?2 WHERE run_id = ?1",
-            rusqlite::params![id, pid],
+            "UPDATE runs SET lease_owner = 'someone', lease_host = 'elsewhere', \
+             lease_expires_ms = ?2 WHERE run_id = ?1",
+            rusqlite::params![id, expires_ms],
         )
         .unwrap();
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,9 +93,8 @@ async fn prune_removes_ended_runs_and_keeps_resumable_and_live_ones_unless_asked
     ] {
         stored_run(&store, &dir, id, status, 40).await;
     }
-    let mut live = Command::new("sleep").arg("600").spawn().unwrap();
-    set_owner(&dir, "running-live", live.id());
-    set_owner(&dir, "running-dead", dead_pid());
+    set_lease(&dir, "running-live", now_ms() + 600_000);
+    set_lease(&dir, "running-dead", now_ms() - 1);
 
     // A dry run counts and removes nothing.
     let mut dry = PruneRule::default();
@@ -111,15 +113,13 @@ async fn prune_removes_ended_runs_and_keeps_resumable_and_live_ones_unless_asked
         "by default only completed and failed runs go"
     );
 
-    // `--status` widens the rule; a run whose process lives stays all the same.
+    // `--status` widens the rule; a run under a live lease stays all the same.
     let rule = PruneRule::default().statuses([
         RunStatus::Paused,
         RunStatus::Interrupted,
         RunStatus::Running,
     ]);
     let pruned = toolscript::prune(&*store, rule).await.unwrap();
-    live.kill().unwrap();
-    live.wait().unwrap();
     assert_eq!(pruned.runs, 3, "{pruned:?}");
     assert_eq!(pruned.kept_alive, 1);
     assert_eq!(ids(&store), ["running-live"]);
@@ -167,7 +167,7 @@ async fn artifacts_stay_while_a_kept_run_refers_to_them() {
     );
     record.started_ms -= DAY_MS;
     store.create_run(record).await.unwrap();
-    set_owner(&dir, "reader", dead_pid());
+    set_lease(&dir, "reader", now_ms() - 1);
 
     let pruned = toolscript::prune(&*store, PruneRule::default())
         .await
