@@ -103,6 +103,11 @@ impl BudgetMeter {
         true
     }
 
+    /// Whether `calls` more calls could run at once now, under `max_in_flight`.
+    pub(crate) fn fits_in_flight(&self, calls: u64) -> bool {
+        self.lock().in_flight + calls <= self.budget.max_in_flight
+    }
+
     /// Whether `calls` more calls fit in the budget now.
     pub(crate) fn has_room(&self, calls: u64, now: Instant) -> Result<(), ToolError> {
         self.check_deadline(now)?;

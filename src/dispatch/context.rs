@@ -345,6 +345,12 @@ impl RunContext {
         }
         let nested = lock(&speculation.nested).clone();
         let calls = 1 + nested.len() as u64;
+        // Sequentially the composite is in flight while its nested calls run: at their busiest
+        // they must have fitted under `max_in_flight`, or a sequential run met the cap.
+        let peak = speculation.nested_peak.load(Ordering::SeqCst);
+        if peak > 0 && !self.budget.fits_in_flight(1 + peak) {
+            return Claim::Redo;
+        }
         if let Err(e) = self.budget.has_room(calls, now) {
             // A composite's nested calls would have met the budget's end inside its body.
             return if nested.is_empty() {

@@ -147,6 +147,28 @@ pub(crate) struct Speculation {
     hits: AtomicU64,
     /// The run's fixtures answered it before its breaker: the claim replays no breaker.
     answered: AtomicBool,
+    /// A speculative composite's nested calls running now, and the most that ran at once: a
+    /// sequential composite holds a call in flight while they run, and must fit them all
+    /// under `max_in_flight` (the claim checks it).
+    nested_running: AtomicU64,
+    nested_peak: AtomicU64,
+}
+
+/// A nested call of a speculative composite, counted while it runs.
+struct NestedFlight(Arc<Speculation>);
+
+impl NestedFlight {
+    fn enter(speculation: &Arc<Speculation>) -> NestedFlight {
+        let now = speculation.nested_running.fetch_add(1, Ordering::SeqCst) + 1;
+        speculation.nested_peak.fetch_max(now, Ordering::SeqCst);
+        NestedFlight(Arc::clone(speculation))
+    }
+}
+
+impl Drop for NestedFlight {
+    fn drop(&mut self) {
+        self.0.nested_running.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// One call to dispatch.
@@ -639,6 +661,10 @@ async fn steps(
         let seen = seen(spec, call.seq.unwrap_or_default(), shown);
         return planning.plan(seen, &call.args, &call.args_key, masked, asks);
     }
+    let _nested_flight = match (&call.caller, &speculation) {
+        (Caller::Composite { .. }, Some(speculation)) => Some(NestedFlight::enter(speculation)),
+        _ => None,
+    };
     if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, &speculation) {
         let mut nested = lock(&speculation.nested);
         flight.nested_index = Some(nested.len());

@@ -599,3 +599,43 @@ async fn a_speculative_call_that_timed_out_is_never_claimed() {
         assert_eq!(observed["result"]["value"], json!(expected), "{composites}");
     }
 }
+
+/// `max_in_flight` holds for every call the same way in both modes: with 1, a composite's
+/// nested call is refused sequentially (the composite holds the one call in flight), and the
+/// scout's composite, which ran its nested calls outside the cap, is not claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_in_flight_holds_for_speculative_composites_as_for_the_executor_s() {
+    let tools = || {
+        let step =
+            Tool::builder("step", Effect::Read).handler(|args: serde_json::Value| async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(args["n"].clone())
+            });
+        let wrap = Tool::builder("wrap", Effect::Read)
+            .nested(["step"])
+            .composite(|args, ctx| async move { ctx.call("step", args).await });
+        // A slow read first: the scout starts the composites while the executor waits.
+        let first = Tool::builder("first", Effect::Read).handler(|_| async move {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            Ok(json!(0))
+        });
+        vec![step, wrap, first]
+    };
+    for cap in [1, 2] {
+        let mut limits = Limits::default();
+        limits.max_in_flight = cap;
+        let script = "let z = first(#{});\nlet out = [];\nfor i in 0..4 { try { out.push(wrap(#{n: i})); } catch (e) { out.push(e.kind); } }\nout";
+        let observed = same_in_both_modes(&tools, limits, script).await;
+        let expected = if cap == 1 {
+            json!([
+                "budget_exceeded",
+                "budget_exceeded",
+                "budget_exceeded",
+                "budget_exceeded"
+            ])
+        } else {
+            json!([0, 1, 2, 3])
+        };
+        assert_eq!(observed["result"]["value"], expected, "max_in_flight {cap}");
+    }
+}
