@@ -1089,9 +1089,16 @@ impl Run {
             ledger: Arc::clone(&ledger),
             scout: scout.as_ref().map(|s| Arc::clone(&s.0)),
         };
+        // Over the memory budget, the scout stands down before the script is ended for it:
+        // the scout's copies never cost the run what a sequential run would have had.
+        let relief = scout.as_ref().map(|(scout, _)| {
+            let scout = Arc::clone(scout);
+            Arc::new(move || scout.stand_down()) as engine::Relief
+        });
         let watch = engine::RunControls {
             deadline: Some(deadline),
             cancel: Some(cancel),
+            relief,
             ..engine::RunControls::default()
         };
         let done = interrupt.script_done.clone().drop_guard();

@@ -66,7 +66,14 @@ pub(crate) struct RunControls {
     pub(crate) operations: Option<Arc<AtomicU64>>,
     /// `sleep` returns at once (the scout: it never waits for what the executor would).
     pub(crate) skip_sleep: bool,
+    /// Called once when the process holds more than the memory budget, before the script is
+    /// ended for it: it lets go of memory that is not the script's (the executor's: the scout
+    /// stands down), and says whether it did.
+    pub(crate) relief: Option<Relief>,
 }
+
+/// What a script asks to let go of memory that is not its own.
+pub(crate) type Relief = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// The longest slice a `sleep` waits before it looks at its deadline and cancellation again.
 const SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
@@ -125,6 +132,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         cancel,
         operations,
         skip_sleep,
+        relief,
     } = watch;
     // Building the standard library is most of what `Engine::new` costs; it is built once and
     // shared by every engine of the process.
@@ -184,7 +192,11 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         // The count of allocated bytes is one atomic load: it is read at every operation, so
         // that a value doubling at each step (`s += s`) is stopped one step past the budget.
         if memory::allocated().is_some_and(|bytes| bytes > max_memory) {
-            return Some(Dynamic::from(MEMORY));
+            // What was let go of may be enough: the script goes on if it is.
+            let relieved = relief.as_ref().is_some_and(|relief| relief());
+            if !relieved || memory::allocated().is_some_and(|bytes| bytes > max_memory) {
+                return Some(Dynamic::from(MEMORY));
+            }
         }
         if ops % CHECK_EVERY != 0 {
             return None;

@@ -86,6 +86,18 @@ fn occurrence_in(occurrences: &HashMap<ReadKey, u64>, first: &ReadKey) -> ReadKe
 /// deep and only bounded by `SpeculationLimits::max_deferred_per_pass`.
 const FIRST_DEPTH_CAP: u64 = 16;
 
+/// How long the executor waits, at most, for the scout's passes to end when it stands down.
+const STAND_DOWN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Counts a pass as running until it is dropped.
+struct Running<'a>(&'a AtomicU64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The scout of one run.
 pub(crate) struct Scout {
     ctx: Arc<RunContext>,
@@ -108,6 +120,8 @@ pub(crate) struct Scout {
     operations: AtomicU64,
     /// The current pass's cap on the depth of deferred calls.
     depth_cap: AtomicU64,
+    /// Passes running now (a pass runs on a thread of its own).
+    passes: AtomicU64,
 }
 
 impl Scout {
@@ -131,7 +145,22 @@ impl Scout {
             deferred: Mutex::default(),
             operations: AtomicU64::new(0),
             depth_cap: AtomicU64::new(FIRST_DEPTH_CAP),
+            passes: AtomicU64::new(0),
         })
+    }
+
+    /// Stops the scout for the rest of the run and waits (a moment at most) until no pass
+    /// runs, so that what the passes built is let go of: the executor asks it when the
+    /// process is over the memory budget, which the scout's copies must never make it meet.
+    /// Its speculative calls are cancelled, and the executor makes them itself.
+    pub(crate) fn stand_down(&self) -> bool {
+        self.stop();
+        let until = std::time::Instant::now() + STAND_DOWN_WAIT;
+        while self.passes.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        tracing::debug!("the scout stood down: the process was over the memory budget");
+        true
     }
 
     /// Runs passes until the scout has nothing more to learn, the pass cap is reached, or the
@@ -261,6 +290,8 @@ impl Scout {
 
     /// One pass over the script, on a script thread of its own.
     fn pass(self: &Arc<Self>) -> Report {
+        self.passes.fetch_add(1, Ordering::SeqCst);
+        let _running = Running(&self.passes);
         let operations = Arc::new(AtomicU64::new(0));
         let watch = engine::RunControls {
             deadline: Some(self.deadline),
@@ -268,8 +299,12 @@ impl Scout {
             operations: Some(Arc::clone(&operations)),
             // The scout never waits for what the executor would wait for.
             skip_sleep: true,
+            relief: None,
         };
-        let mut engine = engine::new_engine(&self.limits, watch);
+        // A pass stops at half the memory budget, well before the executor could meet it.
+        let mut limits = self.limits.clone();
+        limits.max_memory_mb = (limits.max_memory_mb / 2).max(1);
+        let mut engine = engine::new_engine(&limits, watch);
         let pass = Arc::new(Mutex::new(Pass::default()));
         // What the pass's decisions waited for and what it guessed: the pass's own, handed to
         // every function it registers, and gone with its engine.

@@ -298,3 +298,35 @@ fn the_server_refuses_an_extreme_limit_naming_the_flag() {
         "{out:?}"
     );
 }
+
+/// The memory budget is the process's, so the scout's copies of what a script builds count
+/// against it: near the budget, a script that fits sequentially must fit speculatively too
+/// (the scout's passes stop at half the budget, and over it the scout stands down before the
+/// script is ended). At the smallest budget (of a few) the script fits sequentially, the
+/// speculative run fits every time.
+#[test]
+fn a_script_that_fits_the_memory_budget_sequentially_fits_it_speculatively() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let script = write(
+        &dir,
+        "grow.rhai",
+        "let a = [];\nfor i in 0..200000 { a.push(#{ id: i, name: `item ${i}` }); }\na.len()",
+    );
+    let run = |mb: u32, sequential: bool| {
+        let mb = mb.to_string();
+        let mut args = vec!["run", &script, "--no-store", "--max-memory-mb", &mb];
+        if sequential {
+            args.push("--sequential");
+        }
+        toolscript(&args)
+    };
+    let fits = (40..=400)
+        .step_by(10)
+        .find(|mb| run(*mb, true).code == 0)
+        .expect("the script fits some budget sequentially");
+    for _ in 0..5 {
+        let speculative = run(fits, false);
+        assert_eq!(speculative.code, 0, "at {fits} MiB: {speculative:?}");
+        assert!(speculative.stdout.contains("200000"), "{speculative:?}");
+    }
+}
