@@ -132,11 +132,9 @@ impl ErrorKind {
         )
     }
 
-    /// Whether this error of a speculative call may be the runtime's doing rather than the
-    /// tool's answer: the executor then makes the call itself instead of claiming the outcome.
-    /// A timeout is one: speculative calls start together, so a speculative call (or a
-    /// composite's nested one) may have waited for a slot or the CPU where the sequential call
-    /// would not have.
+    /// Whether this error is the runtime's refusal of a speculative call rather than the tool's
+    /// answer: the executor then makes the call itself instead of claiming the outcome. (A
+    /// timeout is one too where a nested call waited for a slot: see `RunContext::claim`.)
     pub(crate) fn is_speculation_refusal(&self) -> bool {
         matches!(
             self,
@@ -144,7 +142,6 @@ impl ErrorKind {
                 | ErrorKind::LimitExceeded
                 | ErrorKind::CircuitOpen
                 | ErrorKind::Cancelled
-                | ErrorKind::Timeout
         )
     }
 

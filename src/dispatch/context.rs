@@ -16,7 +16,7 @@ use super::budget::BudgetMeter;
 use super::receipt::{ReceiptLog, Sink};
 use super::repeat::RepeatGuard;
 use super::{Budget, Receipt, Speculation};
-use crate::error::ToolError;
+use crate::error::{ErrorKind, ToolError};
 use crate::store::Journal;
 use crate::sync::lock;
 use crate::tool::{Effect, Registry, ToolSpec};
@@ -325,7 +325,12 @@ impl RunContext {
         speculation: &Speculation,
         outcome: &Result<Value, ToolError>,
     ) -> Claim {
+        // A composite that timed out after a nested call queued for a slot: the queue is
+        // speculation's (sequential composites run one at a time), so the timeout may be too.
+        let queued = matches!(outcome, Err(e) if e.kind == ErrorKind::Timeout)
+            && speculation.waited.load(Ordering::SeqCst);
         if matches!(outcome, Err(e) if e.kind.is_speculation_refusal())
+            || queued
             || speculation.shaped.load(Ordering::SeqCst)
         {
             return Claim::Redo;

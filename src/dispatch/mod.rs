@@ -152,6 +152,10 @@ pub(crate) struct Speculation {
     /// under `max_in_flight` (the claim checks it).
     nested_running: AtomicU64,
     nested_peak: AtomicU64,
+    /// A nested call of a speculative composite waited for a slot of its tool, inside the
+    /// composite's timeout: speculative composites start together and queue where sequential
+    /// ones would not, so the composite's timeout is not the one a sequential run would meet.
+    waited: AtomicBool,
 }
 
 /// A nested call of a speculative composite, counted while it runs.
@@ -717,6 +721,10 @@ async fn steps(
         let slot = match tool.slots.try_take(speculative) {
             Some(slot) => slot,
             None => {
+                if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, &speculation)
+                {
+                    speculation.waited.store(true, Ordering::SeqCst);
+                }
                 let slot = tokio::time::timeout(
                     ctx.budget.remaining(Instant::now()),
                     tool.slots.take(speculative),

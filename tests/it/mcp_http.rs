@@ -246,7 +246,9 @@ async fn rust_client_lists_tools_runs_a_script_and_gets_bad_arguments_as_results
             "describe_tools",
             "resume_run",
             "list_runs",
-            "read_artifact"
+            "read_artifact",
+            "plan_script",
+            "apply_plan"
         ]
     );
 
@@ -788,7 +790,9 @@ fn python_client_lists_tools_runs_a_script_gets_progress_and_bad_arguments_as_re
             "describe_tools",
             "resume_run",
             "list_runs",
-            "read_artifact"
+            "read_artifact",
+            "plan_script",
+            "apply_plan"
         ]
     );
 
