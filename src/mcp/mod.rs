@@ -10,8 +10,12 @@ mod client;
 mod formats;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "http")]
+mod limits;
 #[cfg(feature = "mcp")]
 mod server;
+#[cfg(feature = "http")]
+mod sessions;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

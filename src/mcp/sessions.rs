@@ -1,0 +1,328 @@
+//! Stateful sessions of `serve --http --stateful`, bounded: rmcp's in-memory session manager
+//! behind a cap on live sessions and two expiries, one short for a session that made no request
+//! after `initialize` (what a flood of `initialize` posts leaves behind), one longer for a
+//! session that went quiet after using the server.
+//!
+//! A session with a request in progress never expires, however long the request takes. A
+//! sweeper closes expired sessions once a second, through rmcp, as a `DELETE` would.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, SessionConfig,
+};
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
+use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
+use tokio_util::sync::CancellationToken;
+
+/// How often expired sessions are looked for.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// The caps and expiries of stateful sessions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SessionLimits {
+    /// Live sessions at most; `initialize` past it is refused.
+    pub(crate) max: usize,
+    /// A session that made no request after `initialize` is closed this long after it began.
+    pub(crate) unused_expiry: Duration,
+    /// A session with no request in progress is closed this long after its last request.
+    pub(crate) idle_expiry: Duration,
+}
+
+/// Why a session could not be made or used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionsError {
+    #[error("the server holds its most live sessions ({0}); close one (HTTP DELETE) or try again when one expires")]
+    Full(usize),
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+}
+
+/// rmcp's [`LocalSessionManager`], with [`SessionLimits`].
+#[derive(Debug)]
+pub(crate) struct BoundedSessions {
+    inner: LocalSessionManager,
+    limits: SessionLimits,
+    live: Mutex<HashMap<SessionId, Usage>>,
+}
+
+#[derive(Debug)]
+struct Usage {
+    began: Instant,
+    /// When the last request came (None: none yet after `initialize`).
+    last_request: Option<Instant>,
+    /// Response streams still open: while one is, the session does not expire.
+    in_progress: Arc<AtomicUsize>,
+}
+
+impl BoundedSessions {
+    /// Bounded sessions, swept until `stop` is cancelled.
+    pub(crate) fn new(limits: SessionLimits, stop: CancellationToken) -> Arc<BoundedSessions> {
+        let mut inner = LocalSessionManager::default();
+        // The sweeper expires sessions instead: rmcp's own idle timer would end a session in the
+        // middle of a long request that sends nothing.
+        let mut config = SessionConfig::default();
+        config.keep_alive = None;
+        inner.session_config = config;
+        let sessions = Arc::new(BoundedSessions {
+            inner,
+            limits,
+            live: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&sessions);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                let Some(sessions) = weak.upgrade() else {
+                    return;
+                };
+                sessions.sweep(Instant::now()).await;
+            }
+        });
+        sessions
+    }
+
+    /// Whether a new session would be refused now.
+    pub(crate) fn is_full(&self) -> bool {
+        self.live().len() >= self.limits.max
+    }
+
+    /// The most live sessions.
+    pub(crate) fn max(&self) -> usize {
+        self.limits.max
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Usage>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sessions expired at `now`.
+    fn expired(&self, now: Instant) -> Vec<SessionId> {
+        self.live()
+            .iter()
+            .filter(|(_, usage)| usage.expired(now, &self.limits))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    async fn sweep(&self, now: Instant) {
+        for id in self.expired(now) {
+            tracing::debug!(session = %id, "closing an expired session");
+            if let Err(e) = self.close_session(&id).await {
+                tracing::debug!(session = %id, error = %e, "closing an expired session failed");
+            }
+        }
+    }
+
+    /// Notes a request on `id` and returns what marks it in progress while its stream lives.
+    fn request(&self, id: &SessionId) -> Option<InProgress> {
+        let mut live = self.live();
+        let usage = live.get_mut(id)?;
+        usage.last_request = Some(Instant::now());
+        usage.in_progress.fetch_add(1, Ordering::AcqRel);
+        Some(InProgress(Arc::clone(&usage.in_progress)))
+    }
+}
+
+impl Usage {
+    fn expired(&self, now: Instant, limits: &SessionLimits) -> bool {
+        if self.in_progress.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        match self.last_request {
+            None => now.duration_since(self.began) >= limits.unused_expiry,
+            Some(last) => now.duration_since(last) >= limits.idle_expiry,
+        }
+    }
+}
+
+/// A response stream in progress on a session.
+#[derive(Debug)]
+struct InProgress(Arc<AtomicUsize>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A session's response stream that marks a request in progress until it is dropped.
+struct Tracked<S> {
+    stream: Pin<Box<S>>,
+    _in_progress: Option<InProgress>,
+}
+
+impl<S: Stream> Stream for Tracked<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        self.stream.as_mut().poll_next(cx)
+    }
+}
+
+impl SessionManager for BoundedSessions {
+    type Error = SessionsError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        // Checked again here: the HTTP layer refuses first with a clear answer, but two
+        // `initialize` posts may pass its check at once.
+        if self.is_full() {
+            return Err(SessionsError::Full(self.limits.max));
+        }
+        let (id, transport) = self.inner.create_session().await?;
+        self.live().insert(
+            id.clone(),
+            Usage {
+                began: Instant::now(),
+                last_request: None,
+                in_progress: Arc::new(AtomicUsize::new(0)),
+            },
+        );
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.live().remove(id);
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let in_progress = self.request(id);
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(Tracked {
+            stream: Box::pin(stream),
+            _in_progress: in_progress,
+        })
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        // A notification or a response to the server: not a request (`notifications/initialized`
+        // comes right after `initialize` and does not make a session used).
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // A GET stream waits for what the server sends by itself: it does not keep the session
+        // alive, or one idle client could hold a session for ever.
+        Ok(self.inner.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let in_progress = self.request(id);
+        let stream = self.inner.resume(id, last_event_id).await?;
+        Ok(Tracked {
+            stream: Box::pin(stream),
+            _in_progress: in_progress,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> SessionLimits {
+        SessionLimits {
+            max: 2,
+            unused_expiry: Duration::from_secs(30),
+            idle_expiry: Duration::from_secs(600),
+        }
+    }
+
+    fn usage(began: Instant, last_request: Option<Instant>, in_progress: usize) -> Usage {
+        Usage {
+            began,
+            last_request,
+            in_progress: Arc::new(AtomicUsize::new(in_progress)),
+        }
+    }
+
+    #[test]
+    fn an_unused_session_expires_after_the_short_expiry() {
+        let t0 = Instant::now();
+        let unused = usage(t0, None, 0);
+        assert!(!unused.expired(t0 + Duration::from_secs(29), &limits()));
+        assert!(unused.expired(t0 + Duration::from_secs(30), &limits()));
+    }
+
+    #[test]
+    fn a_used_session_expires_after_the_long_one_from_its_last_request() {
+        let t0 = Instant::now();
+        let used = usage(t0, Some(t0 + Duration::from_secs(100)), 0);
+        assert!(!used.expired(t0 + Duration::from_secs(650), &limits()));
+        assert!(used.expired(t0 + Duration::from_secs(700), &limits()));
+    }
+
+    #[test]
+    fn a_session_with_a_request_in_progress_never_expires() {
+        let t0 = Instant::now();
+        for last in [None, Some(t0)] {
+            let busy = usage(t0, last, 1);
+            assert!(!busy.expired(t0 + Duration::from_secs(86_400), &limits()));
+        }
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_no_session_is_made_and_a_closed_one_frees_its_place() {
+        let sessions = BoundedSessions::new(limits(), CancellationToken::new());
+        let (a, _ta) = sessions.create_session().await.unwrap();
+        let (_b, _tb) = sessions.create_session().await.unwrap();
+        assert!(sessions.is_full());
+        let err = sessions.create_session().await.err().unwrap();
+        assert!(matches!(err, SessionsError::Full(2)), "{err}");
+        sessions.close_session(&a).await.unwrap();
+        assert!(!sessions.is_full());
+        assert!(sessions.create_session().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_sweep_closes_expired_sessions_only() {
+        let sessions = BoundedSessions::new(limits(), CancellationToken::new());
+        let (old, _t1) = sessions.create_session().await.unwrap();
+        let (used, _t2) = sessions.create_session().await.unwrap();
+        let _busy = sessions.request(&used);
+        sessions.sweep(Instant::now() + Duration::from_secs(60)).await;
+        assert!(!sessions.has_session(&old).await.unwrap());
+        assert!(sessions.has_session(&used).await.unwrap());
+        assert_eq!(sessions.live().len(), 1);
+    }
+}
