@@ -389,7 +389,10 @@ async fn stalled(activity: &Activity, admitted: &Admitted, idle: Duration) {
 }
 
 /// The answer to one request: `/mcp` goes to rmcp, after the checks rmcp does not make.
-async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<BoxBody<Bytes, Infallible>> {
+async fn answer(
+    request: Request<Incoming>,
+    shared: &Shared,
+) -> Response<BoxBody<Bytes, Infallible>> {
     if request.uri().path() != MCP_PATH {
         return plain(
             StatusCode::NOT_FOUND,
@@ -417,7 +420,10 @@ async fn answer(request: Request<Incoming>, shared: &Shared) -> Response<BoxBody
     .await
     {
         Ok(Ok(body)) => body.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             return plain(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("payload too large: a message has at most {MAX_MESSAGE} bytes\n"),

@@ -406,7 +406,10 @@ mod tests {
         let b = connections.admit(ip(1)).unwrap();
         let c = connections.admit(ip(1)).unwrap();
         assert!(a.close.is_cancelled());
-        assert!(!other.close.is_cancelled(), "another peer's connection stays");
+        assert!(
+            !other.close.is_cancelled(),
+            "another peer's connection stays"
+        );
         let _b = Busy::new(&b.busy);
         let _c = Busy::new(&c.busy);
         assert_eq!(connections.admit(ip(1)).unwrap_err(), Refused::PerPeer);

@@ -320,7 +320,9 @@ mod tests {
         let (old, _t1) = sessions.create_session().await.unwrap();
         let (used, _t2) = sessions.create_session().await.unwrap();
         let _busy = sessions.request(&used);
-        sessions.sweep(Instant::now() + Duration::from_secs(60)).await;
+        sessions
+            .sweep(Instant::now() + Duration::from_secs(60))
+            .await;
         assert!(!sessions.has_session(&old).await.unwrap());
         assert!(sessions.has_session(&used).await.unwrap());
         assert_eq!(sessions.live().len(), 1);
