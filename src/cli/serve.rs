@@ -28,9 +28,10 @@ pub(crate) struct Serve {
     #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "http")]
     allow_origins: Vec<String>,
     /// With --http: connections open at once, all peers together; past it an idle one is closed
-    /// to make room, or the new one refused when all are busy.
-    #[arg(long, value_name = "N", default_value_t = 1024, requires = "http")]
-    max_connections: usize,
+    /// to make room, or the new one refused when all are busy. Default 1024, or less when the
+    /// limit of open files (ulimit -n) would not leave room for them.
+    #[arg(long, value_name = "N", requires = "http")]
+    max_connections: Option<usize>,
     /// With --http: connections open at once from one peer address.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "http")]
     max_connections_per_peer: usize,
@@ -80,7 +81,10 @@ impl Serve {
                 let bound = listener.local_addr().map_err(|e| e.to_string())?;
                 let mut options = HttpOptions::new()
                     .stateful(self.stateful)
-                    .max_connections(self.max_connections, self.max_connections_per_peer)
+                    .max_connections(
+                        connection_cap(self.max_connections),
+                        self.max_connections_per_peer,
+                    )
                     .timeouts(self.header_timeout_s, self.idle_timeout_s)
                     .sessions(
                         self.max_sessions,
@@ -122,4 +126,34 @@ fn seconds(text: &str) -> Result<Duration, String> {
             "`{text}` is not a number of seconds between 0 (excluded) and 31536000"
         )),
     }
+}
+
+/// Descriptors kept for what is not a connection: the store, MCP servers' pipes, files.
+const DESCRIPTORS_KEPT: usize = 128;
+
+/// The cap on connections: the one given (with a warning if the limit of open files is lower:
+/// past it, `accept` fails), or the default, lowered to leave [`DESCRIPTORS_KEPT`] free.
+fn connection_cap(given: Option<usize>) -> usize {
+    const DEFAULT: usize = 1024;
+    let room = open_files_limit().map(|limit| limit.saturating_sub(DESCRIPTORS_KEPT).max(16));
+    match (given, room) {
+        (Some(n), Some(room)) if n > room => {
+            eprintln!(
+                "toolscript: warning: --max-connections {n} is more than the limit of open files \
+                 leaves room for (about {room}): past it, connections wait unaccepted. Raise \
+                 `ulimit -n`, or lower --max-connections."
+            );
+            n
+        }
+        (Some(n), _) => n,
+        (None, Some(room)) => DEFAULT.min(room),
+        (None, None) => DEFAULT,
+    }
+}
+
+/// This process's limit of open files (the soft one), where the system says it.
+fn open_files_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
 }

@@ -242,16 +242,30 @@ fn log_lines(served: &Served) -> Vec<String> {
         .collect()
 }
 
+/// The binary, started by a shell that first lowers its limit of open files to `limit`.
+#[cfg(unix)]
+fn with_descriptors(limit: u32) -> Command {
+    let mut shell = Command::new("sh");
+    shell.args([
+        "-c",
+        &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
+        env!("CARGO_BIN_EXE_toolscript"),
+    ]);
+    shell
+}
+
+/// The operator's case: a server with the usual 1,024 descriptors and its default caps, 1,100
+/// half-open connections. Without a cap below the descriptors, the server stops accepting and
+/// the request waits for ever; the caps keep descriptors free, and the half-open connections are
+/// the first to go.
+#[cfg(unix)]
 #[test]
 fn half_open_connections_leave_a_legitimate_request_answered_and_the_log_quiet() {
-    let served = Served::start(&[
-        "--max-connections",
-        "200",
-        "--max-connections-per-peer",
-        "100",
-        "--header-timeout-s",
-        "30",
-    ]);
+    let served = Served::start_with(
+        with_descriptors(1024),
+        "127.0.0.1:0",
+        &["--header-timeout-s", "30"],
+    );
     let flood = HalfOpen::open(&served.addr, 1100, DEADLINE);
     // The header timeout (30 s) has not closed them: they hold every slot, and the request
     // still gets in, because an idle connection makes room for it.
@@ -326,14 +340,8 @@ fn connections_all_busy_refuse_a_new_one_at_once() {
 fn out_of_descriptors_the_accept_loop_logs_a_line_a_second_and_recovers() {
     // A server with few descriptors and a connection cap above them: `accept` fails with
     // EMFILE while the flood lasts.
-    let mut shell = Command::new("sh");
-    shell.args([
-        "-c",
-        "ulimit -n 96 && exec \"$0\" \"$@\"",
-        env!("CARGO_BIN_EXE_toolscript"),
-    ]);
     let served = Served::start_with(
-        shell,
+        with_descriptors(96),
         "127.0.0.1:0",
         &[
             "--max-connections",
@@ -352,6 +360,14 @@ fn out_of_descriptors_the_accept_loop_logs_a_line_a_second_and_recovers() {
         .filter(|l| l.contains("accepting a connection failed"))
         .collect();
     let elapsed = started.elapsed().as_secs() + 1;
+    assert!(
+        served
+            .stderr()
+            .iter()
+            .any(|l| l.contains("--max-connections 1000 is more than the limit of open files")),
+        "a cap above the descriptors is warned about: {:?}",
+        served.stderr()
+    );
     assert!(
         !failures.is_empty(),
         "the server ran out of descriptors (else this test tests nothing): {:?}",
