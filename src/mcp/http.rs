@@ -220,6 +220,8 @@ struct Shared {
     sessions: Option<Arc<BoundedSessions>>,
     header_timeout: Duration,
     idle_timeout: Duration,
+    /// What a client refused a session is told to wait (`Retry-After`).
+    unused_session_expiry: Duration,
     stop: CancellationToken,
 }
 
@@ -272,6 +274,7 @@ pub async fn serve_http(
         sessions: options.stateful.then_some(sessions),
         header_timeout: options.header_timeout,
         idle_timeout: options.idle_timeout,
+        unused_session_expiry: options.unused_session_expiry,
         stop: stop.clone(),
     };
     let limits = Connections::new(options.max_connections, options.max_connections_per_peer);
@@ -405,11 +408,14 @@ async fn answer(
             "bad request: more than one Host header\n".to_string(),
         );
     }
-    if let Some(sessions) = &shared.sessions {
-        if opens_a_session(&request) && sessions.is_full() {
-            return sessions_full(sessions.max(), shared.idle_timeout);
-        }
-    }
+    // A place for the session an `initialize` makes, held until the answer is made.
+    let _place = match &shared.sessions {
+        Some(sessions) if opens_a_session(&request) => match sessions.reserve() {
+            Some(place) => Some(place),
+            None => return sessions_full(sessions.max(), shared.unused_session_expiry),
+        },
+        _ => None,
+    };
     let (parts, body) = request.into_parts();
     // The whole body first, bounded in size and time, so that a client that sends it slowly
     // holds no more than its connection.

@@ -79,6 +79,7 @@ impl Connections {
     /// Admits a connection from `peer`, closing the oldest idle one (of this peer, or of all)
     /// if a cap is reached; refused if no connection is idle.
     pub(crate) fn admit(self: &Arc<Connections>, peer: IpAddr) -> Result<Admitted, Refused> {
+        let peer = peer_key(peer);
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if open.per_peer.get(&peer).copied().unwrap_or(0) >= self.max_per_peer
             && !open.evict_oldest_idle(Some(peer))
@@ -113,6 +114,22 @@ impl Connections {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.open.lock().unwrap().by_id.len()
+    }
+}
+
+/// What counts as one peer: an IPv4 address (also when mapped into IPv6), or an IPv6 /64, the
+/// block one host usually holds whole.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::from(segments)
+            }
+        },
     }
 }
 
@@ -426,6 +443,22 @@ mod tests {
         drop(first);
         assert_eq!(connections.len(), 0);
         assert!(connections.admit(ip(1)).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_block_is_one_peer_and_a_mapped_ipv4_address_its_own() {
+        let connections = Connections::new(10, 1);
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let first = connections.admit(a).unwrap();
+        let _busy = Busy::new(&first.busy);
+        assert_eq!(connections.admit(b).unwrap_err(), Refused::PerPeer);
+        assert!(connections.admit(other).is_ok());
+        let v4 = connections.admit(ip(7)).unwrap();
+        let _busy_v4 = Busy::new(&v4.busy);
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(connections.admit(mapped).unwrap_err(), Refused::PerPeer);
     }
 
     #[test]

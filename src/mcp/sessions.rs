@@ -50,7 +50,14 @@ pub(crate) enum SessionsError {
 pub(crate) struct BoundedSessions {
     inner: LocalSessionManager,
     limits: SessionLimits,
-    live: Mutex<HashMap<SessionId, Usage>>,
+    /// The live sessions, and how many requests hold a place for one they may make.
+    live: Mutex<Live>,
+}
+
+#[derive(Debug, Default)]
+struct Live {
+    sessions: HashMap<SessionId, Usage>,
+    reserved: usize,
 }
 
 #[derive(Debug)]
@@ -74,7 +81,7 @@ impl BoundedSessions {
         let sessions = Arc::new(BoundedSessions {
             inner,
             limits,
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(Live::default()),
         });
         let weak = Arc::downgrade(&sessions);
         tokio::spawn(async move {
@@ -93,9 +100,16 @@ impl BoundedSessions {
         sessions
     }
 
-    /// Whether a new session would be refused now.
-    pub(crate) fn is_full(&self) -> bool {
-        self.live().len() >= self.limits.max
+    /// A place for the session a request may make (an `initialize`), held until it is dropped;
+    /// None when the live sessions and the places held reach the cap. Taken before the request
+    /// reaches rmcp, so that concurrent `initialize` posts past the cap are all refused cleanly.
+    pub(crate) fn reserve(self: &Arc<Self>) -> Option<Reservation> {
+        let mut live = self.live();
+        if live.sessions.len() + live.reserved >= self.limits.max {
+            return None;
+        }
+        live.reserved += 1;
+        Some(Reservation(Arc::clone(self)))
     }
 
     /// The most live sessions.
@@ -103,13 +117,14 @@ impl BoundedSessions {
         self.limits.max
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Usage>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The sessions expired at `now`.
     fn expired(&self, now: Instant) -> Vec<SessionId> {
         self.live()
+            .sessions
             .iter()
             .filter(|(_, usage)| usage.expired(now, &self.limits))
             .map(|(id, _)| id.clone())
@@ -128,7 +143,7 @@ impl BoundedSessions {
     /// Notes a request on `id` and returns what marks it in progress while its stream lives.
     fn request(&self, id: &SessionId) -> Option<InProgress> {
         let mut live = self.live();
-        let usage = live.get_mut(id)?;
+        let usage = live.sessions.get_mut(id)?;
         usage.last_request = Some(Instant::now());
         usage.in_progress.fetch_add(1, Ordering::AcqRel);
         Some(InProgress(Arc::clone(&usage.in_progress)))
@@ -144,6 +159,16 @@ impl Usage {
             None => now.duration_since(self.began) >= limits.unused_expiry,
             Some(last) => now.duration_since(last) >= limits.idle_expiry,
         }
+    }
+}
+
+/// A place held for a session (see [`BoundedSessions::reserve`]).
+#[derive(Debug)]
+pub(crate) struct Reservation(Arc<BoundedSessions>);
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.0.live().reserved -= 1;
     }
 }
 
@@ -176,13 +201,13 @@ impl SessionManager for BoundedSessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        // Checked again here: the HTTP layer refuses first with a clear answer, but two
-        // `initialize` posts may pass its check at once.
-        if self.is_full() {
+        // The HTTP layer holds a place for every request that may make a session, and refuses
+        // those past the cap with a clear answer: this is the last line.
+        if self.live().sessions.len() >= self.limits.max {
             return Err(SessionsError::Full(self.limits.max));
         }
         let (id, transport) = self.inner.create_session().await?;
-        self.live().insert(
+        self.live().sessions.insert(
             id.clone(),
             Usage {
                 began: Instant::now(),
@@ -206,7 +231,7 @@ impl SessionManager for BoundedSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.live().remove(id);
+        self.live().sessions.remove(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -306,12 +331,25 @@ mod tests {
         let sessions = BoundedSessions::new(limits(), CancellationToken::new());
         let (a, _ta) = sessions.create_session().await.unwrap();
         let (_b, _tb) = sessions.create_session().await.unwrap();
-        assert!(sessions.is_full());
+        assert!(sessions.reserve().is_none());
         let err = sessions.create_session().await.err().unwrap();
         assert!(matches!(err, SessionsError::Full(2)), "{err}");
         sessions.close_session(&a).await.unwrap();
-        assert!(!sessions.is_full());
+        let place = sessions.reserve().expect("a place again");
+        assert!(sessions.reserve().is_none(), "the place is held");
         assert!(sessions.create_session().await.is_ok());
+        drop(place);
+        assert!(sessions.reserve().is_none(), "the session took the place");
+    }
+
+    #[tokio::test]
+    async fn places_held_count_toward_the_cap_until_dropped() {
+        let sessions = BoundedSessions::new(limits(), CancellationToken::new());
+        let first = sessions.reserve().unwrap();
+        let _second = sessions.reserve().unwrap();
+        assert!(sessions.reserve().is_none());
+        drop(first);
+        assert!(sessions.reserve().is_some());
     }
 
     #[tokio::test]
@@ -325,6 +363,6 @@ mod tests {
             .await;
         assert!(!sessions.has_session(&old).await.unwrap());
         assert!(sessions.has_session(&used).await.unwrap());
-        assert_eq!(sessions.live().len(), 1);
+        assert_eq!(sessions.live().sessions.len(), 1);
     }
 }
