@@ -467,6 +467,32 @@ mod tests {
         assert!(connections.admit(ip(1)).is_ok());
     }
 
+    #[tokio::test]
+    async fn a_write_the_peer_does_not_read_is_seen_blocked_until_it_goes_through() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (ours, mut theirs) = tokio::io::duplex(16);
+        let activity = Activity::new();
+        let mut watched = Watched::new(ours, Arc::clone(&activity));
+        assert_eq!(activity.write_blocked_for(), Duration::ZERO);
+        // 16 bytes fit; the next write waits for the peer to read.
+        watched.write_all(&[0; 16]).await.unwrap();
+        let blocked = tokio::time::timeout(Duration::from_millis(50), watched.write_all(&[1; 8]));
+        assert!(blocked.await.is_err(), "the write waits");
+        assert!(activity.write_blocked_for() > Duration::ZERO);
+        let mut buf = [0; 16];
+        theirs.read_exact(&mut buf).await.unwrap();
+        watched.write_all(&[2; 8]).await.unwrap();
+        assert_eq!(
+            activity.write_blocked_for(),
+            Duration::ZERO,
+            "no longer blocked"
+        );
+        assert!(
+            activity.quiet_for() < Duration::from_secs(5),
+            "the write moved bytes"
+        );
+    }
+
     #[test]
     fn a_repeated_warning_is_written_once_per_interval_with_a_count() {
         let mut log = Throttled::new(Duration::from_secs(1));

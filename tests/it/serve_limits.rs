@@ -650,6 +650,19 @@ fn the_header_timeout_closes_silent_and_slow_connections() {
 }
 
 #[test]
+fn the_idle_timeout_closes_a_quiet_connection_before_a_longer_header_timeout() {
+    let served = Served::start(&["--header-timeout-s", "300", "--idle-timeout-s", "1"]);
+    let mut silent = TcpStream::connect(&served.addr).unwrap();
+    closed_by_server(&mut silent).expect("a quiet connection is closed by the idle timeout");
+    // A request in progress is not idle, however quiet: a script that sleeps past the idle
+    // timeout is answered.
+    let slow = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_script","arguments":{"script":"sleep(2.5); 7"}}}"#;
+    let answer = post(&served.addr, &[], slow);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(structured_value(&answer), 7, "{answer:?}");
+}
+
+#[test]
 fn a_body_that_stops_arriving_gets_408() {
     let served = Served::start(&["--idle-timeout-s", "1"]);
     let mut stream = TcpStream::connect(&served.addr).unwrap();
