@@ -13,7 +13,8 @@
 //! one allowed explicitly) are refused, which keeps a web page from reaching a local server by
 //! DNS rebinding.
 //!
-//! Misbehaving clients are bounded (see `limits.rs` and `sessions.rs`): a request head must
+//! The `Host` and `Origin` checks are in `checks.rs`. Misbehaving clients are bounded (see
+//! `limits.rs` and `sessions.rs`): a request head must
 //! arrive within a few seconds, a connection on which nothing moves is closed, connections are
 //! capped in all and per peer address, stateful sessions are capped and expire, and a failing
 //! `accept` is logged at most once a second.
@@ -21,19 +22,20 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER};
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::checks::{check, Refusal};
 use super::limits::{Activity, Admitted, Backoff, Busy, Connections, Refused, Throttled, Watched};
 use super::server::{Server, MAX_MESSAGE};
 use super::sessions::{BoundedSessions, SessionLimits};
@@ -222,7 +224,25 @@ struct Shared {
     idle_timeout: Duration,
     /// What a client refused a session is told to wait (`Retry-After`).
     unused_session_expiry: Duration,
+    /// The `Host` names and `Origin`s accepted (rmcp has the same lists).
+    hosts: Arc<[String]>,
+    origins: Arc<[String]>,
+    /// Refused requests, said at most once a second.
+    refusals: Arc<Mutex<Throttled>>,
     stop: CancellationToken,
+}
+
+impl Shared {
+    fn refused(&self, refusal: Refusal) {
+        let due = self
+            .refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .due(Instant::now());
+        if let Some(held_back) = due {
+            tracing::warn!(?refusal, held_back, "refused a request (Host or Origin)");
+        }
+    }
 }
 
 /// Serves `runtime` over MCP Streamable HTTP at [`MCP_PATH`] on `listener` until `shutdown`
@@ -255,8 +275,8 @@ pub async fn serve_http(
         // Plain JSON for a plain answer (what curl users expect); SSE only when progress
         // notifications come first.
         .with_json_response(!options.stateful)
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
+        .with_allowed_hosts(hosts.clone())
+        .with_allowed_origins(origins.clone())
         .with_max_request_body_bytes(MAX_MESSAGE)
         .with_cancellation_token(stop.child_token());
     let sessions = BoundedSessions::new(
@@ -275,6 +295,9 @@ pub async fn serve_http(
         header_timeout: options.header_timeout,
         idle_timeout: options.idle_timeout,
         unused_session_expiry: options.unused_session_expiry,
+        hosts: hosts.into(),
+        origins: origins.into(),
+        refusals: Arc::new(Mutex::new(Throttled::new(LOG_INTERVAL))),
         stop: stop.clone(),
     };
     let limits = Connections::new(options.max_connections, options.max_connections_per_peer);
@@ -402,11 +425,16 @@ async fn answer(
             format!("not found: the MCP endpoint is {MCP_PATH}\n"),
         );
     }
-    if request.headers().get_all(HOST).iter().count() > 1 {
-        return plain(
-            StatusCode::BAD_REQUEST,
-            "bad request: more than one Host header\n".to_string(),
-        );
+    if let Err(refusal) = check(
+        request.uri(),
+        request.headers(),
+        &shared.hosts,
+        &shared.origins,
+    ) {
+        shared.refused(refusal);
+        let (status, text) = refusal.answer();
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        return plain(status, text.to_string());
     }
     // A place for the session an `initialize` makes, held until the answer is made.
     let _place = match &shared.sessions {

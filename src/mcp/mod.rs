@@ -4,6 +4,8 @@
 //! specification of a server is here, and starting one is an error that says so.
 
 // Servers' tools are declared in manifests: the client is reached through them only.
+#[cfg(feature = "http")]
+mod checks;
 #[cfg(all(feature = "mcp", feature = "manifest"))]
 mod client;
 #[cfg(feature = "mcp")]

@@ -588,6 +588,53 @@ fn origins_are_checked_against_loopback_and_the_allowed_list() {
 }
 
 #[test]
+fn hosts_are_checked_and_a_flood_of_refusals_leaves_the_log_quiet() {
+    let served = Served::start(&["--allow-host", "mcp.example.com"]);
+    let port = served.addr.rsplit(':').next().unwrap().to_string();
+    for (host, status) in [
+        (format!("localhost:{port}"), 200),
+        ("mcp.example.com".to_string(), 200),
+        ("evil.example".to_string(), 403),
+        ("localhost.evil.example".to_string(), 403),
+        ("user@localhost".to_string(), 400),
+    ] {
+        let header = format!("Host: {host}");
+        let answer = post(&served.addr, &[&header], INITIALIZE);
+        assert_eq!(answer.status, status, "Host {host}: {answer:?}");
+        if status == 403 {
+            assert!(answer.body.contains("--allow-host"), "{answer:?}");
+        }
+    }
+    let started = Instant::now();
+    for _ in 0..300 {
+        let answer = post(&served.addr, &["Origin: http://evil.example"], INITIALIZE);
+        assert_eq!(answer.status, 403, "{answer:?}");
+        assert!(answer.body.contains("--allow-origin"), "{answer:?}");
+    }
+    // One more after a second: its line says how many were held back.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        post(&served.addr, &["Host: evil.example"], INITIALIZE).status,
+        403
+    );
+    let seconds = started.elapsed().as_secs() + 2;
+    let lines = log_lines(&served);
+    assert!(
+        lines.len() as u64 <= seconds + 2,
+        "refusals are said at most once a second ({} lines in about {seconds} s):\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("held_back=") && !l.contains("held_back=0")),
+        "the lines count what they held back:\n{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
 fn an_allowed_origin_that_is_not_an_origin_is_a_usage_error() {
     let output = Command::new(env!("CARGO_BIN_EXE_toolscript"))
         .args([
