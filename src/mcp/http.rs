@@ -14,10 +14,10 @@
 //! DNS rebinding.
 //!
 //! The `Host` and `Origin` checks are in `checks.rs`. Misbehaving clients are bounded (see
-//! `limits.rs` and `sessions.rs`): a request head must
-//! arrive within a few seconds, a connection on which nothing moves is closed, connections are
-//! capped in all and per peer address, stateful sessions are capped and expire, and a failing
-//! `accept` is logged at most once a second.
+//! `limits.rs` and `sessions.rs`): a request head must arrive within a few seconds, a connection
+//! on which nothing moves is closed, connections are capped in all and per peer address,
+//! stateful sessions are capped and expire, and a failing `accept` is logged at most once a
+//! second.
 
 use std::convert::Infallible;
 use std::future::Future;
