@@ -556,6 +556,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_refusal_of_a_connection_is_a_whole_http_answer() {
+        let text = std::str::from_utf8(REFUSED).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(length, body.len());
+        assert!(head.starts_with("HTTP/1.1 503 "));
+    }
+
+    #[test]
     fn origins_are_normalized_with_their_port() {
         assert_eq!(
             origin_entry("https://app.example.com").unwrap(),
