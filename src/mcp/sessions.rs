@@ -121,20 +121,26 @@ impl BoundedSessions {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The sessions expired at `now`.
-    fn expired(&self, now: Instant) -> Vec<SessionId> {
-        self.live()
+    /// Takes the sessions expired at `now` out of the live ones, in one step, so that a request
+    /// that comes meanwhile either keeps its session or finds it gone.
+    fn take_expired(&self, now: Instant) -> Vec<SessionId> {
+        let mut live = self.live();
+        let expired: Vec<SessionId> = live
             .sessions
             .iter()
             .filter(|(_, usage)| usage.expired(now, &self.limits))
             .map(|(id, _)| id.clone())
-            .collect()
+            .collect();
+        for id in &expired {
+            live.sessions.remove(id);
+        }
+        expired
     }
 
     async fn sweep(&self, now: Instant) {
-        for id in self.expired(now) {
+        for id in self.take_expired(now) {
             tracing::debug!(session = %id, "closing an expired session");
-            if let Err(e) = self.close_session(&id).await {
+            if let Err(e) = self.inner.close_session(&id).await {
                 tracing::debug!(session = %id, error = %e, "closing an expired session failed");
             }
         }
