@@ -46,6 +46,10 @@ pub(crate) struct Serve {
     /// With --stateful: live sessions at most; past it `initialize` gets 503.
     #[arg(long, value_name = "N", default_value_t = 1024, requires = "stateful")]
     max_sessions: usize,
+    /// With --stateful: live sessions at most made from one peer address (an IPv4 address, or
+    /// an IPv6 /64).
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "stateful")]
+    max_sessions_per_peer: usize,
     /// With --stateful: seconds a session that made no request after `initialize` lives.
     #[arg(long, value_name = "S", default_value = "30", value_parser = seconds, requires = "stateful")]
     session_unused_expiry_s: Duration,
@@ -90,7 +94,8 @@ impl Serve {
                         self.max_sessions,
                         self.session_unused_expiry_s,
                         self.session_idle_expiry_s,
-                    );
+                    )
+                    .max_sessions_per_peer(self.max_sessions_per_peer);
                 for host in self.allow_hosts {
                     options = options.allow_host(host);
                 }

@@ -36,9 +36,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::checks::{check, Refusal};
-use super::limits::{Activity, Admitted, Backoff, Busy, Connections, Refused, Throttled, Watched};
+use super::limits::{
+    peer_key, Activity, Admitted, Backoff, Busy, Connections, Refused, Throttled, Watched,
+};
 use super::server::{Server, MAX_MESSAGE};
-use super::sessions::{BoundedSessions, SessionLimits};
+use super::sessions::{BoundedSessions, Full as SessionsFull, SessionLimits};
 use crate::runtime::Runtime;
 
 /// The one path the server answers on.
@@ -82,6 +84,8 @@ pub struct HttpOptions {
     pub idle_timeout: Duration,
     /// Live stateful sessions at most (default 1,024); `initialize` past it gets 503.
     pub max_sessions: usize,
+    /// Live stateful sessions at most made from one peer address (default 256).
+    pub max_sessions_per_peer: usize,
     /// A stateful session that made no request after `initialize` ends after this (default 30 s).
     pub unused_session_expiry: Duration,
     /// A stateful session with no request in progress ends this long after its last request
@@ -100,6 +104,7 @@ impl Default for HttpOptions {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_sessions: 1024,
+            max_sessions_per_peer: 256,
             unused_session_expiry: Duration::from_secs(30),
             idle_session_expiry: Duration::from_secs(600),
         }
@@ -143,6 +148,12 @@ impl HttpOptions {
     pub fn timeouts(mut self, header: Duration, idle: Duration) -> HttpOptions {
         self.header_timeout = header;
         self.idle_timeout = idle;
+        self
+    }
+
+    /// The cap on live stateful sessions made from one peer address (at least 1).
+    pub fn max_sessions_per_peer(mut self, max: usize) -> HttpOptions {
+        self.max_sessions_per_peer = max.max(1);
         self
     }
 
@@ -282,6 +293,7 @@ pub async fn serve_http(
     let sessions = BoundedSessions::new(
         SessionLimits {
             max: options.max_sessions,
+            max_per_peer: options.max_sessions_per_peer,
             unused_expiry: options.unused_session_expiry,
             idle_expiry: options.idle_session_expiry,
         },
@@ -370,7 +382,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, admitted: Admitted, sha
         let shared = shared.clone();
         let busy = Busy::new(&busy);
         async move {
-            let response = answer(request, &shared).await;
+            let response = answer(request, &shared, peer.ip()).await;
             // The connection stays busy until the answer is written to its end (an SSE stream
             // may last), so that it is never closed to make room while it answers.
             Ok::<_, Infallible>(response.map(|body| Guarded { body, _busy: busy }.boxed()))
@@ -418,6 +430,7 @@ async fn stalled(activity: &Activity, admitted: &Admitted, idle: Duration) {
 async fn answer(
     request: Request<Incoming>,
     shared: &Shared,
+    peer: IpAddr,
 ) -> Response<BoxBody<Bytes, Infallible>> {
     if request.uri().path() != MCP_PATH {
         return plain(
@@ -437,10 +450,10 @@ async fn answer(
         return plain(status, text.to_string());
     }
     // A place for the session an `initialize` makes, held until the answer is made.
-    let _place = match &shared.sessions {
-        Some(sessions) if opens_a_session(&request) => match sessions.reserve() {
-            Some(place) => Some(place),
-            None => return sessions_full(sessions.max(), shared.unused_session_expiry),
+    let place = match &shared.sessions {
+        Some(sessions) if opens_a_session(&request) => match sessions.reserve(peer_key(peer)) {
+            Ok(place) => Some(place),
+            Err(full) => return sessions_full(full, shared.unused_session_expiry),
         },
         _ => None,
     };
@@ -479,10 +492,16 @@ async fn answer(
             );
         }
     };
-    shared
+    let response = shared
         .service
         .handle(Request::from_parts(parts, Full::new(body)))
-        .await
+        .await;
+    if let Some(place) = place {
+        if let Some(id) = response.headers().get("mcp-session-id") {
+            place.claim(id.to_str().unwrap_or_default());
+        }
+    }
+    response
 }
 
 /// Whether rmcp would make a session for this request: a POST without `Mcp-Session-Id` (an
@@ -491,18 +510,22 @@ fn opens_a_session<B>(request: &Request<B>) -> bool {
     request.method() == Method::POST && !request.headers().contains_key("mcp-session-id")
 }
 
-/// 503 with a JSON-RPC error body, for an `initialize` past the cap on sessions.
-fn sessions_full(max: usize, retry: Duration) -> Response<BoxBody<Bytes, Infallible>> {
+/// 503 with a JSON-RPC error body, for an `initialize` past a cap on sessions.
+fn sessions_full(full: SessionsFull, retry: Duration) -> Response<BoxBody<Bytes, Infallible>> {
+    let message = match full {
+        SessionsFull::All(max) => format!(
+            "the server holds its most live sessions ({max}, --max-sessions): close a session \
+             (HTTP DELETE with its Mcp-Session-Id) or try again when one expires"
+        ),
+        SessionsFull::Peer(max) => format!(
+            "your address holds its most live sessions ({max}, --max-sessions-per-peer): close \
+             a session (HTTP DELETE with its Mcp-Session-Id) or try again when one expires"
+        ),
+    };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {
-            "code": -32000,
-            "message": format!(
-                "the server holds its most live sessions ({max}, --max-sessions): close a \
-                 session (HTTP DELETE with its Mcp-Session-Id) or try again when one expires"
-            ),
-        },
+        "error": {"code": -32000, "message": message},
     });
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

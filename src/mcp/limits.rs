@@ -119,7 +119,7 @@ impl Connections {
 
 /// What counts as one peer: an IPv4 address (also when mapped into IPv6), or an IPv6 /64, the
 /// block one host usually holds whole.
-fn peer_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn peer_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -7,6 +7,7 @@
 //! sweeper closes expired sessions once a second, through rmcp, as a `DELETE` would.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,8 @@ const SWEEP: Duration = Duration::from_secs(1);
 pub(crate) struct SessionLimits {
     /// Live sessions at most; `initialize` past it is refused.
     pub(crate) max: usize,
+    /// Live sessions at most made by one peer (see `limits::peer_key`).
+    pub(crate) max_per_peer: usize,
     /// A session that made no request after `initialize` is closed this long after it began.
     pub(crate) unused_expiry: Duration,
     /// A session with no request in progress is closed this long after its last request.
@@ -58,10 +61,22 @@ pub(crate) struct BoundedSessions {
 struct Live {
     sessions: HashMap<SessionId, Usage>,
     reserved: usize,
+    reserved_by_peer: HashMap<IpAddr, usize>,
+}
+
+/// Which cap a refused `initialize` met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// The server's.
+    All(usize),
+    /// The peer's.
+    Peer(usize),
 }
 
 #[derive(Debug)]
 struct Usage {
+    /// The peer that made it (None until the request that made it says which).
+    peer: Option<IpAddr>,
     began: Instant,
     /// When the last request came (None: none yet after `initialize`).
     last_request: Option<Instant>,
@@ -100,21 +115,30 @@ impl BoundedSessions {
         sessions
     }
 
-    /// A place for the session a request may make (an `initialize`), held until it is dropped;
-    /// None when the live sessions and the places held reach the cap. Taken before the request
-    /// reaches rmcp, so that concurrent `initialize` posts past the cap are all refused cleanly.
-    pub(crate) fn reserve(self: &Arc<Self>) -> Option<Reservation> {
+    /// A place for the session a request from `peer` may make (an `initialize`), held until it
+    /// is dropped; refused when the live sessions and the places held reach a cap (the server's,
+    /// or the peer's). Taken before the request reaches rmcp, so that concurrent `initialize`
+    /// posts past a cap are all refused cleanly.
+    pub(crate) fn reserve(self: &Arc<Self>, peer: IpAddr) -> Result<Reservation, Full> {
         let mut live = self.live();
         if live.sessions.len() + live.reserved >= self.limits.max {
-            return None;
+            return Err(Full::All(self.limits.max));
+        }
+        let of_peer = live
+            .sessions
+            .values()
+            .filter(|usage| usage.peer == Some(peer))
+            .count()
+            + live.reserved_by_peer.get(&peer).copied().unwrap_or(0);
+        if of_peer >= self.limits.max_per_peer {
+            return Err(Full::Peer(self.limits.max_per_peer));
         }
         live.reserved += 1;
-        Some(Reservation(Arc::clone(self)))
-    }
-
-    /// The most live sessions.
-    pub(crate) fn max(&self) -> usize {
-        self.limits.max
+        *live.reserved_by_peer.entry(peer).or_default() += 1;
+        Ok(Reservation {
+            sessions: Arc::clone(self),
+            peer,
+        })
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, Live> {
@@ -170,11 +194,31 @@ impl Usage {
 
 /// A place held for a session (see [`BoundedSessions::reserve`]).
 #[derive(Debug)]
-pub(crate) struct Reservation(Arc<BoundedSessions>);
+pub(crate) struct Reservation {
+    sessions: Arc<BoundedSessions>,
+    peer: IpAddr,
+}
+
+impl Reservation {
+    /// The session `id` was made in this place: it counts as its peer's from now on.
+    pub(crate) fn claim(&self, id: &str) {
+        let mut live = self.sessions.live();
+        if let Some(usage) = live.sessions.get_mut(id) {
+            usage.peer = Some(self.peer);
+        }
+    }
+}
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.0.live().reserved -= 1;
+        let mut live = self.sessions.live();
+        live.reserved -= 1;
+        if let Some(n) = live.reserved_by_peer.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                live.reserved_by_peer.remove(&self.peer);
+            }
+        }
     }
 }
 
@@ -216,6 +260,7 @@ impl SessionManager for BoundedSessions {
         self.live().sessions.insert(
             id.clone(),
             Usage {
+                peer: None,
                 began: Instant::now(),
                 last_request: None,
                 in_progress: Arc::new(AtomicUsize::new(0)),
@@ -291,9 +336,12 @@ impl SessionManager for BoundedSessions {
 mod tests {
     use super::*;
 
+    const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     fn limits() -> SessionLimits {
         SessionLimits {
             max: 2,
+            max_per_peer: 2,
             unused_expiry: Duration::from_secs(30),
             idle_expiry: Duration::from_secs(600),
         }
@@ -301,6 +349,7 @@ mod tests {
 
     fn usage(began: Instant, last_request: Option<Instant>, in_progress: usize) -> Usage {
         Usage {
+            peer: None,
             began,
             last_request,
             in_progress: Arc::new(AtomicUsize::new(in_progress)),
@@ -337,25 +386,45 @@ mod tests {
         let sessions = BoundedSessions::new(limits(), CancellationToken::new());
         let (a, _ta) = sessions.create_session().await.unwrap();
         let (_b, _tb) = sessions.create_session().await.unwrap();
-        assert!(sessions.reserve().is_none());
+        assert_eq!(sessions.reserve(PEER).unwrap_err(), Full::All(2));
         let err = sessions.create_session().await.err().unwrap();
         assert!(matches!(err, SessionsError::Full(2)), "{err}");
         sessions.close_session(&a).await.unwrap();
-        let place = sessions.reserve().expect("a place again");
-        assert!(sessions.reserve().is_none(), "the place is held");
+        let place = sessions.reserve(PEER).expect("a place again");
+        assert!(sessions.reserve(PEER).is_err(), "the place is held");
         assert!(sessions.create_session().await.is_ok());
         drop(place);
-        assert!(sessions.reserve().is_none(), "the session took the place");
+        assert!(
+            sessions.reserve(PEER).is_err(),
+            "the session took the place"
+        );
     }
 
     #[tokio::test]
     async fn places_held_count_toward_the_cap_until_dropped() {
         let sessions = BoundedSessions::new(limits(), CancellationToken::new());
-        let first = sessions.reserve().unwrap();
-        let _second = sessions.reserve().unwrap();
-        assert!(sessions.reserve().is_none());
+        let first = sessions.reserve(PEER).unwrap();
+        let _second = sessions.reserve(PEER).unwrap();
+        assert!(sessions.reserve(PEER).is_err());
         drop(first);
-        assert!(sessions.reserve().is_some());
+        assert!(sessions.reserve(PEER).is_ok());
+    }
+
+    #[tokio::test]
+    async fn one_peer_holds_at_most_its_share_of_sessions() {
+        let mut limits = limits();
+        limits.max = 10;
+        let sessions = BoundedSessions::new(limits, CancellationToken::new());
+        let other = IpAddr::from([10, 0, 0, 1]);
+        for _ in 0..2 {
+            let place = sessions.reserve(PEER).unwrap();
+            let (id, _t) = sessions.create_session().await.unwrap();
+            place.claim(&id);
+        }
+        assert_eq!(sessions.reserve(PEER).unwrap_err(), Full::Peer(2));
+        let _theirs = sessions
+            .reserve(other)
+            .expect("another peer has its own share");
     }
 
     #[tokio::test]

@@ -509,6 +509,39 @@ fn concurrent_initialize_posts_at_the_cap_are_accepted_or_refused_never_failed()
 }
 
 #[test]
+fn one_address_holds_at_most_its_share_of_sessions() {
+    let served = Served::start(&[
+        "--stateful",
+        "--max-sessions",
+        "10",
+        "--max-sessions-per-peer",
+        "3",
+    ]);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let answer = post(&served.addr, &[], INITIALIZE);
+        assert_eq!(answer.status, 200, "{answer:?}");
+        ids.push(answer.header("mcp-session-id").unwrap().to_string());
+    }
+    let refused = post(&served.addr, &[], INITIALIZE);
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert!(
+        refused.body.contains("--max-sessions-per-peer"),
+        "{refused:?}"
+    );
+    // Another address still gets its own.
+    let stream = connect_from([127, 0, 0, 3], &served.addr);
+    let answer = exchange(stream, &served.addr, "POST", &[], INITIALIZE);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    // A session closed (DELETE) gives its place back.
+    let session = format!("Mcp-Session-Id: {}", ids[0]);
+    let closed = request(&served.addr, "DELETE", &[&session], "");
+    assert!(closed.status < 300, "{closed:?}");
+    assert_eq!(post(&served.addr, &[], INITIALIZE).status, 200);
+    assert_eq!(post(&served.addr, &[], INITIALIZE).status, 503);
+}
+
+#[test]
 fn unused_sessions_expire_soon_and_used_ones_do_not() {
     let served = Served::start(&[
         "--stateful",
