@@ -80,8 +80,21 @@ struct Usage {
     began: Instant,
     /// When the last request came (None: none yet after `initialize`).
     last_request: Option<Instant>,
+    /// Its requests in progress, and when the last one ended.
+    in_progress: Arc<Progress>,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
     /// Response streams still open: while one is, the session does not expire.
-    in_progress: Arc<AtomicUsize>,
+    open: AtomicUsize,
+    ended: Mutex<Option<Instant>>,
+}
+
+impl Progress {
+    fn last_ended(&self) -> Option<Instant> {
+        *self.ended.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl BoundedSessions {
@@ -175,19 +188,19 @@ impl BoundedSessions {
         let mut live = self.live();
         let usage = live.sessions.get_mut(id)?;
         usage.last_request = Some(Instant::now());
-        usage.in_progress.fetch_add(1, Ordering::AcqRel);
+        usage.in_progress.open.fetch_add(1, Ordering::AcqRel);
         Some(InProgress(Arc::clone(&usage.in_progress)))
     }
 }
 
 impl Usage {
     fn expired(&self, now: Instant, limits: &SessionLimits) -> bool {
-        if self.in_progress.load(Ordering::Acquire) > 0 {
+        if self.in_progress.open.load(Ordering::Acquire) > 0 {
             return false;
         }
-        match self.last_request {
-            None => now.duration_since(self.began) >= limits.unused_expiry,
-            Some(last) => now.duration_since(last) >= limits.idle_expiry,
+        match self.last_request.max(self.in_progress.last_ended()) {
+            None => now.saturating_duration_since(self.began) >= limits.unused_expiry,
+            Some(last) => now.saturating_duration_since(last) >= limits.idle_expiry,
         }
     }
 }
@@ -224,11 +237,13 @@ impl Drop for Reservation {
 
 /// A response stream in progress on a session.
 #[derive(Debug)]
-struct InProgress(Arc<AtomicUsize>);
+struct InProgress(Arc<Progress>);
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        // The time first: the sweeper sees the request either open or ended now.
+        *self.0.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -263,7 +278,7 @@ impl SessionManager for BoundedSessions {
                 peer: None,
                 began: Instant::now(),
                 last_request: None,
-                in_progress: Arc::new(AtomicUsize::new(0)),
+                in_progress: Arc::new(Progress::default()),
             },
         );
         Ok((id, transport))
@@ -352,7 +367,10 @@ mod tests {
             peer: None,
             began,
             last_request,
-            in_progress: Arc::new(AtomicUsize::new(in_progress)),
+            in_progress: Arc::new(Progress {
+                open: AtomicUsize::new(in_progress),
+                ended: Mutex::new(None),
+            }),
         }
     }
 
@@ -370,6 +388,17 @@ mod tests {
         let used = usage(t0, Some(t0 + Duration::from_secs(100)), 0);
         assert!(!used.expired(t0 + Duration::from_secs(650), &limits()));
         assert!(used.expired(t0 + Duration::from_secs(700), &limits()));
+    }
+
+    #[test]
+    fn the_idle_expiry_counts_from_the_end_of_the_last_request() {
+        let t0 = Instant::now();
+        let long = usage(t0, Some(t0), 1);
+        // A request that began at t0 and ran for 20 minutes.
+        *long.in_progress.ended.lock().unwrap() = Some(t0 + Duration::from_secs(1200));
+        long.in_progress.open.store(0, Ordering::Release);
+        assert!(!long.expired(t0 + Duration::from_secs(1500), &limits()));
+        assert!(long.expired(t0 + Duration::from_secs(1800), &limits()));
     }
 
     #[test]
