@@ -158,7 +158,38 @@ fn connection_cap(given: Option<usize>) -> usize {
 
 /// This process's limit of open files (the soft one), where the system says it.
 fn open_files_limit() -> Option<usize> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    soft_open_files(&std::fs::read_to_string("/proc/self/limits").ok()?)
+}
+
+/// The soft limit of open files in the text of `/proc/self/limits` (None: unlimited).
+fn soft_open_files(limits: &str) -> Option<usize> {
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line.split_whitespace().nth(3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_positive_finite_and_at_most_a_year() {
+        assert_eq!(seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(seconds(" 10 "), Ok(Duration::from_secs(10)));
+        for bad in ["0", "-1", "nan", "inf", "31536001", "ten", ""] {
+            let err = seconds(bad).unwrap_err();
+            assert!(err.contains("not a number of seconds"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_soft_limit_of_open_files_is_read_from_proc() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max cpu time              unlimited            unlimited            seconds\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(soft_open_files(limits), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(soft_open_files(unlimited), None);
+        assert_eq!(soft_open_files(""), None);
+    }
 }
