@@ -4,14 +4,20 @@
 //! specification of a server is here, and starting one is an error that says so.
 
 // Servers' tools are declared in manifests: the client is reached through them only.
+#[cfg(feature = "http")]
+mod checks;
 #[cfg(all(feature = "mcp", feature = "manifest"))]
 mod client;
 #[cfg(feature = "mcp")]
 mod formats;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "http")]
+mod limits;
 #[cfg(feature = "mcp")]
 mod server;
+#[cfg(feature = "http")]
+mod sessions;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

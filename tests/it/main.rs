@@ -61,6 +61,8 @@ mod results;
 mod retention;
 #[cfg(feature = "cli")]
 mod secrets;
+#[cfg(feature = "cli")]
+mod serve_limits;
 mod speculation;
 mod strings;
 mod warnings;
