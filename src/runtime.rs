@@ -663,6 +663,9 @@ impl Runtime {
     /// [`RunOptions::no_store`]) the run is journaled: it can pause for approvals and be
     /// resumed after a crash.
     pub async fn run_script(&self, script: &Script, options: RunOptions) -> RunOutcome {
+        if let Err(why) = self.room_for_a_run() {
+            return RunOutcome::before_running(why);
+        }
         let run_id = new_run_id();
         let journal = match (&self.store, options.no_store) {
             (Some(store), false) => match self.record_run(store, script, &options, &run_id).await {
@@ -677,6 +680,17 @@ impl Runtime {
             _ => None,
         };
         self.execute(script, options, run_id, journal).await
+    }
+
+    /// Whether a new run may start: not while other runs share a process that already holds
+    /// most of the memory budget (`unavailable`, recoverable), so that one more run never ends
+    /// the ones going on.
+    fn room_for_a_run(&self) -> Result<(), RunError> {
+        engine::room_for_a_run(self.limits.max_memory_mb).map_err(|why| {
+            let mut e = RunError::new(ErrorKind::Unavailable, why);
+            e.recoverable = true;
+            e
+        })
     }
 
     /// Records the new run `run_id` of `script` in `store`, and opens its journal.
@@ -722,6 +736,10 @@ impl Runtime {
         let script = self.compile(source).map_err(|e| crate::Error::Plan {
             plan_id: String::new(),
             message: format!("the script does not compile: {e}"),
+        })?;
+        self.room_for_a_run().map_err(|e| crate::Error::Plan {
+            plan_id: String::new(),
+            message: e.message.clone(),
         })?;
         let key = match &self.store {
             Some(store) => Some(store.digest_key().await?),
@@ -820,6 +838,8 @@ impl Runtime {
             )));
         }
         self.judge_plan_catalog(&plan).map_err(refuse)?;
+        self.room_for_a_run()
+            .map_err(|e| refuse(e.message.clone()))?;
         let script = self
             .compile(&plan.script)
             .map_err(|e| refuse(format!("its script no longer compiles: {e}")))?;
@@ -915,6 +935,8 @@ impl Runtime {
             return Err(refuse(busy_with(lease)));
         }
         self.judge_catalog(&record).map_err(refuse)?;
+        self.room_for_a_run()
+            .map_err(|e| refuse(e.message.clone()))?;
         // The decision is for the call the run waited at when it was read; the store checks,
         // in the transaction that takes the run, that it still waits there for that decision.
         let seen = record
@@ -1032,6 +1054,8 @@ struct Run {
     script: Option<tokio::sync::oneshot::Receiver<script::Execution>>,
     /// Cancels the run when it is dropped before it finished.
     _stop: StopOnDrop,
+    /// Counts the run among those sharing the process's memory while it goes on.
+    _running: engine::Running,
     /// Records a durable run as interrupted when it is dropped before its end was recorded;
     /// marks it as running in this process until then.
     interrupt: InterruptOnDrop,
@@ -1116,6 +1140,7 @@ impl Run {
             scout,
             script,
             _stop: stop,
+            _running: engine::Running::enter(),
             interrupt,
         }
     }

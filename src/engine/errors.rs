@@ -302,9 +302,16 @@ pub(crate) fn from_rhai_with(
                 return at(RunError::from_tool(error, None, None));
             }
             if token == super::MEMORY {
+                // The budget is the process's: where other runs share it, say so.
+                let runs = super::memory::runs();
+                let shared = if runs > 1 {
+                    format!(", shared by the {runs} runs going on in this process")
+                } else {
+                    String::new()
+                };
                 return limit(
                     "the process holds more than the run's memory budget of",
-                    format!("{} MiB", limits.max_memory_mb),
+                    format!("{} MiB{shared}", limits.max_memory_mb),
                     "max_memory_mb",
                 );
             }

@@ -9,6 +9,7 @@
 //!   checks its deadline, and a run past `Limits::max_memory_mb` ends with `limit_exceeded`
 //!   instead of the process aborting when memory runs out.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext};
@@ -25,6 +26,57 @@ pub fn set_memory_probe(probe: fn() -> usize) -> bool {
 /// The bytes the process holds, where a probe is installed.
 pub(crate) fn allocated() -> Option<usize> {
     PROBE.get().map(|probe| probe())
+}
+
+/// Runs going on in this process: they share its memory, and so its budget.
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a run among those going on until it is dropped.
+#[derive(Debug)]
+pub(crate) struct Running(());
+
+impl Running {
+    pub(crate) fn enter() -> Running {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Running(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs going on in this process now.
+pub(crate) fn runs() -> usize {
+    RUNS.load(Ordering::SeqCst)
+}
+
+/// The share of the memory budget past which a new run is not started while others run: the
+/// runs going on keep the room they need, and one more never ends them.
+const ROOM_FOR_MORE: f64 = 0.8;
+
+/// Whether a new run may start under a memory budget of `max_mb` MiB: `Err` with why not when
+/// other runs go on and the process already holds most of the budget.
+pub(crate) fn room_for_a_run(max_mb: u64) -> Result<(), String> {
+    room(allocated(), runs(), max_mb)
+}
+
+/// [`room_for_a_run`] for a process holding `held` bytes with `others` runs going on.
+fn room(held: Option<usize>, others: usize, max_mb: u64) -> Result<(), String> {
+    let Some(held) = held else {
+        return Ok(());
+    };
+    let budget = max_mb.saturating_mul(1 << 20) as f64;
+    if others == 0 || (held as f64) < budget * ROOM_FOR_MORE {
+        return Ok(());
+    }
+    Err(format!(
+        "the process holds {} MiB of its memory budget of {max_mb} MiB (max_memory_mb), shared by the {others} run{} going on: this run was not started, so that none of them is ended for it; try again when they have ended",
+        held >> 20,
+        if others == 1 { "" } else { "s" }
+    ))
 }
 
 /// The end of the message of an allocation past the memory budget: the limit's key, so that
@@ -290,4 +342,23 @@ fn checked_replace(
     )?;
     *text = text.replace(find, with).into();
     Ok(())
+}
+
+#[cfg(test)]
+mod room_tests {
+    use super::*;
+
+    #[test]
+    fn a_new_run_waits_while_others_share_a_process_near_its_budget() {
+        let mib = 1 << 20;
+        assert!(room(None, 5, 100).is_ok(), "no probe: nothing to judge by");
+        assert!(
+            room(Some(95 * mib), 0, 100).is_ok(),
+            "alone, a run is judged as it runs"
+        );
+        assert!(room(Some(70 * mib), 3, 100).is_ok());
+        let e = room(Some(85 * mib), 2, 100).unwrap_err();
+        assert!(e.contains("85 MiB of its memory budget of 100 MiB"), "{e}");
+        assert!(e.contains("shared by the 2 runs going on"), "{e}");
+    }
 }

@@ -18,6 +18,7 @@ mod value;
 
 pub use limits::{LimitKey, Limits};
 pub use memory::set_memory_probe;
+pub(crate) use memory::{room_for_a_run, Running};
 
 pub(crate) use catch::rewrite as rewrite_catches;
 pub(crate) use errors::{from_parse, from_rhai_with, limit_exceeded, line_column, outcome_to_rhai};

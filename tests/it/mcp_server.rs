@@ -897,3 +897,53 @@ async fn input_schemas_session() {
     }
     client.cancel().await.expect("the session closes");
 }
+
+/// In `serve`, runs share the process and its memory budget: a run that grows past it ends
+/// itself, saying the budget is the process's and shared, and the run going on beside it is
+/// left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_over_the_memory_budget_leaves_another_run_alone() {
+    tokio::time::timeout(DEADLINE, memory_session())
+        .await
+        .expect("the MCP session finished in time");
+}
+
+async fn memory_session() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let args: Vec<&std::ffi::OsStr> = ["--max-memory-mb", "200", "--no-store"]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
+    let client = serve_session(&args, &dir.path().join("store.sqlite3")).await;
+    let run = |script: &'static str| {
+        let client = &client;
+        async move {
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new("run_script")
+                        .with_arguments(arguments(json!({ "script": script }))),
+                )
+                .await
+                .expect("run_script answers");
+            wire(&result)["structuredContent"].clone()
+        }
+    };
+    // The small run starts first and sleeps while the greedy one grows past the budget.
+    let small = run("sleep(2.0); 40 + 2");
+    let greedy = run(
+        "sleep(0.3);\nlet chunk = \"x\";\nfor i in 0..20 { chunk += chunk; }\nlet all = [];\nloop { all.push(chunk + all.len()); }",
+    );
+    let (small, greedy) = tokio::join!(small, greedy);
+    assert_eq!(
+        small["value"],
+        json!(42),
+        "the small run was left alone: {small}"
+    );
+    assert_eq!(greedy["error"]["kind"], json!("limit_exceeded"), "{greedy}");
+    let message = greedy["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("memory budget of 200 MiB, shared by the 2 runs going on"),
+        "{message}"
+    );
+    client.cancel().await.expect("the session closes");
+}
