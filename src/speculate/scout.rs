@@ -389,6 +389,11 @@ impl Scout {
                 let first = ReadKey::first(epoch, Arc::clone(&tool.name), key_json(&args).into());
                 let key = state.occurrence(&first);
                 let n = key.n;
+                // A read a person would be asked about may pause the run there: the pass
+                // starts nothing from it on until a person has decided.
+                if self.asks_a_person(&tool, &args, &key) {
+                    return Err(stop(&mut state, End::Stopped));
+                }
                 let Some(cell) = self.launch(key, args, &mut state) else {
                     return Ok(Placeholder::unknown());
                 };
@@ -434,6 +439,34 @@ impl Scout {
                 Ok(Dynamic::from(Placeholder::of(cell)))
             }
         }
+    }
+
+    /// Whether the guard would ask a person about a read of `spec` with `args` (and no person
+    /// approved its rule in this run): the executor's call of it may pause the run.
+    fn asks_a_person(
+        &self,
+        tool: &crate::tool::RegisteredTool,
+        args: &Value,
+        key: &ReadKey,
+    ) -> bool {
+        let guard = self.ctx.registry.guard();
+        if !guard.is_active() {
+            return false;
+        }
+        let spec = &tool.spec;
+        let crate::guard::Decision::Ask { rule, .. } =
+            guard.authorize(&spec.name, spec.effect, &spec.guard, args)
+        else {
+            return false;
+        };
+        // A person approved the rule in this run, or this very read.
+        let Some(journal) = &self.ctx.journal else {
+            return true;
+        };
+        let redacts = tool.redacts(crate::secrets::Side::Args);
+        let form = journal.args_form(self.ctx.masks(), &key.args, redacts);
+        !(journal.rule_approved(&rule)
+            || journal.read_approved(key.epoch, &spec.name, &form, key.n))
     }
 
     /// A non-read call: passed with the executor's recorded outcome if the executor already made

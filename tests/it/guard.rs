@@ -783,3 +783,31 @@ async fn a_rejected_read_throws_where_the_script_made_it() {
     assert_eq!(e.kind, ErrorKind::Rejected, "{e:?}");
     assert_eq!(calls_of(&seen, r#"get {"id":71}"#), 0);
 }
+
+/// No read crosses a pause: the scout starts nothing past a read the guard asks a person
+/// about, even where the script would catch its error or the read has not landed yet, until
+/// a person has decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scout_starts_nothing_past_a_read_a_rule_asks_about() {
+    for script in [
+        "let a = get(#{id: 1}).id;\nlet b = 0;\ntry { b = get(#{id: 60}).id; } catch (e) { }\nlet x = get(#{id: 7}).id;\n[a, b, x]",
+        "let a = get(#{id: 1});\nlet b = get(#{id: 60});\nlet x = get(#{id: 7});\n[a.id, b.id, x.id]",
+        "let out = [];\nfor id in [2, 60, 8, 9] { out.push(get(#{id: id}).id); }\nout",
+    ] {
+        let dir = TempDir::new().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let runtime = asking_reads(dir.path(), &seen);
+        let paused = runtime
+            .run_with(script, RunOptions::with_mode(Mode::Speculative))
+            .await;
+        assert_eq!(paused.status(), RunStatus::Paused, "{script}: {:?}", paused.result);
+        let after: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| [r#"get {"id":7}"#, r#"get {"id":8}"#, r#"get {"id":9}"#].contains(&c.as_str()))
+            .cloned()
+            .collect();
+        assert!(after.is_empty(), "{script}: read past the pause: {after:?}");
+    }
+}
