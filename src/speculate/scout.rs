@@ -391,7 +391,7 @@ impl Scout {
                 let n = key.n;
                 // A read a person would be asked about may pause the run there: the pass
                 // starts nothing from it on until a person has decided.
-                if self.asks_a_person(&tool, &args, &key) {
+                if self.asks_a_person(tool, &args, &key) {
                     return Err(stop(&mut state, End::Stopped));
                 }
                 let Some(cell) = self.launch(key, args, &mut state) else {
