@@ -639,3 +639,37 @@ async fn max_in_flight_holds_for_speculative_composites_as_for_the_executor_s() 
         assert_eq!(observed["result"]["value"], expected, "max_in_flight {cap}");
     }
 }
+
+/// Reads inside the predicate of `all` are started early, as inside `some`, `filter` and
+/// `find`: the scout's `all` does not stop at a predicate it does not know yet. Both modes
+/// give the same answer, with an item's predicate failing early or not at all, and with a
+/// predicate that takes the index too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_inside_all_are_started_early() {
+    let tools = || {
+        vec![
+            Tool::builder("check", Effect::Read).handler(|args: serde_json::Value| async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let id = args["id"].as_i64().unwrap_or(0);
+                Ok(json!({ "ok": id != 17 }))
+            }),
+        ]
+    };
+    for (script, expected) in [
+        ("let ids = [];\nfor i in 1..=24 { ids.push(i * 2); }\nids.all(|id| check(#{ id: id }).ok)", json!(true)),
+        ("let ids = [];\nfor i in 10..=30 { ids.push(i); }\nids.all(|id| check(#{ id: id }).ok)", json!(false)),
+        ("let ids = [];\nfor i in 1..=24 { ids.push(i * 2); }\nids.all(|id, i| check(#{ id: id + i * 0 }).ok)", json!(true)),
+    ] {
+        let observed = same_in_both_modes(&tools, Limits::default(), script).await;
+        assert_eq!(observed["result"]["value"], expected, "{script}");
+    }
+    let runtime = Runtime::new(Registry::builder().tools(tools()).build().unwrap());
+    let script =
+        "let ids = [];\nfor i in 1..=24 { ids.push(i * 2); }\nids.all(|id| check(#{ id: id }).ok)";
+    let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert!(
+        outcome.stats.speculative_claimed >= 20,
+        "the reads inside `all` were not started early: {:?}",
+        outcome.stats
+    );
+}

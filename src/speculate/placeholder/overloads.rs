@@ -212,6 +212,18 @@ fn register_lists(engine: &mut Engine, log: &Arc<PassLog>) {
     // so would order an array of values not known yet by a guess (and a `extract` of its
     // first items would pick a guessed few). The scout's sorts as Rhai's does when every
     // comparison is known, and makes every item an unknown when one is not.
+    // Rhai's `all` stops at the first item whose predicate is not `true`, and a predicate not
+    // known yet is not `true` to it: the scout would stop at the first item and start none of
+    // the others' reads. The scout's `all` guesses such a predicate holds, goes on, and is an
+    // unknown itself unless an item's predicate is known to fail. (`some`, `filter` and `find`
+    // already go on past a predicate that is not `true`.)
+    let l = Arc::clone(log);
+    engine.register_fn(
+        "all",
+        move |ctx: NativeCallContext, array: &mut Array, predicate: FnPtr| -> RhaiResult {
+            all(&ctx, array, &predicate, &l)
+        },
+    );
     let l = Arc::clone(log);
     engine.register_fn(
         "sort",
@@ -220,6 +232,32 @@ fn register_lists(engine: &mut Engine, log: &Arc<PassLog>) {
               comparer: FnPtr|
               -> Result<(), Box<EvalAltResult>> { sort(&ctx, array, &comparer, &l) },
     );
+}
+
+/// `array.all(predicate)` as Rhai's, but a predicate not known yet is guessed to hold (see
+/// [`register_lists`]).
+fn all(ctx: &NativeCallContext, array: &mut Array, predicate: &FnPtr, log: &PassLog) -> RhaiResult {
+    let mut unknown = false;
+    for (i, item) in array.iter().enumerate() {
+        // The predicate takes the item, or the item and its index.
+        let result = match predicate.call_raw(ctx, None, [item.clone()]) {
+            Err(e) if matches!(*e, EvalAltResult::ErrorFunctionNotFound(..)) => {
+                let index = INT::try_from(i).unwrap_or(INT::MAX);
+                predicate.call_raw(ctx, None, [item.clone(), index.into()])?
+            }
+            other => other?,
+        };
+        match log.known(&result) {
+            Ok(value) if value.as_bool().unwrap_or(false) => {}
+            Ok(_) => return Ok(false.into()),
+            Err(()) => unknown = true,
+        }
+    }
+    Ok(if unknown {
+        Placeholder::unknown()
+    } else {
+        true.into()
+    })
 }
 
 /// `array.sort(comparer)` as Rhai sorts, when every comparison is known; every item an unknown
