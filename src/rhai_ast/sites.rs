@@ -484,7 +484,7 @@ impl<'a> Rewriter<'a> {
     }
 
     /// Whether a block may run to its end without leaving where it stands: some way through it
-    /// neither throws, returns or breaks out of a loop (a `continue` does not count) nor calls
+    /// neither throws, returns, breaks out of a loop or goes on to its next round nor calls
     /// one of the functions where the run stops (a pass of the scout stops at a non-read tool
     /// until the executor has made the call). An `if` may when one of its branches may, and its
     /// condition calls no such function; a `try` when its body may (its `catch` runs only after
@@ -492,7 +492,8 @@ impl<'a> Rewriter<'a> {
     fn may_stay(&self, block: &[Stmt]) -> bool {
         block.iter().all(|stmt| match stmt {
             Stmt::Return(..) => false,
-            Stmt::BreakLoop(_, flags, _) => !flags.contains(ASTFlags::BREAK),
+            // `break` and `continue` both skip the rest of the loop's body.
+            Stmt::BreakLoop(..) => false,
             Stmt::If(flow, ..) => {
                 !self.writes(|on_node| flow.expr.walk(&mut Vec::new(), on_node))
                     && (self.may_stay(flow.body.statements())
