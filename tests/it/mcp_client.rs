@@ -759,3 +759,74 @@ async fn a_guard_denies_server_filesystem_the_forbidden_names() {
     let outcome = runtime.run(&script).await;
     assert_eq!(value_of(&outcome), &serde_json::json!("alpha\n"));
 }
+
+/// A plan over server-filesystem: `plan_results` and `plan_stop` in `[[mcp]]` say what its
+/// tools answer in a plan; planning writes no file, the write's planned result carries the
+/// marker of what it will return, and applying writes exactly the planned file. A
+/// `plan_results` entry naming a tool the server does not have is refused when it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_over_an_mcp_server_writes_nothing_until_applied() {
+    let Some(dir) = servers() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::write(root_path.join("a.txt"), "alpha\n").unwrap();
+    let server = quoted(
+        dir.join("server-filesystem/dist/index.js")
+            .to_string_lossy(),
+    );
+    let manifest = format!(
+        "[[mcp]]\nname = \"files\"\nprefix = \"fs_\"\ncommand = [\"node\", {server}, {}]\n\
+         plan_results = {{ write_file = '#{{ written: \"planned\", path: args.path }}' }}\n\
+         plan_stop = [\"move_file\"]\n",
+        quoted(root_path.to_string_lossy())
+    );
+    let registry = build(&manifest).await.unwrap();
+    let store = toolscript::SqliteStore::open(&root_path.join("store.sqlite3")).unwrap();
+    let runtime = Runtime::builder(registry)
+        .store(std::sync::Arc::new(store))
+        .build();
+    let root_text = root_path.to_string_lossy();
+    let script = format!(
+        r#"
+        let root = {root};
+        let a = fs_read_text_file(#{{ path: `${{root}}/a.txt` }}).content;
+        let w = fs_write_file(#{{ path: `${{root}}/b.txt`, content: a + "beta" }});
+        w
+        "#,
+        root = quoted(&root_text)
+    );
+    let planned = runtime
+        .plan(&script, toolscript::RunOptions::default())
+        .await
+        .unwrap();
+    let plan = planned.plan;
+    assert!(!root_path.join("b.txt").exists(), "the plan wrote the file");
+    assert_eq!(plan.calls.len(), 1);
+    assert_eq!(plan.calls[0].tool, "fs_write_file");
+    assert_eq!(
+        plan.calls[0].args["content"],
+        serde_json::json!("alpha\nbeta")
+    );
+    assert_eq!(
+        plan.value.as_ref().unwrap()["written"],
+        serde_json::json!("<from planned #0 .written>")
+    );
+    let applied = runtime
+        .apply(&plan.plan_id, toolscript::RunOptions::default())
+        .await
+        .unwrap();
+    assert!(applied.result.is_ok(), "{:?}", applied.result);
+    assert_eq!(
+        std::fs::read_to_string(root_path.join("b.txt")).unwrap(),
+        "alpha\nbeta"
+    );
+    let wrong = format!(
+        "[[mcp]]\nname = \"files\"\ncommand = [\"node\", {server}, {}]\nplan_results = {{ no_such_tool = '()' }}\n",
+        quoted(root_path.to_string_lossy())
+    );
+    let e = build(&wrong).await.unwrap_err().to_string();
+    assert!(
+        e.contains("plan_results") && e.contains("no_such_tool"),
+        "{e}"
+    );
+}
