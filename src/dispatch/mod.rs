@@ -478,47 +478,10 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
         )),
         // Applying a plan approves the calls it planned.
         Caller::Script if call.planned => Ok(()),
-        // A plan marks the non-read call a run would ask about, and makes none.
-        Caller::Script if spec.effect != Effect::Read && ctx.planning().is_some() => {
-            ctx.note_asked(rule.clone(), reason.clone());
-            Err(ToolError::new(
-                ErrorKind::Paused,
-                format!(
-                    "the guard asks a person about `{}`: {rule}: {reason}",
-                    spec.name
-                ),
-            ))
-        }
         Caller::Script => {
-            let Some(journal) = journal else {
-                return Err(denied(
-                    &rule,
-                    &format!(
-                        "{reason} (a person would decide, and a run without a store cannot pause)"
-                    ),
-                    "run with a store (--store) so that the run can pause for a person",
-                ));
-            };
-            let approved =
-                journal.rule_approved(&rule)
-                    || match (call.seq, call.read_at) {
-                        (Some(seq), _) => journal.approved(seq),
-                        (None, Some(at)) => {
-                            let redacts = ctx.registry.tool_redacts(&spec.name, Some(Side::Args));
-                            let args = journal.args_form(ctx.masks(), &call.args_key, redacts);
-                            journal.read_approved(at.epoch, &spec.name, &args, at.occurrence)
-                        }
-                        // Every call of the script is one or the other; one that is neither is
-                        // denied, closed.
-                        (None, None) => return Err(denied(
-                            &rule,
-                            &format!(
-                                "{reason} (a person would decide, and this call cannot pause)"
-                            ),
-                            "ask the person who runs toolscript for a rule that allows this call",
-                        )),
-                    };
-            if approved {
+            // A plan marks the non-read call a run would ask about (and makes none).
+            let planning = spec.effect != Effect::Read && ctx.planning().is_some();
+            if !planning && approved_for(ctx, spec, call, &rule, &reason, &denied)? {
                 return Ok(());
             }
             ctx.note_asked(rule.clone(), reason.clone());
@@ -531,6 +494,43 @@ fn authorize(ctx: &RunContext, spec: &crate::tool::ToolSpec, call: &Call) -> Res
             ))
         }
     }
+}
+
+/// Whether a person approved the script's call that the guard's `rule` asks about: the rule
+/// in this run, or this very call. A run without a journal cannot pause: the call is denied.
+fn approved_for(
+    ctx: &RunContext,
+    spec: &crate::tool::ToolSpec,
+    call: &Call,
+    rule: &str,
+    reason: &str,
+    denied: &dyn Fn(&str, &str, &str) -> ToolError,
+) -> Result<bool, ToolError> {
+    let Some(journal) = ctx.journal.as_ref() else {
+        return Err(denied(
+            rule,
+            &format!("{reason} (a person would decide, and a run without a store cannot pause)"),
+            "run with a store (--store) so that the run can pause for a person",
+        ));
+    };
+    Ok(journal.rule_approved(rule)
+        || match (call.seq, call.read_at) {
+            (Some(seq), _) => journal.approved(seq),
+            (None, Some(at)) => {
+                let redacts = ctx.registry.tool_redacts(&spec.name, Some(Side::Args));
+                let args = journal.args_form(ctx.masks(), &call.args_key, redacts);
+                journal.read_approved(at.epoch, &spec.name, &args, at.occurrence)
+            }
+            // Every call of the script is one or the other; one that is neither is denied,
+            // closed.
+            (None, None) => {
+                return Err(denied(
+                    rule,
+                    &format!("{reason} (a person would decide, and this call cannot pause)"),
+                    "ask the person who runs toolscript for a rule that allows this call",
+                ))
+            }
+        })
 }
 
 /// Dispatches one call through the steps.

@@ -109,6 +109,28 @@ fn tools(world: &Shared) -> Vec<Tool> {
     ]
 }
 
+/// The calls the triage makes on the world as `world` sets it up, in order.
+fn triage_applied() -> Vec<(String, Value)> {
+    vec![
+        (
+            "issue_refund".into(),
+            json!({"order_id": 1, "amount_cents": 719}),
+        ),
+        (
+            "notify".into(),
+            json!({"text": "refunded rf_1 for order 1", "refund": "rf_1"}),
+        ),
+        (
+            "issue_refund".into(),
+            json!({"order_id": 3, "amount_cents": 2500}),
+        ),
+        (
+            "notify".into(),
+            json!({"text": "refunded rf_3 for order 3", "refund": "rf_3"}),
+        ),
+    ]
+}
+
 /// Refunds every delivered order over $5, each with a note naming its refund.
 const TRIAGE: &str = r#"
 let total = 0;
@@ -257,28 +279,7 @@ async fn apply_on_an_unchanged_world_makes_exactly_the_planned_calls_without_ask
         assert_eq!(outcome.result.as_ref().unwrap(), &json!(3219));
         assert!(outcome.unapplied.is_empty());
         // Exactly the planned calls, in order, markers standing for what was returned.
-        assert_eq!(
-            made(&s.world),
-            vec![
-                (
-                    "issue_refund".into(),
-                    json!({"order_id": 1, "amount_cents": 719})
-                ),
-                (
-                    "notify".into(),
-                    json!({"text": "refunded rf_1 for order 1", "refund": "rf_1"})
-                ),
-                (
-                    "issue_refund".into(),
-                    json!({"order_id": 3, "amount_cents": 2500})
-                ),
-                (
-                    "notify".into(),
-                    json!({"text": "refunded rf_3 for order 3", "refund": "rf_3"})
-                ),
-            ],
-            "{mode:?}"
-        );
+        assert_eq!(made(&s.world), triage_applied(), "{mode:?}");
         // A plan is applied once.
         let again = s.runtime.apply(&plan.plan_id, RunOptions::default()).await;
         match again {
@@ -639,27 +640,7 @@ async fn an_interrupted_apply_resumes_and_makes_each_planned_call_once() {
         .await
         .unwrap();
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
-    assert_eq!(
-        made(&s.world),
-        vec![
-            (
-                "issue_refund".into(),
-                json!({"order_id": 1, "amount_cents": 719})
-            ),
-            (
-                "notify".into(),
-                json!({"text": "refunded rf_1 for order 1", "refund": "rf_1"})
-            ),
-            (
-                "issue_refund".into(),
-                json!({"order_id": 3, "amount_cents": 2500})
-            ),
-            (
-                "notify".into(),
-                json!({"text": "refunded rf_3 for order 3", "refund": "rf_3"})
-            ),
-        ]
-    );
+    assert_eq!(made(&s.world), triage_applied());
     assert!(done.unapplied.is_empty());
 }
 
