@@ -513,7 +513,7 @@ impl Server {
         }
         match self.runtime.plan(&args.script, options).await {
             Ok(planned) => {
-                let answer = crate::plan::answer(&planned.plan, &planned.run.logs);
+                let answer = plan_answer(&planned.plan, &planned.run.logs);
                 CallToolResult::success(vec![ContentBlock::text(answer.to_string())])
             }
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
@@ -808,6 +808,22 @@ fn resume_run_tool() -> Tool {
             .idempotent(false)
             .open_world(true),
     )
+}
+
+/// A plan as an MCP client receives it: what a person reads to decide, without the script,
+/// its input, the catalog or the reads' hashes (the store keeps them).
+fn plan_answer(plan: &crate::plan::Plan, logs: &[String]) -> Value {
+    serde_json::json!({
+        "plan_id": plan.plan_id,
+        "status": plan.status,
+        "calls": plan.calls,
+        "value": plan.value,
+        "error": plan.error,
+        "logs": logs,
+        "reads": plan.reads.len(),
+        "expires_ms": plan.expires_ms,
+        "note": crate::plan::WORLD_AS_IT_IS,
+    })
 }
 
 /// `plan_script`: a script planned, its non-read calls listed and none made.

@@ -187,22 +187,6 @@ impl Plan {
     }
 }
 
-/// A plan as an MCP client receives it: what a person reads to decide, without the script,
-/// its input, the catalog or the reads' hashes (the store keeps them).
-pub(crate) fn answer(plan: &Plan, logs: &[String]) -> Value {
-    serde_json::json!({
-        "plan_id": plan.plan_id,
-        "status": plan.status,
-        "calls": plan.calls,
-        "value": plan.value,
-        "error": plan.error,
-        "logs": logs,
-        "reads": plan.reads.len(),
-        "expires_ms": plan.expires_ms,
-        "note": WORLD_AS_IT_IS,
-    })
-}
-
 /// What every plan says of itself.
 pub const WORLD_AS_IT_IS: &str = "reads after a planned call see the world without it: the plan shows what the script would do against the world as it is now";
 
