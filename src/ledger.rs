@@ -255,7 +255,7 @@ impl Default for SpeculationLimits {
 
 #[derive(Debug, Default)]
 struct Book {
-    entries: HashMap<ReadKey, Entry>,
+    entries: crate::sync::FastMap<ReadKey, Entry>,
     /// The executor's non-read calls, in order: their number is the epoch.
     writes: Vec<WriteRecord>,
     /// The run has ended: nothing more is launched.

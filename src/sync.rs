@@ -9,6 +9,12 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A hash map for the maps every call looks in (the run's reads, its tools, its breakers):
+/// hashed with foldhash, seeded at random per process like the standard library's, several
+/// times cheaper than SipHash on short keys. Its `quality` variant, since a script chooses
+/// the keys of the ledger's reads.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
+
 /// How far ahead a deadline too far to represent is put: a century, "no deadline" for any run.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 

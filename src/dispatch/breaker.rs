@@ -75,7 +75,7 @@ impl Health {
 #[derive(Debug, Default)]
 pub(crate) struct Breakers {
     config: BreakerConfig,
-    states: Mutex<HashMap<String, Circuit>>,
+    states: Mutex<crate::sync::FastMap<String, Circuit>>,
 }
 
 impl Breakers {
@@ -173,7 +173,7 @@ impl Breakers {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Circuit>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, crate::sync::FastMap<String, Circuit>> {
         lock(&self.states)
     }
 

@@ -450,7 +450,7 @@ impl ReceiptLog {
             seq: chain.base.as_ref().map_or(0, |(_, next)| *next) + chain.receipts.len() as u64,
             call_id: draft.call_id,
             parent: draft.parent,
-            tool: draft.tool.to_string(),
+            tool: String::from(&*draft.tool),
             effect: draft.effect,
             speculative: draft.speculative,
             claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),

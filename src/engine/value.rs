@@ -13,6 +13,10 @@ pub(crate) fn to_json(value: &Dynamic) -> Result<Value, String> {
             super::memory::MAX_JSON_BYTES >> 20
         ));
     }
+    // A value with a float that is not a number has no plain JSON: it is refused below.
+    if let Some(json) = plain_json(value) {
+        return Ok(json);
+    }
     if let Some(x) = non_finite(value) {
         return Err(format!(
             "the float {x} has no JSON form (JSON has no NaN or infinity)"
@@ -20,6 +24,47 @@ pub(crate) fn to_json(value: &Dynamic) -> Result<Value, String> {
     }
     rhai::serde::from_dynamic::<Value>(value)
         .map_err(|e| format!("a {} value has no JSON form ({e})", value.type_name()))
+}
+
+/// The JSON of a value made only of `()`, booleans, integers, finite floats, strings, arrays
+/// and maps, built directly: what [`rhai::serde::from_dynamic`] builds, at a fraction of the
+/// cost (every tool call's arguments come through here). `None` for anything else (a
+/// character, a shared value, a blob...), which the deserializer handles.
+fn plain_json(value: &Dynamic) -> Option<Value> {
+    if value.is_shared() {
+        return None;
+    }
+    if value.is_unit() {
+        return Some(Value::Null);
+    }
+    if let Ok(b) = value.as_bool() {
+        return Some(Value::Bool(b));
+    }
+    if let Ok(i) = value.as_int() {
+        return Some(Value::from(i));
+    }
+    if let Ok(x) = value.as_float() {
+        return serde_json::Number::from_f64(x).map(Value::Number);
+    }
+    if let Some(text) = value.read_lock::<rhai::ImmutableString>() {
+        return Some(Value::String(text.as_str().to_owned()));
+    }
+    if let Some(items) = value.read_lock::<rhai::Array>() {
+        return items
+            .iter()
+            .map(plain_json)
+            .collect::<Option<Vec<Value>>>()
+            .map(Value::Array);
+    }
+    if let Some(map) = value.read_lock::<rhai::Map>() {
+        // Entry by entry: collecting a map sorts a vector of its entries first.
+        let mut object = serde_json::Map::new();
+        for (k, v) in map.iter() {
+            object.insert(k.as_str().to_owned(), plain_json(v)?);
+        }
+        return Some(Value::Object(object));
+    }
+    None
 }
 
 /// The first float in `value` that is NaN or infinite.
@@ -47,9 +92,33 @@ pub(crate) fn to_dynamic(value: &Value) -> Dynamic {
     } else {
         value
     };
-    // Serialising a `serde_json::Value` into a `Dynamic` cannot fail: every JSON value has a
-    // script form.
-    rhai::serde::to_dynamic(value).unwrap_or(Dynamic::UNIT)
+    dynamic_of(value)
+}
+
+/// A JSON value without integers beyond `i64` as a script value, built directly: what
+/// [`rhai::serde::to_dynamic`] builds (every tool call's result comes through here), without
+/// going through a serializer.
+fn dynamic_of(value: &Value) -> Dynamic {
+    match value {
+        Value::Null => Dynamic::UNIT,
+        Value::Bool(b) => Dynamic::from_bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Dynamic::from_int(i),
+            (None, Some(x)) => Dynamic::from_float(x),
+            // Not reached: every number without arbitrary precision is one or the other.
+            (None, None) => Dynamic::from(n.to_string()),
+        },
+        Value::String(text) => Dynamic::from(rhai::ImmutableString::from(text.as_str())),
+        Value::Array(items) => Dynamic::from_array(items.iter().map(dynamic_of).collect()),
+        Value::Object(map) => {
+            // Entry by entry: collecting a map sorts a vector of its entries first.
+            let mut object = rhai::Map::new();
+            for (k, v) in map {
+                object.insert(k.as_str().into(), dynamic_of(v));
+            }
+            Dynamic::from_map(object)
+        }
+    }
 }
 
 fn is_huge(n: &serde_json::Number) -> bool {
@@ -81,6 +150,7 @@ fn huge_integers_as_strings(value: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     #[test]
@@ -130,6 +200,61 @@ mod tests {
             list[0].clone().into_string().unwrap(),
             "9223372036854775808"
         );
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|x| serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)),
+            Just(json!(1.0)),
+            Just(json!(-0.0)),
+            ".{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 40, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,4}", inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The direct conversions build exactly what rhai's serde conversions build, both ways.
+        #[test]
+        fn the_direct_conversions_are_the_serde_ones(value in json()) {
+            let direct = to_dynamic(&value);
+            let exact = if has_huge_integer(&value) {
+                huge_integers_as_strings(&value)
+            } else {
+                value.clone()
+            };
+            let serde = rhai::serde::to_dynamic(&exact).unwrap();
+            prop_assert_eq!(format!("{direct:?}"), format!("{serde:?}"));
+            prop_assert_eq!(direct.type_name(), serde.type_name());
+            let back = rhai::serde::from_dynamic::<Value>(&direct).unwrap();
+            prop_assert_eq!(plain_json(&direct), Some(back.clone()));
+            prop_assert_eq!(to_json(&direct).unwrap(), back);
+        }
+    }
+
+    /// What the direct path leaves to the deserializer still converts as before.
+    #[test]
+    fn characters_and_shared_values_go_through_the_deserializer() {
+        let c = Dynamic::from('x');
+        assert!(plain_json(&c).is_none());
+        assert_eq!(to_json(&c).unwrap(), json!("x"));
+        let shared = Dynamic::from_array(vec![Dynamic::from(1_i64)]).into_shared();
+        assert!(plain_json(&shared).is_none());
+        // Whatever the deserializer makes of a shared value, the conversion still does.
+        let serde = rhai::serde::from_dynamic::<Value>(&shared).map_err(|e| e.to_string());
+        assert_eq!(to_json(&shared).ok(), serde.ok());
+        let inner = Dynamic::from_array(vec![Dynamic::from('y'), Dynamic::from(2_i64)]);
+        assert_eq!(to_json(&inner).unwrap(), json!(["y", 2]));
     }
 
     #[test]

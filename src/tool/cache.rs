@@ -2,7 +2,6 @@
 //! cache is for reads, its scope paths name arguments the input schema can have or values of
 //! the run's context, and `invalidates` names tools that exist.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -115,7 +114,7 @@ pub(super) fn check_own(spec: &ToolSpec) -> Result<(), Error> {
 /// The rules between tools: every tool `invalidates` names exists.
 pub(super) fn check_between(
     tools: &[RegisteredTool],
-    index: &HashMap<String, usize>,
+    index: &crate::sync::FastMap<String, usize>,
 ) -> Result<(), Error> {
     for tool in tools {
         for named in &tool.spec.invalidates {

@@ -1,6 +1,5 @@
 //! The registry: a validated, immutable set of tools with compiled schemas.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,7 +110,7 @@ impl RegisteredTool {
 pub struct Registry {
     tools: Vec<Arc<RegisteredTool>>,
     /// Names and aliases, to positions in `tools`.
-    index: HashMap<String, usize>,
+    index: crate::sync::FastMap<String, usize>,
     /// What every call of these tools may touch.
     guard: Guard,
     /// The secrets these tools may use.
@@ -334,7 +333,7 @@ impl RegistryBuilder {
             return Err(error);
         }
         let mut tools: Vec<RegisteredTool> = Vec::with_capacity(self.tools.len());
-        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut index: crate::sync::FastMap<String, usize> = Default::default();
         let first_own = self.tools.len() - self.own.min(self.tools.len());
         for (i, tool) in self.tools.into_iter().enumerate() {
             let registered = validate(tool, i >= first_own)?;
@@ -404,7 +403,7 @@ impl RegistryBuilder {
 /// tools by their own names (an alias is resolved).
 fn check_composite(
     tools: &[RegisteredTool],
-    index: &HashMap<String, usize>,
+    index: &crate::sync::FastMap<String, usize>,
     composite: &RegisteredTool,
 ) -> Result<Vec<String>, Error> {
     let spec = &composite.spec;
