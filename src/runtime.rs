@@ -198,6 +198,8 @@ pub struct RunOptions {
     record: Option<Arc<crate::dispatch::Recorder>>,
     /// The plan the run makes or applies.
     plan: Option<Arc<PlanBook>>,
+    /// The tenant the run (or plan) is kept under, and the token that started it.
+    owner: Option<(String, String)>,
 }
 
 impl RunOptions {
@@ -250,6 +252,13 @@ impl RunOptions {
     /// it again by its caller.
     pub fn context(mut self, context: Value) -> RunOptions {
         self.context = Some(Arc::new(context));
+        self
+    }
+
+    /// Keeps the run (or the plan [`Runtime::plan`] makes) under `tenant`, started by the token
+    /// whose SHA-256 begins with `started_by` (`serve --http --auth`; see docs/serving.md).
+    pub fn owner(mut self, tenant: impl Into<String>, started_by: impl Into<String>) -> RunOptions {
+        self.owner = Some((tenant.into(), started_by.into()));
         self
     }
 
@@ -653,6 +662,43 @@ impl Runtime {
         self
     }
 
+    /// The limits and budgets of every run.
+    pub fn run_limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// What the tenant `tenant` of `serve --http --auth` runs on: the same tools and store
+    /// under its `limits`, with circuit breakers of its own, and cached reads of its own (the
+    /// tenant is part of each key, so that one tenant's reads never answer another's; an
+    /// invalidating call still drops the entries it names for all).
+    pub fn for_tenant(&self, tenant: &str, limits: Limits) -> Runtime {
+        let cache_prints = self
+            .cache_prints
+            .iter()
+            .map(|(name, print)| {
+                let keyed = crate::json::sha256_hex(format!("{print}\ntenant\n{tenant}"));
+                (name.clone(), keyed)
+            })
+            .collect();
+        let mut compiler = engine::new_engine(&limits, engine::RunControls::default());
+        crate::rhai_ast::fields::compiler_for_sites(&mut compiler);
+        Runtime {
+            registry: Arc::clone(&self.registry),
+            breakers: Arc::new(Breakers::new(self.breakers.config().clone())),
+            limits,
+            speculation: self.speculation.clone(),
+            compiler,
+            effectful: self.effectful.clone(),
+            store: self.store.clone(),
+            catalog_sha256: self.catalog_sha256.clone(),
+            catalog: self.catalog.clone(),
+            declared_fields: self.declared_fields.clone(),
+            cache: self.cache.clone(),
+            cache_prints: Arc::new(cache_prints),
+            no_cache: self.no_cache,
+        }
+    }
+
     /// The store runs are journaled in, if any.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
@@ -696,6 +742,10 @@ impl Runtime {
         );
         record.input = options.input.as_deref().cloned();
         record.catalog = Some(self.catalog.clone());
+        if let Some((tenant, started_by)) = &options.owner {
+            record.tenant = Some(tenant.clone());
+            record.started_by = Some(started_by.clone());
+        }
         // This process holds the new run's lease (token 1; the store sets its times).
         let claim = crate::store::Claim::this_process();
         record.lease = Some(crate::store::Lease::new(&claim, 1, 0, 0));
@@ -731,6 +781,7 @@ impl Runtime {
         let mut options = options.no_store();
         options.plan = Some(Arc::clone(&book));
         let (script_name, input) = (options.script_name.clone(), options.input.clone());
+        let owner = options.owner.clone();
         let mut run = self.execute(&script, options, new_run_id(), None).await;
         let planning = book.as_planning().expect("a planning book");
         let (calls, reads) = planning.take();
@@ -767,12 +818,16 @@ impl Runtime {
                 plan_id: plan.plan_id.clone(),
                 message: format!("the plan cannot be written: {e}"),
             })?;
-            let stored = crate::store::StoredPlan::new(
+            let mut stored = crate::store::StoredPlan::new(
                 plan.plan_id.clone(),
                 plan.created_ms,
                 plan.expires_ms,
                 body,
             );
+            if let Some((tenant, made_by)) = owner {
+                stored.tenant = Some(tenant);
+                stored.made_by = Some(made_by);
+            }
             store.put_plan(stored).await?;
         }
         Ok(PlanOutcome { plan, run })
