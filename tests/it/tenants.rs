@@ -23,6 +23,11 @@ fn sha(token: &str) -> String {
 /// A server on its own store with the approval manifest and an auth file of `tokens` and
 /// `tenants` (TOML tables).
 fn serve(dir: &TempDir, tokens: &[Token<'_>], tenants: &str) -> Served {
+    serve_with(dir, tokens, tenants, &[])
+}
+
+/// [`serve`] with `extra` arguments.
+fn serve_with(dir: &TempDir, tokens: &[Token<'_>], tenants: &str, extra: &[&str]) -> Served {
     let mut auth = String::new();
     for (token, tenant, can) in tokens {
         auth.push_str(&format!(
@@ -38,14 +43,19 @@ fn serve(dir: &TempDir, tokens: &[Token<'_>], tenants: &str) -> Served {
         &format!("{}{CACHED_READ}", crate::support::APPROVAL_MANIFEST),
     );
     let store = dir.path().join("store.sqlite3");
-    Served::start(&[
-        "--auth",
-        auth_path.to_str().unwrap(),
-        "--tools",
-        manifest.to_str().unwrap(),
-        "--store",
-        store.to_str().unwrap(),
-    ])
+    Served::start(
+        &[
+            "--auth",
+            auth_path.to_str().unwrap(),
+            "--tools",
+            manifest.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
+    )
 }
 
 /// A read whose results later runs may use.
@@ -429,4 +439,155 @@ fn one_tenants_cached_reads_never_answer_anothers() {
     assert_eq!(hits("a2"), 1, "the same tenant's read answers");
     assert_eq!(hits("b"), 0, "another tenant's read does not");
     assert_eq!(hits("b"), 1);
+}
+
+/// A store of schema 9 (before tenants) is upgraded to 10: its runs and plans keep their rows
+/// and have no tenant, so that no tenant lists them; new runs and plans keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_schema_9_gains_tenants_and_its_old_runs_belong_to_none() {
+    use toolscript::{Mode, RunQuery, RunRecord, SqliteStore, Store, StoredPlan};
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY, script_name TEXT NOT NULL, \
+             script TEXT NOT NULL, catalog_sha256 TEXT NOT NULL, mode TEXT NOT NULL, \
+             status TEXT NOT NULL, started_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, \
+             pending TEXT, outcome TEXT, input TEXT, catalog TEXT, input_artifact TEXT, \
+             lease_owner TEXT, lease_host TEXT, lease_token INTEGER NOT NULL DEFAULT 0, \
+             lease_expires_ms INTEGER, lease_since_ms INTEGER); \
+             CREATE TABLE plans (plan_id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL, \
+             expires_ms INTEGER NOT NULL, applied_run TEXT, body TEXT NOT NULL); \
+             INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
+             started_ms, updated_ms) VALUES ('old', 's.rhai', '1', 'c', 'sequential', \
+             'completed', 1, 1); \
+             INSERT INTO plans VALUES ('pold', 1, 9999999999999, NULL, '{{}}'); \
+             PRAGMA user_version = 9; PRAGMA application_id = {};",
+            0x5453_6372
+        ))
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 10);
+    let old = store.run("old").await.unwrap().unwrap();
+    assert_eq!((old.tenant, old.started_by), (None, None));
+    let plan = store.plan("pold").await.unwrap().unwrap();
+    assert_eq!((plan.tenant, plan.made_by), (None, None));
+
+    let mut record = RunRecord::new("new", "s.rhai", "1", "c", Mode::Sequential);
+    record.tenant = Some("acme".into());
+    record.started_by = Some("0123456789ab".into());
+    store.create_run(record).await.unwrap();
+    let mut plan = StoredPlan::new("pnew".into(), 1, 9_999_999_999_999, "{}".into());
+    plan.tenant = Some("acme".into());
+    plan.made_by = Some("0123456789ab".into());
+    store.put_plan(plan).await.unwrap();
+    let new = store.run("new").await.unwrap().unwrap();
+    assert_eq!(new.tenant.as_deref(), Some("acme"));
+    assert_eq!(new.started_by.as_deref(), Some("0123456789ab"));
+    assert_eq!(
+        store
+            .plan("pnew")
+            .await
+            .unwrap()
+            .unwrap()
+            .made_by
+            .as_deref(),
+        Some("0123456789ab")
+    );
+
+    let ids = |page: toolscript::RunPage| -> Vec<String> {
+        page.runs.into_iter().map(|r| r.run_id).collect()
+    };
+    let all = ids(store.list_runs(RunQuery::first(10)).await.unwrap());
+    assert_eq!(all.len(), 2, "{all:?}");
+    let acme = ids(store
+        .list_runs(RunQuery::first(10).tenant(Some("acme".into())))
+        .await
+        .unwrap());
+    assert_eq!(acme, ["new"]);
+    let other = store
+        .list_runs(RunQuery::first(10).tenant(Some("other".into())))
+        .await
+        .unwrap();
+    assert!(other.runs.is_empty());
+    // Paged, with a cursor and a filter on status as well.
+    let first = store
+        .list_runs(RunQuery::first(1).tenant(Some("acme".into())))
+        .await
+        .unwrap();
+    assert_eq!(ids(first.clone()), ["new"]);
+    let after = RunQuery::first(1)
+        .tenant(Some("acme".into()))
+        .after(Some(first.runs[0].cursor()));
+    assert!(store.list_runs(after).await.unwrap().runs.is_empty());
+    let running = RunQuery::first(10)
+        .tenant(Some("acme".into()))
+        .statuses([toolscript::RunStatus::Running]);
+    assert_eq!(ids(store.list_runs(running).await.unwrap()), ["new"]);
+    assert!(!store.artifact_of_tenant("nothing", "acme").await.unwrap());
+}
+
+/// With `--stateful`, every request of a session carries its own token, and is its own
+/// caller's: the session is not the tenant.
+#[test]
+fn in_a_stateful_session_each_request_is_its_own_tokens() {
+    let dir = TempDir::new().unwrap();
+    let served = serve_with(
+        &dir,
+        &[
+            ("a", "a", "[\"run\", \"read\"]"),
+            ("b", "b", "[\"run\", \"read\"]"),
+        ],
+        "",
+        &["--stateful"],
+    );
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    assert_eq!(post(&served.addr, &[], initialize).status, 401);
+    let opened = post(&served.addr, &["Authorization: Bearer a"], initialize);
+    let id = opened
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_string();
+    let session = format!("Mcp-Session-Id: {id}");
+    let version = "MCP-Protocol-Version: 2025-06-18";
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let answer = post(
+        &served.addr,
+        &[&session, version, "Authorization: Bearer a"],
+        note,
+    );
+    assert_eq!(answer.status, 202, "{answer:?}");
+    let run = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "run_script", "arguments": {"script": PAUSES}}});
+    let ran = post(
+        &served.addr,
+        &[&session, version, "Authorization: Bearer a"],
+        &run.to_string(),
+    );
+    assert_eq!(ran.status, 200, "{ran:?}");
+    assert!(ran.body.contains("paused"), "{ran:?}");
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "list_runs", "arguments": {}}})
+    .to_string();
+    let as_a = post(
+        &served.addr,
+        &[&session, version, "Authorization: Bearer a"],
+        &list,
+    );
+    assert!(as_a.body.contains("paused"), "{as_a:?}");
+    let as_b = post(
+        &served.addr,
+        &[&session, version, "Authorization: Bearer b"],
+        &list,
+    );
+    assert_eq!(as_b.status, 200, "{as_b:?}");
+    assert!(!as_b.body.contains("paused"), "{as_b:?}");
+    assert!(as_b.body.contains("\"runs\":[]"), "{as_b:?}");
+    assert_eq!(post(&served.addr, &[&session, version], &list).status, 401);
 }
