@@ -633,8 +633,8 @@ impl Server {
         None
     }
 
-    fn slot(&self) -> Result<(), CallToolResult> {
-        Ok(())
+    fn slot(&self) -> Result<Option<()>, CallToolResult> {
+        Ok(None)
     }
 
     async fn may_resume(&self, _run_id: &str, _decides: bool) -> Result<(), CallToolResult> {

@@ -1,5 +1,6 @@
-//! Plans in the SQLite store: the `plans` table (schema 9). A plan is kept whole as JSON; the
-//! store reads only its id, its times and the run that applied it.
+//! Plans in the SQLite store: the `plans` table (schema 9; its tenant and maker, schema 10). A
+//! plan is kept whole as JSON; the store reads only its id, its times, the run that applied it,
+//! its tenant and the token that made it.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -110,7 +111,8 @@ mod tests {
         conn.execute_batch(
             "CREATE TABLE runs (run_id TEXT PRIMARY KEY); \
              CREATE TABLE plans (plan_id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL, \
-             expires_ms INTEGER NOT NULL, applied_run TEXT, body TEXT NOT NULL);",
+             expires_ms INTEGER NOT NULL, applied_run TEXT, body TEXT NOT NULL, tenant TEXT, \
+             made_by TEXT);",
         )
         .unwrap();
         conn
