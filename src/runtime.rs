@@ -108,7 +108,10 @@ impl RuntimeBuilder {
     /// a script an artifact of an earlier run (or one of its pages).
     pub fn build(mut self) -> Runtime {
         if let Some(store) = &self.store {
-            match self.registry.with_tool(artifact_tool(Arc::clone(store))) {
+            match self
+                .registry
+                .with_tool(artifact_tool(Arc::clone(store), None))
+            {
                 Ok(registry) => self.registry = registry,
                 Err(e) => tracing::warn!(error = %e, "`ts_artifact` is not offered"),
             }
@@ -671,7 +674,11 @@ impl Runtime {
     /// under its `limits`, with circuit breakers of its own, and cached reads of its own (the
     /// tenant is part of each key, so that one tenant's reads never answer another's; an
     /// invalidating call still drops the entries it names for all).
-    pub fn for_tenant(&self, tenant: &str, limits: Limits) -> Runtime {
+    ///
+    /// # Errors
+    ///
+    /// The registry's error when its `ts_artifact` cannot be replaced by the tenant's.
+    pub fn for_tenant(&self, tenant: &str, limits: Limits) -> Result<Runtime, crate::Error> {
         let cache_prints = self
             .cache_prints
             .iter()
@@ -682,8 +689,16 @@ impl Runtime {
             .collect();
         let mut compiler = engine::new_engine(&limits, engine::RunControls::default());
         crate::rhai_ast::fields::compiler_for_sites(&mut compiler);
-        Runtime {
-            registry: Arc::clone(&self.registry),
+        // `ts_artifact` reads only the tenant's artifacts.
+        let registry = match &self.store {
+            Some(store) => {
+                let tool = artifact_tool(Arc::clone(store), Some(tenant.to_string()));
+                Arc::new(self.registry.replacing_own(tool)?)
+            }
+            None => Arc::clone(&self.registry),
+        };
+        Ok(Runtime {
+            registry,
             breakers: Arc::new(Breakers::new(self.breakers.config().clone())),
             limits,
             speculation: self.speculation.clone(),
@@ -696,7 +711,7 @@ impl Runtime {
             cache: self.cache.clone(),
             cache_prints: Arc::new(cache_prints),
             no_cache: self.no_cache,
-        }
+        })
     }
 
     /// The store runs are journaled in, if any.
@@ -1566,7 +1581,9 @@ impl Output {
 
 /// `ts_artifact(#{id, page})`: one page of an artifact of the store (page 0 without `page`). An ordinary read:
 /// speculated, deduplicated, receipted.
-fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
+/// `ts_artifact`: an artifact of the store, or with `tenant`, of the tenant's runs only (another's
+/// is answered as one the store does not have).
+fn artifact_tool(store: Arc<dyn Store>, tenant: Option<String>) -> crate::Tool {
     crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
         // Without `page` it now gives page 0, not the whole value; the words are left as they
         // were while the catalog hash a paused run resumes under covers descriptions: a new
@@ -1578,10 +1595,20 @@ fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
         .input_schema(crate::policy::artifact_args_schema())
         .handler(move |args| {
             let store = Arc::clone(&store);
+            let tenant = tenant.clone();
             async move {
                 // The registry checked them against the schema of the same type.
                 let args = crate::policy::ArtifactArgs::deserialize(&args)
                     .map_err(|e| crate::ToolError::invalid_input(e.to_string()))?;
+                if let Some(tenant) = &tenant {
+                    let theirs = store
+                        .artifact_of_tenant(&args.id, tenant)
+                        .await
+                        .map_err(|e| crate::ToolError::internal(e.report()))?;
+                    if !theirs {
+                        return Err(crate::policy::no_artifact(&args.id));
+                    }
+                }
                 crate::policy::read_artifact(&*store, &args.id, args.page).await
             }
         })

@@ -383,9 +383,7 @@ impl Server {
             return Err(tenancy::lacks(name, right));
         }
         let mut scoped = self.clone();
-        if let Some(runtime) = tenancy.runtime_of(&caller) {
-            scoped.runtime = runtime;
-        }
+        scoped.runtime = tenancy.runtime_of(&caller)?;
         scoped.caller = Some(caller);
         Ok(Some(scoped))
     }

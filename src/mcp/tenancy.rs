@@ -12,7 +12,7 @@ use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
 use super::auth::{Auth, Caller, Right, Running, Slot};
-use crate::error::{ErrorKind, RunError, ToolError};
+use crate::error::{ErrorKind, RunError};
 use crate::runtime::{RunOptions, Runtime};
 use crate::store::Store;
 
@@ -21,8 +21,9 @@ use crate::store::Store;
 pub(super) struct Tenancy {
     pub(super) auth: Arc<Auth>,
     /// The runtime of each tenant: same tools and store, its limits, breakers and cached
-    /// reads of its own.
-    runtimes: BTreeMap<String, Arc<Runtime>>,
+    /// reads of its own; or why it could not be made (then the tenant's calls are refused,
+    /// never run on the server's runtime).
+    runtimes: BTreeMap<String, Result<Arc<Runtime>, String>>,
     running: Arc<Running>,
 }
 
@@ -40,8 +41,11 @@ impl Tenancy {
                 let limits = limits
                     .remove(tenant)
                     .unwrap_or_else(|| base.run_limits().clone());
-                let runtime = base.for_tenant(tenant, limits);
-                (tenant.clone(), Arc::new(runtime))
+                let runtime = base.for_tenant(tenant, limits).map_err(|e| {
+                    tracing::error!(error = %e.report(), "tenant {tenant} has no runtime");
+                    e.report()
+                });
+                (tenant.clone(), runtime.map(Arc::new))
             })
             .collect();
         Tenancy {
@@ -51,9 +55,18 @@ impl Tenancy {
         }
     }
 
-    /// The runtime `caller`'s runs run on.
-    pub(super) fn runtime_of(&self, caller: &Caller) -> Option<Arc<Runtime>> {
-        self.runtimes.get(&caller.tenant).cloned()
+    /// The runtime `caller`'s runs run on, or the error result that refuses the call.
+    pub(super) fn runtime_of(&self, caller: &Caller) -> Result<Arc<Runtime>, CallToolResult> {
+        match self.runtimes.get(&caller.tenant) {
+            Some(Ok(runtime)) => Ok(Arc::clone(runtime)),
+            Some(Err(why)) => Err(refusal(format!(
+                "this tenant's runtime could not be made ({why}): tell the server's operator"
+            ))),
+            None => Err(refusal(format!(
+                "tenant `{}` has no runtime: tell the server's operator",
+                caller.tenant
+            ))),
+        }
     }
 
     /// A slot for one more run of `caller`'s tenant, or the `unavailable` result that names
@@ -141,11 +154,7 @@ pub(super) fn no_such_plan(store: &dyn Store, plan_id: &str) -> String {
 
 /// The error of an artifact the caller may not see: that of an artifact the store lacks.
 pub(super) fn no_such_artifact(id: &str) -> String {
-    ToolError::not_found(format!(
-        "no artifact `{}` in this store",
-        crate::error::shown_run_id(id)
-    ))
-    .to_string()
+    crate::policy::no_artifact(id).to_string()
 }
 
 /// Whether `caller` may decide the calls of a run (or apply a plan) that the token

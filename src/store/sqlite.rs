@@ -560,7 +560,8 @@ impl Store for SqliteStore {
             // Artifacts of earlier runs that the script or its input names (to read them with
             // `ts_artifact`) stay while this run is kept.
             for text in [Some(&record.script), input.as_ref()].into_iter().flatten() {
-                refer_to_ids_in(&tx, &record.run_id, text).map_err(|e| fail.of(e))?;
+                refer_to_ids_in(&tx, &record.run_id, text, record.tenant.as_deref())
+                    .map_err(|e| fail.of(e))?;
             }
             tx.commit().map_err(|e| fail.of(e))
         })
@@ -1911,13 +1912,24 @@ fn refer(conn: &Connection, run_id: &str, id: &str) -> rusqlite::Result<()> {
 }
 
 /// Records that `run_id` refers to every stored artifact whose id `text` holds.
-fn refer_to_ids_in(conn: &Connection, run_id: &str, text: &str) -> rusqlite::Result<()> {
+///
+/// A run of a tenant refers only to artifacts its tenant already has: naming another tenant's
+/// artifact in a script never makes it the tenant's.
+fn refer_to_ids_in(
+    conn: &Connection,
+    run_id: &str,
+    text: &str,
+    tenant: Option<&str>,
+) -> rusqlite::Result<()> {
     let mut statement = conn.prepare_cached(
         "INSERT OR IGNORE INTO artifact_refs (run_id, artifact_id) \
-         SELECT ?1, id FROM artifacts WHERE id = ?2",
+         SELECT ?1, id FROM artifacts WHERE id = ?2 AND (?3 IS NULL OR EXISTS \
+         (SELECT 1 FROM runs WHERE tenant = ?3 AND run_id IN (artifacts.run_id) \
+          UNION SELECT 1 FROM artifact_refs r JOIN runs USING (run_id) \
+          WHERE r.artifact_id = artifacts.id AND runs.tenant = ?3))",
     )?;
     for id in artifact_ids_in(text) {
-        statement.execute([run_id, id])?;
+        statement.execute(params![run_id, id, tenant])?;
     }
     Ok(())
 }
@@ -1957,7 +1969,7 @@ fn refer_to_artifacts(conn: &Connection) -> rusqlite::Result<()> {
         let run_id: String = row.get(0)?;
         for i in 1..=3 {
             if let Some(text) = row.get::<_, Option<String>>(i)? {
-                refer_to_ids_in(conn, &run_id, &text)?;
+                refer_to_ids_in(conn, &run_id, &text, None)?;
             }
         }
     }

@@ -219,6 +219,19 @@ fn a_second_tenant_cannot_list_resume_approve_read_or_apply_the_firsts() {
         text.replace(&artifact, "ID"),
         no_artifact.replace(missing, "ID")
     );
+    // Nor through a script: `ts_artifact` reads its tenant's artifacts only, and naming
+    // another tenant's artifact in a script does not make it the tenant's.
+    let read = format!("ts_artifact(#{{id: \"{artifact}\", page: 0}}).pages");
+    let (error, own) = call(&served, "a-agent", "run_script", json!({"script": read}));
+    assert!(!error, "{own:#}");
+    let (error, theirs) = call(&served, "b-all", "run_script", json!({"script": read}));
+    assert!(error, "{theirs:#}");
+    assert_eq!(theirs["error"]["kind"], "not_found", "{theirs:#}");
+    let text = refused(&served, "b-all", "read_artifact", json!({"id": artifact}));
+    assert_eq!(
+        text.replace(&artifact, "ID"),
+        no_artifact.replace(missing, "ID")
+    );
     let no_plan = refused(
         &served,
         "b-all",
@@ -590,4 +603,38 @@ fn in_a_stateful_session_each_request_is_its_own_tokens() {
     assert!(!as_b.body.contains("paused"), "{as_b:?}");
     assert!(as_b.body.contains("\"runs\":[]"), "{as_b:?}");
     assert_eq!(post(&served.addr, &[&session, version], &list).status, 401);
+}
+
+/// A large input is kept as an artifact whose id is its hash: another tenant that names that id
+/// in a script neither reads it nor gains it (a run's script refers only to artifacts its
+/// tenant already has).
+#[test]
+fn naming_another_tenants_input_artifact_in_a_script_does_not_make_it_yours() {
+    let dir = TempDir::new().unwrap();
+    let served = serve(
+        &dir,
+        &[
+            ("a", "a", "[\"run\", \"read\"]"),
+            ("b", "b", "[\"run\", \"read\"]"),
+        ],
+        "",
+    );
+    let input = json!({"text": "x".repeat(70_000)});
+    let id = sha(&input.to_string())[..32].to_string();
+    let (error, ran) = call(
+        &served,
+        "a",
+        "run_script",
+        json!({"script": "input.text.len()", "input": input}),
+    );
+    assert!(!error, "{ran:#}");
+    // Tenant a has it (its page is larger than an answer holds, which is said as such).
+    let (_, page) = call(&served, "a", "read_artifact", json!({"id": id}));
+    assert!(page.to_string().contains("max_inline_tokens"), "{page:#}");
+    let read = format!("ts_artifact(#{{id: \"{id}\", page: 0}}).pages");
+    let (error, theirs) = call(&served, "b", "run_script", json!({"script": read}));
+    assert!(error, "{theirs:#}");
+    assert_eq!(theirs["error"]["kind"], "not_found", "{theirs:#}");
+    let text = refused(&served, "b", "read_artifact", json!({"id": id}));
+    assert!(text.contains("no artifact"), "{text}");
 }
