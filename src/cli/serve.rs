@@ -117,6 +117,12 @@ impl Serve {
                 if let Some(auth) = auth {
                     options = options.auth(auth);
                 }
+                if !bound.ip().is_loopback() && authenticated {
+                    eprintln!(
+                        "toolscript: warning: serving on {bound} without TLS: bearer tokens cross \
+                         the network in clear. Put a proxy that terminates TLS in front."
+                    );
+                }
                 if !bound.ip().is_loopback() && !authenticated {
                     eprintln!(
                         "toolscript: warning: serving on {bound}, which is not a loopback \
