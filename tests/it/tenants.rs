@@ -359,12 +359,16 @@ fn a_tenant_past_its_concurrent_runs_is_refused_as_unavailable_and_others_are_no
     // A probe may take the slot just before the slow run asks for it: then the slow run is
     // the one refused, and the round starts again.
     let mut refusal = None;
-    for _round in 0..20 {
+    for round in 1..=10 {
         let first = {
             let served = std::sync::Arc::clone(&served);
             std::thread::spawn(move || call(&served, "a", "run_script", json!({"script": slow})))
         };
+        // The slow run is given a head start (longer each round, for a loaded machine), and
+        // the probes a pause between them, so that it finds the slot free.
+        std::thread::sleep(std::time::Duration::from_millis(200 * round));
         while refusal.is_none() && !first.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
             let (error, outcome) = call(&served, "a", "run_script", json!({"script": "1"}));
             if error {
                 refusal = Some(outcome);
