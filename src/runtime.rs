@@ -108,7 +108,10 @@ impl RuntimeBuilder {
     /// a script an artifact of an earlier run (or one of its pages).
     pub fn build(mut self) -> Runtime {
         if let Some(store) = &self.store {
-            match self.registry.with_tool(artifact_tool(Arc::clone(store))) {
+            match self
+                .registry
+                .with_tool(artifact_tool(Arc::clone(store), None))
+            {
                 Ok(registry) => self.registry = registry,
                 Err(e) => tracing::warn!(error = %e, "`ts_artifact` is not offered"),
             }
@@ -198,6 +201,8 @@ pub struct RunOptions {
     record: Option<Arc<crate::dispatch::Recorder>>,
     /// The plan the run makes or applies.
     plan: Option<Arc<PlanBook>>,
+    /// The tenant the run (or plan) is kept under, and the token that started it.
+    owner: Option<(String, String)>,
 }
 
 impl RunOptions {
@@ -250,6 +255,13 @@ impl RunOptions {
     /// it again by its caller.
     pub fn context(mut self, context: Value) -> RunOptions {
         self.context = Some(Arc::new(context));
+        self
+    }
+
+    /// Keeps the run (or the plan [`Runtime::plan`] makes) under `tenant`, started by the token
+    /// whose SHA-256 begins with `started_by` (`serve --http --auth`; see docs/serving.md).
+    pub fn owner(mut self, tenant: impl Into<String>, started_by: impl Into<String>) -> RunOptions {
+        self.owner = Some((tenant.into(), started_by.into()));
         self
     }
 
@@ -653,6 +665,55 @@ impl Runtime {
         self
     }
 
+    /// The limits and budgets of every run.
+    pub fn run_limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// What the tenant `tenant` of `serve --http --auth` runs on: the same tools and store
+    /// under its `limits`, with circuit breakers of its own, and cached reads of its own (the
+    /// tenant is part of each key, so that one tenant's reads never answer another's; an
+    /// invalidating call still drops the entries it names for all).
+    ///
+    /// # Errors
+    ///
+    /// The registry's error when its `ts_artifact` cannot be replaced by the tenant's.
+    pub fn for_tenant(&self, tenant: &str, limits: Limits) -> Result<Runtime, crate::Error> {
+        let cache_prints = self
+            .cache_prints
+            .iter()
+            .map(|(name, print)| {
+                let keyed = crate::json::sha256_hex(format!("{print}\ntenant\n{tenant}"));
+                (name.clone(), keyed)
+            })
+            .collect();
+        let mut compiler = engine::new_engine(&limits, engine::RunControls::default());
+        crate::rhai_ast::fields::compiler_for_sites(&mut compiler);
+        // `ts_artifact` reads only the tenant's artifacts.
+        let registry = match &self.store {
+            Some(store) => {
+                let tool = artifact_tool(Arc::clone(store), Some(tenant.to_string()));
+                Arc::new(self.registry.replacing_own(tool)?)
+            }
+            None => Arc::clone(&self.registry),
+        };
+        Ok(Runtime {
+            registry,
+            breakers: Arc::new(Breakers::new(self.breakers.config().clone())),
+            limits,
+            speculation: self.speculation.clone(),
+            compiler,
+            effectful: self.effectful.clone(),
+            store: self.store.clone(),
+            catalog_sha256: self.catalog_sha256.clone(),
+            catalog: self.catalog.clone(),
+            declared_fields: self.declared_fields.clone(),
+            cache: self.cache.clone(),
+            cache_prints: Arc::new(cache_prints),
+            no_cache: self.no_cache,
+        })
+    }
+
     /// The store runs are journaled in, if any.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
@@ -710,6 +771,10 @@ impl Runtime {
         );
         record.input = options.input.as_deref().cloned();
         record.catalog = Some(self.catalog.clone());
+        if let Some((tenant, started_by)) = &options.owner {
+            record.tenant = Some(tenant.clone());
+            record.started_by = Some(started_by.clone());
+        }
         // This process holds the new run's lease (token 1; the store sets its times).
         let claim = crate::store::Claim::this_process();
         record.lease = Some(crate::store::Lease::new(&claim, 1, 0, 0));
@@ -749,6 +814,7 @@ impl Runtime {
         let mut options = options.no_store();
         options.plan = Some(Arc::clone(&book));
         let (script_name, input) = (options.script_name.clone(), options.input.clone());
+        let owner = options.owner.clone();
         let mut run = self.execute(&script, options, new_run_id(), None).await;
         let planning = book.as_planning().expect("a planning book");
         let (calls, reads) = planning.take();
@@ -785,12 +851,16 @@ impl Runtime {
                 plan_id: plan.plan_id.clone(),
                 message: format!("the plan cannot be written: {e}"),
             })?;
-            let stored = crate::store::StoredPlan::new(
+            let mut stored = crate::store::StoredPlan::new(
                 plan.plan_id.clone(),
                 plan.created_ms,
                 plan.expires_ms,
                 body,
             );
+            if let Some((tenant, made_by)) = owner {
+                stored.tenant = Some(tenant);
+                stored.made_by = Some(made_by);
+            }
             store.put_plan(stored).await?;
         }
         Ok(PlanOutcome { plan, run })
@@ -1536,7 +1606,9 @@ impl Output {
 
 /// `ts_artifact(#{id, page})`: one page of an artifact of the store (page 0 without `page`). An ordinary read:
 /// speculated, deduplicated, receipted.
-fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
+/// `ts_artifact`: an artifact of the store, or with `tenant`, of the tenant's runs only (another's
+/// is answered as one the store does not have).
+fn artifact_tool(store: Arc<dyn Store>, tenant: Option<String>) -> crate::Tool {
     crate::Tool::builder(crate::policy::ARTIFACT_TOOL, crate::Effect::Read)
         // Without `page` it now gives page 0, not the whole value; the words are left as they
         // were while the catalog hash a paused run resumes under covers descriptions: a new
@@ -1548,10 +1620,20 @@ fn artifact_tool(store: Arc<dyn Store>) -> crate::Tool {
         .input_schema(crate::policy::artifact_args_schema())
         .handler(move |args| {
             let store = Arc::clone(&store);
+            let tenant = tenant.clone();
             async move {
                 // The registry checked them against the schema of the same type.
                 let args = crate::policy::ArtifactArgs::deserialize(&args)
                     .map_err(|e| crate::ToolError::invalid_input(e.to_string()))?;
+                if let Some(tenant) = &tenant {
+                    let theirs = store
+                        .artifact_of_tenant(&args.id, tenant)
+                        .await
+                        .map_err(|e| crate::ToolError::internal(e.report()))?;
+                    if !theirs {
+                        return Err(crate::policy::no_artifact(&args.id));
+                    }
+                }
                 crate::policy::read_artifact(&*store, &args.id, args.page).await
             }
         })

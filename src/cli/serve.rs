@@ -10,10 +10,15 @@ use super::{runtime, LimitsArg, StoreArg, ToolsArg};
 #[derive(clap::Args)]
 pub(crate) struct Serve {
     /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8080;
-    /// port 0 picks a free port, printed on stderr). No authentication: bind to loopback,
-    /// or put it behind a proxy that authenticates.
+    /// port 0 picks a free port, printed on stderr). No authentication without --auth: bind to
+    /// loopback, or put it behind a proxy that authenticates.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// With --http: require a bearer token on every request, from the tokens FILE lists by
+    /// their SHA-256, each with a tenant and rights (run, read, approve); each tenant sees its
+    /// own runs only (see docs/serving.md).
+    #[arg(long, value_name = "FILE", requires = "http")]
+    auth: Option<std::path::PathBuf>,
     /// With --http: keep a session per client (Mcp-Session-Id) in this process instead of
     /// answering each request on its own (stateless, the default).
     #[arg(long, requires = "http")]
@@ -71,6 +76,12 @@ pub(crate) struct Serve {
 impl Serve {
     /// Serves until the client closes stdio, or (over HTTP) until Ctrl-C or SIGTERM.
     pub(crate) async fn apply(self) -> Result<ExitCode, String> {
+        // A wrong auth file is said before anything starts.
+        let auth = self
+            .auth
+            .as_deref()
+            .map(toolscript::mcp::Auth::load)
+            .transpose()?;
         let store = self.store.open()?;
         let mut runtime = runtime(&self.tools, store, &self.limits).await?;
         if self.no_cache {
@@ -102,7 +113,17 @@ impl Serve {
                 for origin in &self.allow_origins {
                     options = options.allow_origin(origin)?;
                 }
-                if !bound.ip().is_loopback() {
+                let authenticated = auth.is_some();
+                if let Some(auth) = auth {
+                    options = options.auth(auth);
+                }
+                if !bound.ip().is_loopback() && authenticated {
+                    eprintln!(
+                        "toolscript: warning: serving on {bound} without TLS: bearer tokens cross \
+                         the network in clear. Put a proxy that terminates TLS in front."
+                    );
+                }
+                if !bound.ip().is_loopback() && !authenticated {
                     eprintln!(
                         "toolscript: warning: serving on {bound}, which is not a loopback \
                          address, without authentication: anyone who can reach it can run \

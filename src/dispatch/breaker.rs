@@ -86,6 +86,11 @@ impl Breakers {
         }
     }
 
+    /// When these breakers open and how long they stay open.
+    pub(crate) fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
     /// Lets a call through, or fails it fast with `circuit_open`.
     pub(crate) fn admit(&self, tool: &str, now: Instant) -> Result<Admission, ToolError> {
         let mut states = self.lock();

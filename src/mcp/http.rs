@@ -91,6 +91,10 @@ pub struct HttpOptions {
     /// A stateful session with no request in progress ends this long after its last request
     /// (default 10 minutes).
     pub idle_session_expiry: Duration,
+    /// Bearer tokens, their rights and tenants (`--auth FILE`): with them, a request without
+    /// a listed token gets 401, and each tenant sees its own runs only. None: no
+    /// authentication, one tenant.
+    pub auth: Option<Arc<super::auth::Auth>>,
 }
 
 impl Default for HttpOptions {
@@ -107,6 +111,7 @@ impl Default for HttpOptions {
             max_sessions_per_peer: 256,
             unused_session_expiry: Duration::from_secs(30),
             idle_session_expiry: Duration::from_secs(600),
+            auth: None,
         }
     }
 }
@@ -148,6 +153,12 @@ impl HttpOptions {
     pub fn timeouts(mut self, header: Duration, idle: Duration) -> HttpOptions {
         self.header_timeout = header;
         self.idle_timeout = idle;
+        self
+    }
+
+    /// Requires a bearer token of `auth` on every request (see [`HttpOptions::auth`]).
+    pub fn auth(mut self, auth: super::auth::Auth) -> HttpOptions {
+        self.auth = Some(Arc::new(auth));
         self
     }
 
@@ -241,6 +252,8 @@ struct Shared {
     /// Refused requests, said at most once a second.
     refusals: Arc<Mutex<Throttled>>,
     stop: CancellationToken,
+    /// The tokens every request must carry one of, if any.
+    auth: Option<Arc<super::auth::Auth>>,
 }
 
 impl Shared {
@@ -266,7 +279,10 @@ pub async fn serve_http(
     options: HttpOptions,
     shutdown: impl Future<Output = ()>,
 ) {
-    let server = Server::new(Arc::new(runtime));
+    let mut server = Server::new(Arc::new(runtime));
+    if let Some(auth) = &options.auth {
+        server = server.with_auth(Arc::clone(auth));
+    }
     std::thread::spawn(|| crate::policy::count(""));
     let stop = CancellationToken::new();
     let bound = listener.local_addr().ok().map(|addr| addr.ip());
@@ -311,6 +327,7 @@ pub async fn serve_http(
         origins: origins.into(),
         refusals: Arc::new(Mutex::new(Throttled::new(LOG_INTERVAL))),
         stop: stop.clone(),
+        auth: options.auth.clone(),
     };
     let limits = Connections::new(options.max_connections, options.max_connections_per_peer);
     let connections = tokio_util::task::TaskTracker::new();
@@ -449,6 +466,15 @@ async fn answer(
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
         return plain(status, text.to_string());
     }
+    // Who asks, before anything else is done for them: a request without a listed token is
+    // refused here, and never reaches the MCP layer.
+    let caller = match &shared.auth {
+        Some(auth) => match super::auth::caller_of(auth, request.headers()) {
+            Ok(caller) => Some(caller),
+            Err(why) => return unauthorized(why),
+        },
+        None => None,
+    };
     // A place for the session an `initialize` makes, held until the answer is made.
     let place = match &shared.sessions {
         Some(sessions) if opens_a_session(&request) => match sessions.reserve(peer_key(peer)) {
@@ -457,7 +483,11 @@ async fn answer(
         },
         _ => None,
     };
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    if let Some(caller) = caller {
+        // rmcp hands the request's parts to the handler, which reads the caller from them.
+        parts.extensions.insert(caller);
+    }
     // The whole body first, bounded in size and time, so that a client that sends it slowly
     // holds no more than its connection.
     let body = match tokio::time::timeout(
@@ -534,6 +564,24 @@ fn sessions_full(full: SessionsFull, retry: Duration) -> Response<BoxBody<Bytes,
     headers.insert(
         RETRY_AFTER,
         HeaderValue::from(retry.as_secs().clamp(1, 3600)),
+    );
+    response
+}
+
+/// 401 with `WWW-Authenticate: Bearer`, for a request without a listed token.
+fn unauthorized(why: &'static str) -> Response<BoxBody<Bytes, Infallible>> {
+    let mut response = plain(
+        StatusCode::UNAUTHORIZED,
+        format!("unauthorized: {why}: send `Authorization: Bearer TOKEN` with a token the server lists\n"),
+    );
+    let challenge = if why.starts_with("no ") {
+        "Bearer"
+    } else {
+        "Bearer error=\"invalid_token\""
+    };
+    response.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
     );
     response
 }

@@ -5,6 +5,8 @@
 
 // Servers' tools are declared in manifests: the client is reached through them only.
 #[cfg(feature = "http")]
+mod auth;
+#[cfg(feature = "http")]
 mod checks;
 #[cfg(all(feature = "mcp", feature = "manifest"))]
 mod client;
@@ -18,6 +20,8 @@ mod limits;
 mod server;
 #[cfg(feature = "http")]
 mod sessions;
+#[cfg(feature = "http")]
+mod tenancy;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,6 +29,8 @@ use std::time::Duration;
 
 use crate::tool::{Approval, Effect};
 
+#[cfg(feature = "http")]
+pub use auth::Auth;
 #[cfg(all(feature = "mcp", feature = "manifest"))]
 pub(crate) use client::connect;
 #[cfg(feature = "http")]

@@ -267,7 +267,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 pub(super) struct Server {
     /// Runs may be concurrent: `run_with` takes `&self`, and the handler is shared by the
     /// tasks rmcp starts for each request.
-    runtime: Arc<Runtime>,
+    pub(super) runtime: Arc<Runtime>,
     /// The tools' API as Rhai signatures, returned by `describe_tools`.
     api: Arc<str>,
     /// Our five tools, with their schemas.
@@ -275,6 +275,12 @@ pub(super) struct Server {
     /// Each tool's input schema, compiled: arguments are checked against it before anything
     /// else, so that a wrong one is answered as a result that names the field.
     inputs: Arc<[jsonschema::Validator]>,
+    /// Tokens and tenants (`serve --http --auth`; see `tenancy.rs`).
+    #[cfg(feature = "http")]
+    pub(super) tenancy: Option<Arc<super::tenancy::Tenancy>>,
+    /// Who made the request this handler answers (a clone per request, with `--auth`).
+    #[cfg(feature = "http")]
+    pub(super) caller: Option<super::auth::Caller>,
 }
 
 /// A run's outcome as a tool result, without `stats` unless asked: a paused run is a normal result (its `pending` call says
@@ -339,7 +345,47 @@ impl Server {
             api: api.into(),
             tools: tools.into(),
             inputs,
+            #[cfg(feature = "http")]
+            tenancy: None,
+            #[cfg(feature = "http")]
+            caller: None,
         }
+    }
+
+    /// Requires a token of `auth` of every call, and keeps each tenant to its own runs.
+    #[cfg(feature = "http")]
+    pub(super) fn with_auth(mut self, auth: Arc<super::auth::Auth>) -> Server {
+        let tenancy = super::tenancy::Tenancy::new(auth, &self.runtime);
+        self.tenancy = Some(Arc::new(tenancy));
+        self
+    }
+
+    /// This handler for the request `context` (with `--auth`: its caller, the caller's
+    /// tenant's runtime), or the result that refuses the call `name`.
+    #[cfg(feature = "http")]
+    fn for_request(
+        &self,
+        context: &RequestContext<RoleServer>,
+        name: &str,
+        arguments: Option<&JsonObject>,
+    ) -> Result<Option<Server>, CallToolResult> {
+        use super::tenancy;
+        let Some(tenancy) = &self.tenancy else {
+            return Ok(None);
+        };
+        let Some(caller) = tenancy::caller(context) else {
+            return Err(CallToolResult::error(vec![ContentBlock::text(
+                "this server requires a bearer token, and the request carried none",
+            )]));
+        };
+        let right = tenancy::right_for(name, arguments);
+        if !caller.rights.allow(right) {
+            return Err(tenancy::lacks(name, right));
+        }
+        let mut scoped = self.clone();
+        scoped.runtime = tenancy.runtime_of(&caller)?;
+        scoped.caller = Some(caller);
+        Ok(Some(scoped))
     }
 
     /// The arguments of the tool `name`, checked against its input schema and then read into
@@ -417,7 +463,14 @@ impl Server {
         if !args.input.is_null() {
             options = options.input(args.input);
         }
-        let outcome = self.runtime.run_with(&args.script, options).await;
+        let _slot = match self.slot() {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        let outcome = self
+            .runtime
+            .run_with(&args.script, self.owned(options))
+            .await;
         tracing::debug!(run_id = %outcome.run_id, ok = outcome.result.is_ok(), "run_script ran");
         outcome_result(&outcome, args.stats)
     }
@@ -432,6 +485,9 @@ impl Server {
                 "this server keeps no store of runs, so it has no artifacts",
             )]);
         };
+        if let Err(refused) = self.may_read(&args.id).await {
+            return refused;
+        }
         let artifact = match crate::policy::read_artifact(&*store, &args.id, args.page).await {
             Ok(artifact) => artifact,
             Err(e) => return CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
@@ -469,6 +525,13 @@ impl Server {
             DecisionArg::Done => Decision::Done,
             DecisionArg::Retry => Decision::Retry,
         });
+        if let Err(refused) = self.may_resume(&args.run_id, decision.is_some()).await {
+            return refused;
+        }
+        let _slot = match self.slot() {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
         let options = RunOptions::default().progress(progress);
         match self.runtime.resume(&args.run_id, decision, options).await {
             Ok(outcome) => outcome_result(&outcome, false),
@@ -489,7 +552,8 @@ impl Server {
         let limit = args.limit.unwrap_or(LIST_RUNS_PAGE).clamp(1, 200) as usize;
         let query = RunQuery::first(limit)
             .statuses(args.status)
-            .after(args.cursor);
+            .after(args.cursor)
+            .tenant(self.tenant());
         match store.list_runs(query).await {
             Ok(page) => structured(&bounded(page)),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
@@ -511,7 +575,11 @@ impl Server {
         if !args.input.is_null() {
             options = options.input(args.input);
         }
-        match self.runtime.plan(&args.script, options).await {
+        let _slot = match self.slot() {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        match self.runtime.plan(&args.script, self.owned(options)).await {
             Ok(planned) => {
                 let answer = plan_answer(&planned.plan, &planned.run.logs);
                 CallToolResult::success(vec![ContentBlock::text(answer.to_string())])
@@ -529,9 +597,16 @@ impl Server {
             Ok(args) => args,
             Err(bad) => return bad,
         };
+        if let Err(refused) = self.may_apply(&args.plan_id).await {
+            return refused;
+        }
+        let _slot = match self.slot() {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
         let options =
             RunOptions::with_mode(Mode::sequential_if(args.sequential)).progress(progress);
-        match self.runtime.apply(&args.plan_id, options).await {
+        match self.runtime.apply(&args.plan_id, self.owned(options)).await {
             Ok(outcome) => outcome_result(&outcome, false),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
         }
@@ -542,6 +617,34 @@ impl Server {
             return bad;
         }
         CallToolResult::success(vec![ContentBlock::text(self.api.to_string())])
+    }
+}
+
+/// Without the feature `http` there is no `--auth`: one tenant, every hook a no-op.
+#[cfg(not(feature = "http"))]
+impl Server {
+    fn owned(&self, options: RunOptions) -> RunOptions {
+        options
+    }
+
+    fn tenant(&self) -> Option<String> {
+        None
+    }
+
+    fn slot(&self) -> Result<Option<()>, CallToolResult> {
+        Ok(None)
+    }
+
+    async fn may_resume(&self, _run_id: &str, _decides: bool) -> Result<(), CallToolResult> {
+        Ok(())
+    }
+
+    async fn may_apply(&self, _plan_id: &str) -> Result<(), CallToolResult> {
+        Ok(())
+    }
+
+    async fn may_read(&self, _id: &str) -> Result<(), CallToolResult> {
+        Ok(())
     }
 }
 
@@ -724,25 +827,34 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        #[cfg(feature = "http")]
+        let scoped = match self.for_request(&context, &request.name, request.arguments.as_ref()) {
+            Ok(scoped) => scoped,
+            Err(refused) => return Ok(refused.into()),
+        };
+        #[cfg(feature = "http")]
+        let this = scoped.as_ref().unwrap_or(self);
+        #[cfg(not(feature = "http"))]
+        let this = self;
         let progress = Arc::new(Progress::default());
         let result = match request.name.as_ref() {
             RUN_SCRIPT => {
-                let run = self.run_script(request.arguments, Arc::clone(&progress));
+                let run = this.run_script(request.arguments, Arc::clone(&progress));
                 until_cancelled(&context, reporting(&context, progress, run)).await?
             }
-            DESCRIBE_TOOLS => self.describe_tools(request.arguments),
+            DESCRIBE_TOOLS => this.describe_tools(request.arguments),
             RESUME_RUN => {
-                let run = self.resume_run(request.arguments, Arc::clone(&progress));
+                let run = this.resume_run(request.arguments, Arc::clone(&progress));
                 until_cancelled(&context, reporting(&context, progress, run)).await?
             }
-            LIST_RUNS => self.list_runs(request.arguments).await,
-            READ_ARTIFACT => self.read_artifact(request.arguments).await,
+            LIST_RUNS => this.list_runs(request.arguments).await,
+            READ_ARTIFACT => this.read_artifact(request.arguments).await,
             PLAN_SCRIPT => {
-                let run = self.plan_script(request.arguments, Arc::clone(&progress));
+                let run = this.plan_script(request.arguments, Arc::clone(&progress));
                 until_cancelled(&context, reporting(&context, progress, run)).await?
             }
             APPLY_PLAN => {
-                let run = self.apply_plan(request.arguments, Arc::clone(&progress));
+                let run = this.apply_plan(request.arguments, Arc::clone(&progress));
                 until_cancelled(&context, reporting(&context, progress, run)).await?
             }
             other => {
@@ -758,7 +870,7 @@ impl ServerHandler for Server {
         let result = match request.name.as_ref() {
             // The API is the catalog, not an answer; the list of runs is paged on its own.
             DESCRIBE_TOOLS | LIST_RUNS => result,
-            _ => self.bounded_text(result),
+            _ => this.bounded_text(result),
         };
         Ok(result.into())
     }
@@ -798,7 +910,9 @@ fn resume_run_tool() -> Tool {
          `reject` (with a `reason`); one awaiting `resolve` (a call whose outcome was lost) takes \
          `done` (it took effect) or `retry` (make it again); if its `pending` says `uncertain: \
          true`, the call may still be running (`why` names what still runs): decide once that \
-         has ended. Calls made before are not made again. Answers like `run_script`.",
+         has ended. A decision is a person's: pass on one a person made, never decide a call \
+         yourself (a server with tokens refuses a decision from the token that started the \
+         run). Calls made before are not made again. Answers like `run_script`.",
         schema::input::<ResumeRunArgs>(),
     )
     .with_annotations(

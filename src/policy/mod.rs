@@ -916,6 +916,14 @@ pub(crate) fn artifact_args_schema() -> Value {
     Value::Object(crate::schema::input::<ArtifactArgs>())
 }
 
+/// The error of reading an artifact the store does not have (or the reader may not see).
+pub(crate) fn no_artifact(id: &str) -> crate::error::ToolError {
+    crate::error::ToolError::not_found(format!(
+        "no artifact `{}` in this store",
+        crate::error::shown_run_id(id)
+    ))
+}
+
 /// Page `page` of an artifact of `store` (page 0 when none is asked: an answer is never the
 /// whole of something too large for an answer), as `{page, pages, items | entries | text |
 /// json}`. A page's bytes are read and parsed, nothing more.
@@ -935,12 +943,7 @@ pub(crate) async fn read_artifact(
         .artifact_page(id, n)
         .await
         .map_err(|e| ToolError::internal(e.report()))?
-        .ok_or_else(|| {
-            ToolError::not_found(format!(
-                "no artifact `{}` in this store",
-                crate::error::shown_run_id(id)
-            ))
-        })?;
+        .ok_or_else(|| no_artifact(id))?;
     let page = stored_page(&artifact, n).map_err(ToolError::not_found)?;
     serde_json::to_value(page)
         .map_err(|e| ToolError::internal(format!("the page does not serialise: {e}")))

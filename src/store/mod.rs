@@ -240,6 +240,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Box::pin(async move { Err(Error::store(&self.location(), NO_PLANS, None)) })
     }
 
+    /// Whether the artifact `id` belongs to `tenant`: a run of the tenant made it or refers
+    /// to it. The default sees no tenants: every artifact is refused to every tenant.
+    fn artifact_of_tenant<'a>(&'a self, id: &'a str, tenant: &'a str) -> StoreFuture<'a, bool> {
+        let _ = (id, tenant);
+        Box::pin(async { Ok(false) })
+    }
+
     /// Takes a plan back from the run `run_id` that claimed it, when that run could not start.
     fn release_plan<'a>(&'a self, plan_id: &'a str, run_id: &'a str) -> StoreFuture<'a, ()> {
         let _ = (plan_id, run_id);
@@ -265,6 +272,10 @@ pub struct StoredPlan {
     pub applied_run: Option<String>,
     /// The whole plan, as JSON.
     pub body: String,
+    /// The tenant the plan belongs to (`serve --http --auth`); `None` without one.
+    pub tenant: Option<String>,
+    /// Which token made the plan: the first hex digits of its SHA-256, never the token.
+    pub made_by: Option<String>,
 }
 
 impl StoredPlan {
@@ -276,6 +287,8 @@ impl StoredPlan {
             expires_ms,
             applied_run: None,
             body,
+            tenant: None,
+            made_by: None,
         }
     }
 }

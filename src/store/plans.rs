@@ -1,5 +1,6 @@
-//! Plans in the SQLite store: the `plans` table (schema 9). A plan is kept whole as JSON; the
-//! store reads only its id, its times and the run that applied it.
+//! Plans in the SQLite store: the `plans` table (schema 9; its tenant and maker, schema 10). A
+//! plan is kept whole as JSON; the store reads only its id, its times, the run that applied it,
+//! its tenant and the token that made it.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -8,11 +9,18 @@ use super::StoredPlan;
 /// Keeps `plan` (a plan with its id already kept is replaced, unless a run applied it).
 pub(super) fn put(conn: &Connection, plan: &StoredPlan) -> rusqlite::Result<()> {
     conn.execute(
-        "INSERT INTO plans (plan_id, created_ms, expires_ms, applied_run, body) \
-         VALUES (?1, ?2, ?3, NULL, ?4) \
+        "INSERT INTO plans (plan_id, created_ms, expires_ms, applied_run, body, tenant, made_by) \
+         VALUES (?1, ?2, ?3, NULL, ?4, ?5, ?6) \
          ON CONFLICT (plan_id) DO UPDATE SET created_ms = excluded.created_ms, \
          expires_ms = excluded.expires_ms, body = excluded.body WHERE applied_run IS NULL",
-        params![plan.plan_id, plan.created_ms, plan.expires_ms, plan.body],
+        params![
+            plan.plan_id,
+            plan.created_ms,
+            plan.expires_ms,
+            plan.body,
+            plan.tenant,
+            plan.made_by
+        ],
     )
     .map(drop)
 }
@@ -29,7 +37,8 @@ pub(super) fn get(
     };
     conn.query_row(
         &format!(
-            "SELECT plan_id, created_ms, expires_ms, applied_run, body FROM plans WHERE {column} = ?1"
+            "SELECT plan_id, created_ms, expires_ms, applied_run, body, tenant, made_by FROM plans \
+             WHERE {column} = ?1"
         ),
         [value],
         |r| {
@@ -39,6 +48,8 @@ pub(super) fn get(
                 expires_ms: r.get(2)?,
                 applied_run: r.get(3)?,
                 body: r.get(4)?,
+                tenant: r.get(5)?,
+                made_by: r.get(6)?,
             })
         },
     )
@@ -100,7 +111,8 @@ mod tests {
         conn.execute_batch(
             "CREATE TABLE runs (run_id TEXT PRIMARY KEY); \
              CREATE TABLE plans (plan_id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL, \
-             expires_ms INTEGER NOT NULL, applied_run TEXT, body TEXT NOT NULL);",
+             expires_ms INTEGER NOT NULL, applied_run TEXT, body TEXT NOT NULL, tenant TEXT, \
+             made_by TEXT);",
         )
         .unwrap();
         conn

@@ -259,6 +259,11 @@ pub struct RunRecord {
     pub outcome: Option<Value>,
     /// The script's `input`, which a resume gives it again (`None`: the script had none).
     pub input: Option<Value>,
+    /// The tenant the run belongs to (`serve --http --auth`); `None` for a run started
+    /// without one, which no tenant sees.
+    pub tenant: Option<String>,
+    /// Which token started the run: the first hex digits of its SHA-256, never the token.
+    pub started_by: Option<String>,
 }
 
 impl RunRecord {
@@ -285,6 +290,8 @@ impl RunRecord {
             pending: None,
             outcome: None,
             input: None,
+            tenant: None,
+            started_by: None,
         }
     }
 
@@ -376,6 +383,8 @@ pub struct RunQuery {
     pub limit: usize,
     /// The runs after this cursor (a page's `next`): `None` starts with the newest.
     pub after: Option<String>,
+    /// Only the runs of this tenant; every run when `None`.
+    pub tenant: Option<String>,
 }
 
 impl RunQuery {
@@ -385,7 +394,14 @@ impl RunQuery {
             statuses: Vec::new(),
             limit,
             after: None,
+            tenant: None,
         }
+    }
+
+    /// Only the runs of `tenant` (every run when `None`).
+    pub fn tenant(mut self, tenant: Option<String>) -> RunQuery {
+        self.tenant = tenant;
+        self
     }
 
     /// Only runs of these statuses.

@@ -24,7 +24,7 @@ use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 9;
+const SCHEMA_VERSION: i64 = 10;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -81,7 +81,9 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_host TEXT,
     lease_token INTEGER NOT NULL DEFAULT 0,
     lease_expires_ms INTEGER,
-    lease_since_ms INTEGER
+    lease_since_ms INTEGER,
+    tenant TEXT,
+    started_by TEXT
 );
 CREATE TABLE IF NOT EXISTS writes (
     run_id TEXT NOT NULL,
@@ -145,7 +147,9 @@ CREATE TABLE IF NOT EXISTS plans (
     created_ms INTEGER NOT NULL,
     expires_ms INTEGER NOT NULL,
     applied_run TEXT,
-    body TEXT NOT NULL
+    body TEXT NOT NULL,
+    tenant TEXT,
+    made_by TEXT
 );
 CREATE INDEX IF NOT EXISTS plans_by_run ON plans (applied_run);
 ";
@@ -293,6 +297,20 @@ impl SqliteStore {
                              ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0; \
                              ALTER TABLE runs ADD COLUMN lease_expires_ms INTEGER; \
                              ALTER TABLE runs ADD COLUMN lease_since_ms INTEGER;",
+                        )?;
+                    }
+                    // Version 10 keeps the tenant a run or a plan belongs to, and which token
+                    // (a prefix of its SHA-256) started a run (`serve --http --auth`).
+                    if (1..10).contains(&now) {
+                        tx.execute_batch(
+                            "ALTER TABLE runs ADD COLUMN tenant TEXT; \
+                             ALTER TABLE runs ADD COLUMN started_by TEXT;",
+                        )?;
+                    }
+                    if now == 9 {
+                        tx.execute_batch(
+                            "ALTER TABLE plans ADD COLUMN tenant TEXT; \
+                             ALTER TABLE plans ADD COLUMN made_by TEXT;",
                         )?;
                     }
                     // Version 6 keeps the reads a person approved (`approved_reads`, which
@@ -517,8 +535,9 @@ impl Store for SqliteStore {
             tx.execute(
                 "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
                  started_ms, updated_ms, input, catalog, input_artifact, lease_owner, lease_host, \
-                 lease_token, lease_expires_ms, lease_since_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?12, ?13)",
+                 lease_token, lease_expires_ms, lease_since_ms, tenant, started_by) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?12, ?13, \
+                 ?14, ?15)",
                 params![
                     record.run_id,
                     record.script_name,
@@ -533,13 +552,16 @@ impl Store for SqliteStore {
                     record.lease.as_ref().map(|l| &l.host),
                     record.lease.as_ref().map(|_| now + ttl),
                     record.lease.as_ref().map(|_| now),
+                    record.tenant,
+                    record.started_by,
                 ],
             )
             .map_err(|e| fail.of(e))?;
             // Artifacts of earlier runs that the script or its input names (to read them with
             // `ts_artifact`) stay while this run is kept.
             for text in [Some(&record.script), input.as_ref()].into_iter().flatten() {
-                refer_to_ids_in(&tx, &record.run_id, text).map_err(|e| fail.of(e))?;
+                refer_to_ids_in(&tx, &record.run_id, text, record.tenant.as_deref())
+                    .map_err(|e| fail.of(e))?;
             }
             tx.commit().map_err(|e| fail.of(e))
         })
@@ -830,6 +852,20 @@ impl Store for SqliteStore {
             )
             .map_err(|e| fail.of(e))?;
             tx.commit().map_err(|e| fail.of(e))
+        })
+    }
+
+    fn artifact_of_tenant<'a>(&'a self, id: &'a str, tenant: &'a str) -> StoreFuture<'a, bool> {
+        let (id, tenant) = (id.to_string(), tenant.to_string());
+        self.blocking(move |conn, fail| {
+            conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ?2 AND run_id IN \
+                 (SELECT run_id FROM artifacts WHERE id = ?1 \
+                  UNION SELECT run_id FROM artifact_refs WHERE artifact_id = ?1))",
+                params![id, tenant],
+                |row| row.get::<_, bool>(0),
+            )
+            .map_err(|e| fail.of(e))
         })
     }
 
@@ -1427,7 +1463,7 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
                           lease_owner, started_ms, updated_ms, pending, outcome, input, catalog, \
                           input_artifact, lease_host, lease_token, lease_expires_ms, \
-                          lease_since_ms FROM runs";
+                          lease_since_ms, tenant, started_by FROM runs";
 
 /// A row of `runs` as SQLite holds it, before its fields are parsed.
 struct RawRun {
@@ -1449,6 +1485,8 @@ struct RawRun {
     input: Option<String>,
     catalog: Option<String>,
     input_artifact: Option<String>,
+    tenant: Option<String>,
+    started_by: Option<String>,
 }
 
 impl RawRun {
@@ -1472,6 +1510,8 @@ impl RawRun {
             input: row.get(11)?,
             catalog: row.get(12)?,
             input_artifact: row.get(13)?,
+            tenant: row.get(18)?,
+            started_by: row.get(19)?,
         })
     }
 
@@ -1542,6 +1582,8 @@ impl RawRun {
                 lease: self.lease(),
                 started_ms: self.started_ms,
                 updated_ms: self.updated_ms,
+                tenant: self.tenant.clone(),
+                started_by: self.started_by.clone(),
             })
         })();
         parsed.map_err(|why| fail.say(why))
@@ -1643,6 +1685,10 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
     if position.is_some() {
         clauses.push("(started_ms < ?1 OR (started_ms = ?1 AND run_id > ?2))".to_string());
     }
+    // A tenant's list holds its runs only (`?3`, bound below); no tenant lists every run.
+    if query.tenant.is_some() {
+        clauses.push("tenant = ?3".to_string());
+    }
     let filter = if clauses.is_empty() {
         String::new()
     } else {
@@ -1665,9 +1711,13 @@ fn list_runs(conn: &Connection, query: &RunQuery, fail: &Fail) -> Result<RunPage
             summary_lease(row)?,
         ))
     };
-    let rows = match position {
-        Some((ms, id)) => statement.query_map(params![ms, id], read),
-        None => statement.query_map([], read),
+    let (ms, id) = position.unwrap_or((0, ""));
+    let rows = match (position.is_some(), &query.tenant) {
+        (true, Some(tenant)) => statement.query_map(params![ms, id, tenant], read),
+        (true, None) => statement.query_map(params![ms, id], read),
+        // `?1` and `?2` are unused: SQLite numbers parameters, so they are bound all the same.
+        (false, Some(tenant)) => statement.query_map(params![ms, id, tenant], read),
+        (false, None) => statement.query_map([], read),
     }
     .map_err(|e| fail.of(e))?;
     let mut runs = Vec::new();
@@ -1862,13 +1912,24 @@ fn refer(conn: &Connection, run_id: &str, id: &str) -> rusqlite::Result<()> {
 }
 
 /// Records that `run_id` refers to every stored artifact whose id `text` holds.
-fn refer_to_ids_in(conn: &Connection, run_id: &str, text: &str) -> rusqlite::Result<()> {
+///
+/// A run of a tenant refers only to artifacts its tenant already has: naming another tenant's
+/// artifact in a script never makes it the tenant's.
+fn refer_to_ids_in(
+    conn: &Connection,
+    run_id: &str,
+    text: &str,
+    tenant: Option<&str>,
+) -> rusqlite::Result<()> {
     let mut statement = conn.prepare_cached(
         "INSERT OR IGNORE INTO artifact_refs (run_id, artifact_id) \
-         SELECT ?1, id FROM artifacts WHERE id = ?2",
+         SELECT ?1, id FROM artifacts WHERE id = ?2 AND (?3 IS NULL OR EXISTS \
+         (SELECT 1 FROM runs WHERE tenant = ?3 AND run_id IN (artifacts.run_id) \
+          UNION SELECT 1 FROM artifact_refs r JOIN runs USING (run_id) \
+          WHERE r.artifact_id = artifacts.id AND runs.tenant = ?3))",
     )?;
     for id in artifact_ids_in(text) {
-        statement.execute([run_id, id])?;
+        statement.execute(params![run_id, id, tenant])?;
     }
     Ok(())
 }
@@ -1908,7 +1969,7 @@ fn refer_to_artifacts(conn: &Connection) -> rusqlite::Result<()> {
         let run_id: String = row.get(0)?;
         for i in 1..=3 {
             if let Some(text) = row.get::<_, Option<String>>(i)? {
-                refer_to_ids_in(conn, &run_id, &text)?;
+                refer_to_ids_in(conn, &run_id, &text, None)?;
             }
         }
     }

@@ -140,8 +140,27 @@ impl Registry {
     ///
     /// As [`RegistryBuilder::build`].
     pub(crate) fn with_tool(&self, tool: Tool) -> Result<Registry, Error> {
+        self.rebuilt(tool, false)
+    }
+
+    /// This registry with its own tool of `tool`'s name (the last, `ts_...`) replaced by
+    /// `tool`: the same spec with another body, say.
+    ///
+    /// # Errors
+    ///
+    /// As [`RegistryBuilder::build`].
+    pub(crate) fn replacing_own(&self, tool: Tool) -> Result<Registry, Error> {
+        self.rebuilt(tool, true)
+    }
+
+    fn rebuilt(&self, tool: Tool, replace: bool) -> Result<Registry, Error> {
         // The tools as they were given (their slots kept), checked again with the new one.
-        let tools = self.tools.iter().map(|t| Tool {
+        let name = tool.spec.name.clone();
+        let kept = self
+            .tools
+            .iter()
+            .filter(|t| !(replace && t.spec.name == name));
+        let tools = kept.map(|t| Tool {
             spec: t.spec.clone(),
             body: Arc::clone(&t.body),
             slots: Some(Arc::clone(&t.slots)),

@@ -65,4 +65,6 @@ mod secrets;
 mod serve_limits;
 mod speculation;
 mod strings;
+#[cfg(feature = "cli")]
+mod tenants;
 mod warnings;

@@ -20,14 +20,14 @@ const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialize
 const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_script","arguments":{"script":"40 + 2"}}}"#;
 
 /// A `toolscript serve --http 127.0.0.1:0` process, killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Served {
-    fn start(args: &[&str]) -> Served {
+    pub(crate) fn start(args: &[&str]) -> Served {
         Served::start_with(
             Command::new(env!("CARGO_BIN_EXE_toolscript")),
             "127.0.0.1:0",
@@ -116,14 +116,14 @@ impl Drop for Served {
 
 /// An answer: its status, head (lowercase) and body.
 #[derive(Debug)]
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) head: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.head.lines().find_map(|l| {
             let (n, v) = l.split_once(':')?;
             (n.trim() == name).then_some(v.trim())
@@ -200,7 +200,7 @@ fn exchange(mut stream: TcpStream, addr: &str, method: &str, extra: &[&str], bod
     }
 }
 
-fn post(addr: &str, extra: &[&str], body: &str) -> Answer {
+pub(crate) fn post(addr: &str, extra: &[&str], body: &str) -> Answer {
     request(addr, "POST", extra, body)
 }
 
