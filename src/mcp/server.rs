@@ -456,13 +456,7 @@ impl Server {
             Ok(args) => args,
             Err(bad) => return bad,
         };
-        let mode = Mode::sequential_if(args.sequential);
-        let mut options = RunOptions::with_mode(mode)
-            .script_name(RUN_SCRIPT)
-            .progress(progress);
-        if !args.input.is_null() {
-            options = options.input(args.input);
-        }
+        let options = script_options(RUN_SCRIPT, args.sequential, args.input, progress);
         let _slot = match self.slot() {
             Ok(slot) => slot,
             Err(refused) => return refused,
@@ -569,12 +563,7 @@ impl Server {
             Ok(args) => args,
             Err(bad) => return bad,
         };
-        let mut options = RunOptions::with_mode(Mode::sequential_if(args.sequential))
-            .script_name(PLAN_SCRIPT)
-            .progress(progress);
-        if !args.input.is_null() {
-            options = options.input(args.input);
-        }
+        let options = script_options(PLAN_SCRIPT, args.sequential, args.input, progress);
         let _slot = match self.slot() {
             Ok(slot) => slot,
             Err(refused) => return refused,
@@ -645,6 +634,24 @@ impl Server {
 
     async fn may_read(&self, _id: &str) -> Result<(), CallToolResult> {
         Ok(())
+    }
+}
+
+/// The options of a script `run_script` or `plan_script` (the tool `name`) runs: its mode,
+/// its input (none for `null`) and the request's progress.
+fn script_options(
+    name: &str,
+    sequential: bool,
+    input: Value,
+    progress: Arc<Progress>,
+) -> RunOptions {
+    let options = RunOptions::with_mode(Mode::sequential_if(sequential))
+        .script_name(name)
+        .progress(progress);
+    if input.is_null() {
+        options
+    } else {
+        options.input(input)
     }
 }
 

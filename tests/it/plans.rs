@@ -174,6 +174,20 @@ fn setup() -> Setup {
     setup_with(Limits::default(), None)
 }
 
+/// The triage planned in `mode` on `s`'s world.
+async fn plan_triage(s: &Setup, mode: Mode) -> toolscript::plan::Plan {
+    s.runtime
+        .plan(TRIAGE, mode_options(mode))
+        .await
+        .unwrap()
+        .plan
+}
+
+/// The world changes: order `id` now has `cents` and `status`.
+fn set_order(s: &Setup, id: i64, cents: i64, status: &'static str) {
+    s.world.lock().unwrap().orders.insert(id, (cents, status));
+}
+
 fn mode_options(mode: Mode) -> RunOptions {
     RunOptions::with_mode(mode)
 }
@@ -259,12 +273,7 @@ async fn a_plan_makes_no_write_and_lists_every_call_in_order_the_same_in_both_mo
 async fn apply_on_an_unchanged_world_makes_exactly_the_planned_calls_without_asking() {
     for mode in [Mode::Sequential, Mode::Speculative] {
         let s = setup();
-        let plan = s
-            .runtime
-            .plan(TRIAGE, mode_options(mode))
-            .await
-            .unwrap()
-            .plan;
+        let plan = plan_triage(&s, mode).await;
         let outcome = s
             .runtime
             .apply(&plan.plan_id, mode_options(mode))
@@ -297,18 +306,9 @@ async fn apply_on_an_unchanged_world_makes_exactly_the_planned_calls_without_ask
 async fn a_changed_world_pauses_at_the_first_divergent_call_and_makes_nothing_unplanned() {
     for mode in [Mode::Sequential, Mode::Speculative] {
         let s = setup();
-        let plan = s
-            .runtime
-            .plan(TRIAGE, mode_options(mode))
-            .await
-            .unwrap()
-            .plan;
+        let plan = plan_triage(&s, mode).await;
         // Order 3's amount changes: its refund is another call.
-        s.world
-            .lock()
-            .unwrap()
-            .orders
-            .insert(3, (2_400, "delivered"));
+        set_order(&s, 3, 2_400, "delivered");
         let outcome = s
             .runtime
             .apply(&plan.plan_id, mode_options(mode))
@@ -355,14 +355,9 @@ async fn a_changed_world_pauses_at_the_first_divergent_call_and_makes_nothing_un
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_divergence_is_made_and_the_plan_goes_on_where_it_was() {
     let s = setup();
-    let plan = s
-        .runtime
-        .plan(TRIAGE, RunOptions::default())
-        .await
-        .unwrap()
-        .plan;
+    let plan = plan_triage(&s, Mode::Speculative).await;
     // A new order: an extra refund and note before the planned ones of order 3.
-    s.world.lock().unwrap().orders.insert(2, (650, "delivered"));
+    set_order(&s, 2, 650, "delivered");
     let outcome = s
         .runtime
         .apply(&plan.plan_id, RunOptions::default())
@@ -415,18 +410,9 @@ async fn an_approved_divergence_is_made_and_the_plan_goes_on_where_it_was() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_calls_the_run_never_reached_are_listed_as_unapplied() {
     let s = setup();
-    let plan = s
-        .runtime
-        .plan(TRIAGE, RunOptions::default())
-        .await
-        .unwrap()
-        .plan;
+    let plan = plan_triage(&s, Mode::Speculative).await;
     // Order 3 was refunded elsewhere in the meantime: the script does less.
-    s.world
-        .lock()
-        .unwrap()
-        .orders
-        .insert(3, (2_500, "refunded"));
+    set_order(&s, 3, 2_500, "refunded");
     let outcome = s
         .runtime
         .apply(&plan.plan_id, RunOptions::default())
@@ -451,12 +437,7 @@ async fn an_expired_plan_and_a_plan_of_another_catalog_are_refused_with_why() {
     let mut limits = Limits::default();
     limits.set("plan_ttl_s", 0.05).unwrap();
     let s = setup_with(limits, None);
-    let plan = s
-        .runtime
-        .plan(TRIAGE, RunOptions::default())
-        .await
-        .unwrap()
-        .plan;
+    let plan = plan_triage(&s, Mode::Speculative).await;
     tokio::time::sleep(Duration::from_millis(120)).await;
     match s.runtime.apply(&plan.plan_id, RunOptions::default()).await {
         Err(Error::Plan { message, .. }) => assert!(message.contains("expired"), "{message}"),
@@ -464,12 +445,7 @@ async fn an_expired_plan_and_a_plan_of_another_catalog_are_refused_with_why() {
     }
     // Another catalog over the same store: one tool fewer.
     let s = setup();
-    let plan = s
-        .runtime
-        .plan(TRIAGE, RunOptions::default())
-        .await
-        .unwrap()
-        .plan;
+    let plan = plan_triage(&s, Mode::Speculative).await;
     let fewer: Vec<Tool> = tools(&s.world)
         .into_iter()
         .filter(|t| t.spec().name != "flag")
@@ -598,12 +574,7 @@ async fn the_guard_refuses_and_asks_in_a_plan_as_in_a_run_and_apply_gives_what_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_apply_resumes_and_makes_each_planned_call_once() {
     let s = setup();
-    let plan = s
-        .runtime
-        .plan(TRIAGE, RunOptions::default())
-        .await
-        .unwrap()
-        .plan;
+    let plan = plan_triage(&s, Mode::Speculative).await;
     let started = Arc::new(tokio::sync::Notify::new());
     s.world.lock().unwrap().started = Some(Arc::clone(&started));
     {
