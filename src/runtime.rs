@@ -39,6 +39,8 @@ pub struct Runtime {
     compiler: Engine,
     /// The function names of the tools that are not reads, for the scout's rewrite.
     effectful: std::collections::HashSet<String>,
+    /// The names of tools whose calls may pause the run (an approval, a guard that may ask).
+    pausing: std::collections::HashSet<String>,
     /// Where runs are journaled, when they are durable.
     store: Option<Arc<dyn Store>>,
     /// SHA-256 of the catalog as `tools --format json` prints it: the rule a run stored
@@ -122,6 +124,18 @@ impl RuntimeBuilder {
             .filter(|t| t.spec.effect != crate::tool::Effect::Read)
             .flat_map(|t| [t.spec.name.clone(), t.function_name().to_string()])
             .collect();
+        // The tools whose calls may pause the run for a person: the scout starts nothing past
+        // one (a branch that calls one is guessed taken, so a pass stops at the call).
+        let guard = self.registry.guard();
+        let pausing = self
+            .registry
+            .iter()
+            .filter(|t| {
+                t.spec.approval == tool::Approval::Always
+                    || guard.may_ask(&t.spec.name, &t.spec.guard)
+            })
+            .flat_map(|t| [t.spec.name.clone(), t.function_name().to_string()])
+            .collect();
         let catalog = tool::describe(&self.registry, Format::Json);
         let prints = tool::fingerprint(&self.registry);
         let cache_prints = prints
@@ -143,6 +157,7 @@ impl RuntimeBuilder {
         Runtime {
             declared_fields: self.registry.declared_fields(),
             effectful,
+            pausing,
             store: self.store,
             catalog_sha256: crate::json::sha256_hex(&catalog),
             catalog: prints,
@@ -622,7 +637,11 @@ impl Runtime {
             .compile(&*crate::rhai_ast::mark_escapes(source))
             .map_err(|e| engine::from_parse(source, &e, &self.limits))?;
         let ast = engine::rewrite_catches(ast);
-        let scout = Arc::new(speculate::ScoutScript::new(&ast, &self.effectful));
+        let scout = Arc::new(speculate::ScoutScript::new(
+            &ast,
+            &self.effectful,
+            &self.pausing,
+        ));
         let declared = &self.declared_fields;
         let fields = crate::rhai_ast::fields::FieldPlan::new(&ast, &|name| declared.contains(name))
             .map(Arc::new);
@@ -704,6 +723,7 @@ impl Runtime {
             speculation: self.speculation.clone(),
             compiler,
             effectful: self.effectful.clone(),
+            pausing: self.pausing.clone(),
             store: self.store.clone(),
             catalog_sha256: self.catalog_sha256.clone(),
             catalog: self.catalog.clone(),
@@ -1168,10 +1188,20 @@ impl Run {
         };
         let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
         let scout = (options.mode == Mode::Speculative).then(|| {
+            // Applying a plan, any non-read call may pause the run (a divergence from the
+            // plan): the scout's rewrite guesses towards every branch that makes one.
+            let rewritten = match options.plan.as_deref().and_then(PlanBook::as_applying) {
+                Some(_) => Arc::new(speculate::ScoutScript::new(
+                    &script.ast,
+                    &runtime.effectful,
+                    &runtime.effectful,
+                )),
+                None => Arc::clone(&script.scout),
+            };
             let scout = Scout::new(
                 Arc::clone(&ctx),
                 Arc::clone(&ledger),
-                Arc::clone(&script.scout),
+                rewritten,
                 runtime.limits.clone(),
                 deadline,
                 tokio::runtime::Handle::current(),

@@ -174,6 +174,11 @@ const RUNNERS: &[&str] = &[
 ];
 
 impl CommandRules {
+    /// Whether some command may be asked about: there are `ask` rules.
+    pub(crate) fn may_ask(&self) -> bool {
+        !self.ask.is_empty()
+    }
+
     /// Rules from the patterns of `allow`, `ask` and `deny`: each a program followed by one
     /// glob per argument (`*`, `?`, `[..]`), separated by spaces; a trailing `*` matches any
     /// further arguments, none included.

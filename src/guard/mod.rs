@@ -29,6 +29,10 @@ struct CommandPolicy {
 }
 
 impl Policy for CommandPolicy {
+    fn may_ask(&self, _tool: &str, starts_a_program: bool) -> bool {
+        starts_a_program && self.rules.may_ask()
+    }
+
     fn decide(&self, call: &CallView<'_>) -> Decision {
         let Some(argv) = call.argv else {
             return Decision::Pass;
@@ -98,6 +102,14 @@ pub struct CallView<'a> {
 pub trait Policy: Send + Sync + std::fmt::Debug {
     /// What this policy says of `call`.
     fn decide(&self, call: &CallView<'_>) -> Decision;
+
+    /// Whether this policy may ask a person about some call of `tool` (`starts_a_program`:
+    /// whether the tool's calls have a command line). The scout starts nothing past a call
+    /// that may ask; a policy that cannot tell says `true`, the default.
+    fn may_ask(&self, tool: &str, starts_a_program: bool) -> bool {
+        let _ = (tool, starts_a_program);
+        true
+    }
 }
 
 /// A decision a rule or the guard's default makes: `allow`, `ask` or `deny`.
@@ -169,6 +181,10 @@ impl Rule {
 }
 
 impl Policy for Rule {
+    fn may_ask(&self, tool: &str, _starts_a_program: bool) -> bool {
+        self.decision == Ruling::Ask && self.tools.first(tool).is_some()
+    }
+
     fn decide(&self, call: &CallView<'_>) -> Decision {
         if self.tools.first(call.tool).is_none() {
             return Decision::Pass;
@@ -294,6 +310,19 @@ impl Guard {
     /// Whether this guard has anything to decide (the default guard does not).
     pub fn is_active(&self) -> bool {
         self.inner.is_some()
+    }
+
+    /// Whether the guard may ask a person about some call of `tool` (whose guard view is
+    /// `view`): its default asks, or a policy of its chain may. Path rules never ask.
+    pub(crate) fn may_ask(&self, tool: &str, view: &GuardView) -> bool {
+        let Some(inner) = &self.inner else {
+            return false;
+        };
+        inner.default == Ruling::Ask
+            || inner
+                .chain
+                .iter()
+                .any(|policy| policy.may_ask(tool, view.command.is_some()))
     }
 
     /// Whether the guard has command rules (a manifest offers `run_command` only then).

@@ -55,6 +55,18 @@ impl Statements {
         Some(Statements(statements.into()))
     }
 
+    /// The names of the functions the statements call (methods and operators included).
+    pub(crate) fn called(&self) -> std::collections::HashSet<String> {
+        let mut names = std::collections::HashSet::new();
+        super::visit_statements(&self.0, |node| {
+            if let Node::Call(call) = node {
+                names.insert(call.name().to_string());
+            }
+            true
+        });
+        names
+    }
+
     /// Whether a statement reads or writes `this`.
     pub(crate) fn uses_this(&self) -> bool {
         let mut found = false;

@@ -96,8 +96,13 @@ impl Templates {
 /// Returns `ast` with its main body's sites wrapped; functions, the source and the
 /// documentation are kept. `stops` names the functions where the caller's run would stop (a
 /// branch that calls one is, like one that throws, returns or breaks, a branch that leaves).
-pub(crate) fn rewrite_main(ast: &AST, templates: &Templates, stops: &HashSet<String>) -> AST {
-    let rewriter = Rewriter::new(templates, stops);
+pub(crate) fn rewrite_main(
+    ast: &AST,
+    templates: &Templates,
+    stops: &HashSet<String>,
+    pauses: &HashSet<String>,
+) -> AST {
+    let rewriter = Rewriter::new(templates, stops, pauses);
     with_main_body(ast, rewriter.statements(ast.statements()))
 }
 
@@ -107,25 +112,33 @@ pub(crate) fn rewrite_body(
     body: &Statements,
     templates: &Templates,
     stops: &HashSet<String>,
+    pauses: &HashSet<String>,
 ) -> Option<Statements> {
-    let rewriter = Rewriter::new(templates, stops);
+    let rewriter = Rewriter::new(templates, stops, pauses);
     let rewritten = rewriter.statements(&body.0);
     (rewriter.wrapped.get() > 0).then(|| Statements(rewritten.into()))
 }
 
-/// One rewrite: the templates, the functions where a run stops, and the wrappers made so far.
+/// One rewrite: the templates, the functions where a run stops and those where it may pause,
+/// and the wrappers made so far.
 struct Rewriter<'a> {
     templates: &'a Templates,
     stops: &'a HashSet<String>,
+    pauses: &'a HashSet<String>,
     /// Wrapper calls made, so that [`rewrite_body`] can tell a body that needs none.
     wrapped: Cell<u64>,
 }
 
 impl<'a> Rewriter<'a> {
-    fn new(templates: &'a Templates, stops: &'a HashSet<String>) -> Self {
+    fn new(
+        templates: &'a Templates,
+        stops: &'a HashSet<String>,
+        pauses: &'a HashSet<String>,
+    ) -> Self {
         Rewriter {
             templates,
             stops,
+            pauses,
             wrapped: Cell::new(0),
         }
     }
@@ -147,8 +160,15 @@ impl<'a> Rewriter<'a> {
         match stmt {
             Stmt::If(flow, ..) => {
                 self.cond(&mut flow.expr);
-                if !self.may_stay(flow.body.statements()) && self.may_stay(flow.branch.statements())
-                {
+                // The guess goes towards a branch that may pause (a pass stops at its call);
+                // else away from a branch that always leaves or writes.
+                let (body, branch) = (flow.body.statements(), flow.branch.statements());
+                let unlikely = if self.may_pause(body) {
+                    false
+                } else {
+                    self.may_pause(branch) || (!self.may_stay(body) && self.may_stay(branch))
+                };
+                if unlikely {
                     self.make_unlikely(&mut flow.expr);
                 }
                 self.loosen(&mut flow.expr, true, true);
@@ -505,22 +525,37 @@ impl<'a> Rewriter<'a> {
         })
     }
 
+    /// Whether a block calls a function where the run may pause.
+    fn may_pause(&self, block: &[Stmt]) -> bool {
+        block
+            .iter()
+            .any(|stmt| calls_one_of(self.pauses, |on_node| stmt.walk(&mut Vec::new(), on_node)))
+    }
+
     /// Whether the nodes that `walk` visits call a function where the run stops.
     fn writes(&self, walk: impl FnOnce(&mut dyn FnMut(&[ASTNode]) -> bool) -> bool) -> bool {
-        let mut found = false;
-        if !self.stops.is_empty() {
-            walk(&mut |path: &[ASTNode]| {
-                let call = match path.last() {
-                    Some(ASTNode::Expr(Expr::FnCall(call, _))) => Some(call),
-                    Some(ASTNode::Stmt(Stmt::FnCall(call, _))) => Some(call),
-                    _ => None,
-                };
-                found |= call.is_some_and(|call| self.stops.contains(call.name.as_str()));
-                !found
-            });
-        }
-        found
+        calls_one_of(self.stops, walk)
     }
+}
+
+/// Whether the nodes that `walk` visits call one of the functions `names`.
+fn calls_one_of(
+    names: &HashSet<String>,
+    walk: impl FnOnce(&mut dyn FnMut(&[ASTNode]) -> bool) -> bool,
+) -> bool {
+    let mut found = false;
+    if !names.is_empty() {
+        walk(&mut |path: &[ASTNode]| {
+            let call = match path.last() {
+                Some(ASTNode::Expr(Expr::FnCall(call, _))) => Some(call),
+                Some(ASTNode::Stmt(Stmt::FnCall(call, _))) => Some(call),
+                _ => None,
+            };
+            found |= call.is_some_and(|call| names.contains(call.name.as_str()));
+            !found
+        });
+    }
+    found
 }
 
 /// Whether an index expression is a chain of indexing only (`a[i][j]`): no `.` step, whose

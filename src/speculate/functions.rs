@@ -50,6 +50,34 @@ pub(crate) struct ScoutScript {
     names: Vec<String>,
 }
 
+/// The tools of `pausing` and the script functions of `ast` that may call one, directly or
+/// through other script functions: a call of any of them may pause the run.
+fn pausing_functions(ast: &AST, pausing: &HashSet<String>) -> HashSet<String> {
+    let mut all = pausing.clone();
+    let functions = rhai_ast::functions(ast);
+    if pausing.is_empty() || functions.len() > MAX_REWRITTEN {
+        return all;
+    }
+    let calls: Vec<(String, HashSet<String>)> = functions
+        .iter()
+        .filter_map(|def| {
+            let body = Statements::of_function(ast, &def.name, def.params.len())?;
+            Some((def.name.to_string(), body.called()))
+        })
+        .collect();
+    loop {
+        let before = all.len();
+        for (name, called) in &calls {
+            if !all.contains(name) && called.iter().any(|c| all.contains(c)) {
+                all.insert(name.clone());
+            }
+        }
+        if all.len() == before {
+            return all;
+        }
+    }
+}
+
 /// A function body rewritten for the scout.
 #[derive(Debug)]
 struct Body {
@@ -59,9 +87,15 @@ struct Body {
 }
 
 impl ScoutScript {
-    /// Rewrites `ast` for the scout, knowing the functions of non-read tools (`effectful`).
-    pub(crate) fn new(ast: &AST, effectful: &HashSet<String>) -> ScoutScript {
-        let mut main = rewrite_with(ast, effectful);
+    /// Rewrites `ast` for the scout, knowing the functions of non-read tools (`effectful`)
+    /// and of the tools whose calls may pause the run (`pausing`).
+    pub(crate) fn new(
+        ast: &AST,
+        effectful: &HashSet<String>,
+        pausing: &HashSet<String>,
+    ) -> ScoutScript {
+        let pausing = &pausing_functions(ast, pausing);
+        let mut main = rewrite_with(ast, effectful, pausing);
         let functions = rhai_ast::functions(ast);
         let names: Vec<String> = functions.iter().map(|f| f.name.to_string()).collect();
         let mut bodies = Vec::new();
@@ -78,7 +112,7 @@ impl ScoutScript {
                 if statements.uses_this() {
                     continue;
                 }
-                if let Some(rewritten) = rewrite_body(&statements, effectful) {
+                if let Some(rewritten) = rewrite_body(&statements, effectful, pausing) {
                     bodies.push(Arc::new(Body {
                         name: def.name,
                         params: def.params,
@@ -378,7 +412,7 @@ mod tests {
             let mut engine = plain_engine(Arc::clone(&log));
             let ast = engine.compile(script).unwrap();
             let (value, rewritten) = if scout {
-                let scout = ScoutScript::new(&ast, &HashSet::new());
+                let scout = ScoutScript::new(&ast, &HashSet::new(), &HashSet::new());
                 scout.register(&mut engine);
                 (engine.eval_ast::<Dynamic>(scout.ast()), scout.rewritten())
             } else {
@@ -421,7 +455,7 @@ mod tests {
             engine.set_max_operations(20_000);
             let ast = engine.compile(script).unwrap();
             if scout {
-                let scout = ScoutScript::new(&ast, &HashSet::new());
+                let scout = ScoutScript::new(&ast, &HashSet::new(), &HashSet::new());
                 assert_eq!(scout.rewritten(), 1);
                 scout.register(&mut engine);
                 engine.eval_ast::<Dynamic>(scout.ast())
@@ -442,7 +476,7 @@ mod tests {
     fn what_cannot_be_rewritten_runs_as_it_is() {
         let rewritten = |script: &str| {
             let ast = Engine::new().compile(script).unwrap();
-            let scout = ScoutScript::new(&ast, &HashSet::new());
+            let scout = ScoutScript::new(&ast, &HashSet::new(), &HashSet::new());
             (scout.rewritten(), scout.ast().iter_functions().count())
         };
         assert_eq!(

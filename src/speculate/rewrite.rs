@@ -130,25 +130,36 @@ fn templates() -> &'static Templates {
 /// in the AST stay valid.
 #[cfg(test)]
 pub(crate) fn rewrite(ast: &AST) -> AST {
-    rewrite_with(ast, &HashSet::new())
+    rewrite_with(ast, &HashSet::new(), &HashSet::new())
 }
 
-/// As [`rewrite`], knowing which functions are non-read tools: a branch that calls one is, like
-/// one that throws, returns or breaks, a branch where a pass would stop, and its guard is
-/// guessed not taken.
-pub(crate) fn rewrite_with(ast: &AST, effectful: &HashSet<String>) -> AST {
-    sites::rewrite_main(ast, templates(), effectful)
+/// As [`rewrite`], knowing which functions are non-read tools (`effectful`) and which may
+/// pause the run (`pausing`): a branch that calls a non-read tool is, like one that throws,
+/// returns or breaks, a branch where a pass would stop, and its guard is guessed not taken;
+/// but a branch that may pause is always the one guessed, so that a pass stops at the call and
+/// starts nothing past it before a person decides.
+pub(crate) fn rewrite_with(
+    ast: &AST,
+    effectful: &HashSet<String>,
+    pausing: &HashSet<String>,
+) -> AST {
+    sites::rewrite_main(ast, templates(), effectful, pausing)
 }
 
 /// Rewrites the statements of a function or closure body as the main body is rewritten (with
 /// the non-read tools `effectful`); `None` when no site in them needs a wrapper, so that the
 /// body can run as it is.
-pub(crate) fn rewrite_body(body: &Statements, effectful: &HashSet<String>) -> Option<Statements> {
-    sites::rewrite_body(body, templates(), effectful)
+pub(crate) fn rewrite_body(
+    body: &Statements,
+    effectful: &HashSet<String>,
+    pausing: &HashSet<String>,
+) -> Option<Statements> {
+    sites::rewrite_body(body, templates(), effectful, pausing)
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::collections::HashSet;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
@@ -631,8 +642,8 @@ pub(crate) mod tests {
         let ast = Engine::new_raw()
             .compile("fn save(x) { x } let x = 1; if x > 0 { let y = [save(x)]; }")
             .unwrap();
-        let effectful = std::collections::HashSet::from(["save".to_string()]);
-        let names = called_functions(&super::rewrite_with(&ast, &effectful));
+        let effectful = HashSet::from(["save".to_string()]);
+        let names = called_functions(&super::rewrite_with(&ast, &effectful, &HashSet::new()));
         assert!(names.iter().any(|n| n == UNLIKELY), "{names:?}");
     }
 
@@ -641,8 +652,8 @@ pub(crate) mod tests {
         let ast = Engine::new_raw()
             .compile(format!("fn save(x) {{ x }} {script}"))
             .unwrap();
-        let effectful = std::collections::HashSet::from(["save".to_string()]);
-        called_functions(&super::rewrite_with(&ast, &effectful))
+        let effectful = HashSet::from(["save".to_string()]);
+        called_functions(&super::rewrite_with(&ast, &effectful, &HashSet::new()))
             .iter()
             .filter(|n| *n == UNLIKELY || *n == UNLIKELY_LOOSE)
             .count()
@@ -673,6 +684,38 @@ pub(crate) mod tests {
             unlikely_with_a_write("let x = 1; if x > 2 { let y = x; if y > 3 { save(y); } }"),
             1
         );
+    }
+
+    /// A branch that may pause is the one guessed, whichever it is and whatever the other
+    /// does: so a pass stops at its call.
+    #[test]
+    fn a_branch_that_may_pause_is_the_one_guessed() {
+        let unlikely = |script: &str| {
+            let ast = Engine::new_raw()
+                .compile(format!("fn save(x) {{ x }} fn ask(x) {{ x }} {script}"))
+                .unwrap();
+            let effectful = HashSet::from(["save".to_string(), "ask".to_string()]);
+            let pausing = HashSet::from(["ask".to_string()]);
+            called_functions(&super::rewrite_with(&ast, &effectful, &pausing))
+                .iter()
+                .filter(|n| *n == UNLIKELY || *n == UNLIKELY_LOOSE)
+                .count()
+        };
+        // Always writes or leaves, but may pause: guessed taken.
+        assert_eq!(unlikely("let x = 1; if x > 0 { ask(x); }"), 0);
+        assert_eq!(unlikely("let x = 1; if x > 0 { ask(x); return 1; }"), 0);
+        // The `else` may pause: guessed not taken, though the `if` goes on.
+        assert_eq!(
+            unlikely("let x = 1; if x > 0 { x += 1; } else { ask(x); }"),
+            1
+        );
+        // Down an `else if` chain: away from the first branch, towards the one that asks.
+        assert_eq!(
+            unlikely("let x = 1; if x > 0 { x += 1; } else if x < -3 { ask(x); }"),
+            1
+        );
+        // A write that does not pause keeps the usual guess.
+        assert_eq!(unlikely("let x = 1; if x > 0 { save(x); }"), 1);
     }
 
     /// `&&` and `||` kept as values are settled: a decision inside them is marked, so that a

@@ -31,7 +31,10 @@ async fn both(make: &dyn Fn() -> Runtime, script: &str) -> (Value, Value, u64) {
 }
 
 /// Runs `script` once in each mode, each on a fresh runtime: (sequential, speculative).
-async fn both_outcomes(make: &dyn Fn() -> Runtime, script: &str) -> (RunOutcome, RunOutcome) {
+pub(crate) async fn both_outcomes(
+    make: &dyn Fn() -> Runtime,
+    script: &str,
+) -> (RunOutcome, RunOutcome) {
     let sequential = run_in(&make(), script, Mode::Sequential).await;
     let speculative = run_in(&make(), script, Mode::Speculative).await;
     assert_eq!(sequential.stats.speculative_launched, 0);
@@ -177,7 +180,7 @@ pub(crate) fn random_tools() -> Vec<Tool> {
 /// The random catalog's tools; with `cache`, `get`, `list` and the composite `pair` keep their
 /// results for a minute, and `put` and `put_checked` invalidate `get`'s entries only (so that
 /// `list`'s go stale within their lifetime, as a cache's may).
-fn random_tools_with(cache: bool) -> Vec<Tool> {
+pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
     let cached = |builder: ToolBuilder| match cache {
         true => builder.cache_ttl(Duration::from_secs(60)),
         false => builder,

@@ -811,3 +811,139 @@ async fn the_scout_starts_nothing_past_a_read_a_rule_asks_about() {
         assert!(after.is_empty(), "{script}: read past the pause: {after:?}");
     }
 }
+
+/// A slow read `customer` (a VIP, not `ok`), a read `peek` whose calls are kept, a write
+/// `refund` a person approves, a write `wire` and a read `audit` a rule asks about.
+fn pausing_tools(dir: &std::path::Path, seen: &Arc<std::sync::Mutex<Vec<String>>>) -> Runtime {
+    let kept = |name: &'static str| {
+        let seen = Arc::clone(seen);
+        move |args: Value| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(format!("{name} {args}"));
+                Ok(json!({"id": args["id"], "done": true}))
+            }
+        }
+    };
+    let customer = Tool::builder("customer", Effect::Read).handler(|args: Value| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+        Ok(json!({"id": args["id"], "vip": true, "ok": false}))
+    });
+    let tools = vec![
+        customer,
+        Tool::builder("peek", Effect::Read).handler(kept("peek")),
+        Tool::builder("refund", Effect::Write)
+            .approval(toolscript::Approval::Always)
+            .handler(kept("refund")),
+        Tool::builder("wire", Effect::Write).handler(kept("wire")),
+        Tool::builder("audit", Effect::Read).handler(kept("audit")),
+    ];
+    let guard = Guard::builder(dir)
+        .rule(Rule::new(["wire", "audit"], Ruling::Ask, "a person looks first").unwrap())
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .tools(tools)
+        .guard(guard)
+        .build()
+        .unwrap();
+    let store = SqliteStore::open(&dir.join("store.sqlite3")).unwrap();
+    Runtime::builder(registry).store(Arc::new(store)).build()
+}
+
+/// No read crosses a pause on a guessed path: where a branch that may pause (an approval, a
+/// rule that asks, a script function that makes such a call) depends on a read still in
+/// flight, the scout guesses that branch, stops at its call, and starts nothing after it —
+/// whether the branch writes, leaves, is the `else`, or pauses inside a helper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scout_starts_nothing_past_a_branch_that_may_pause() {
+    for script in [
+        "let c = customer(#{id: 1});\nif c.vip { refund(#{id: 1}); }\npeek(#{id: 2}).id",
+        "let c = customer(#{id: 1});\nif c.vip { refund(#{id: 1}); return 0; }\npeek(#{id: 2}).id",
+        "let c = customer(#{id: 1});\nif c.ok { peek(#{id: 3}); } else { refund(#{id: 1}); }\npeek(#{id: 2}).id",
+        "fn pay(c) { refund(#{id: c.id}) }\nlet c = customer(#{id: 1});\nif c.vip { pay(c); return 0; }\npeek(#{id: 2}).id",
+        "fn settle(c) { if c.vip { refund(#{id: c.id}); return true; } false }\nlet c = customer(#{id: 1});\nsettle(c);\npeek(#{id: 2}).id",
+        "let c = customer(#{id: 1});\nif c.vip { wire(#{id: 1}); }\npeek(#{id: 2}).id",
+        "let c = customer(#{id: 1});\nif c.vip { audit(#{id: 1}); return 0; }\npeek(#{id: 2}).id",
+        "let out = [];\nfor id in [1, 2] {\nlet c = customer(#{id: id});\nif c.vip { refund(#{id: id}); continue; }\nout.push(peek(#{id: id}).id);\n}\nout.push(peek(#{id: 9}).id);\nout",
+    ] {
+        let dir = TempDir::new().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let runtime = pausing_tools(dir.path(), &seen);
+        let paused = runtime
+            .run_with(script, RunOptions::with_mode(Mode::Speculative))
+            .await;
+        assert_eq!(paused.status(), RunStatus::Paused, "{script}: {:?}", paused.result);
+        // The scout's passes have ended with the run; what they started has been counted.
+        let peeks: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.starts_with("peek"))
+            .cloned()
+            .collect();
+        assert!(peeks.is_empty(), "{script}: read past the pause: {peeks:?}");
+        assert!(
+            paused.receipts.iter().all(|r| r.tool != "peek"),
+            "{script}: {:?}",
+            paused.receipts
+        );
+    }
+}
+
+/// Applying a plan, any write may pause the run (a divergence from the plan): where the world
+/// changed so that a branch's write is no longer the plan's, the scout has started nothing
+/// past it when the run pauses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applying_a_plan_the_scout_starts_nothing_past_a_write_that_may_diverge() {
+    let dir = TempDir::new().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let vip = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&vip);
+    let customer = Tool::builder("customer", Effect::Read).handler(move |args: Value| {
+        let vip = flag.load(std::sync::atomic::Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+            Ok(json!({"id": args["id"], "vip": vip}))
+        }
+    });
+    let kept = |name: &'static str| {
+        let seen = Arc::clone(&seen);
+        move |args: Value| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(format!("{name} {args}"));
+                Ok(json!({"id": args["id"]}))
+            }
+        }
+    };
+    let tools = vec![
+        customer,
+        Tool::builder("peek", Effect::Read).handler(kept("peek")),
+        Tool::builder("wire", Effect::Write).handler(kept("wire")),
+    ];
+    let registry = Registry::builder().tools(tools).build().unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+    let runtime = Runtime::builder(registry).store(Arc::new(store)).build();
+    let script = "let c = customer(#{id: 1});\nif c.vip { wire(#{id: 1}); }\npeek(#{id: 2}).id";
+    let planned = runtime
+        .plan(script, RunOptions::with_mode(Mode::Speculative))
+        .await
+        .unwrap();
+    assert!(planned.plan.calls.is_empty(), "{:?}", planned.plan.calls);
+    seen.lock().unwrap().clear();
+    vip.store(true, std::sync::atomic::Ordering::SeqCst);
+    let applied = runtime
+        .apply(
+            &planned.plan.plan_id,
+            RunOptions::with_mode(Mode::Speculative),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.status(), RunStatus::Paused, "{:?}", applied.result);
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.is_empty(),
+        "read or written past the divergence: {seen:?}"
+    );
+}

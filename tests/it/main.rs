@@ -44,6 +44,7 @@ mod leases;
 mod limits;
 #[cfg(feature = "cli")]
 mod load;
+mod lossless;
 mod manifests;
 mod mcp_client;
 #[cfg(feature = "cli")]
