@@ -408,6 +408,12 @@ impl Scout {
                 outcome_to_rhai(&outcome, Position::NONE)
             }
             Resolution::Pending(inputs) => {
+                // Whether the guard asks about a read is known only with its arguments: one
+                // it may ask about may pause the run, and the pass goes no further.
+                let guard = self.ctx.registry.guard();
+                if guard.is_active() && guard.may_ask(&spec.name, &spec.guard) {
+                    return Err(stop(&mut state, End::Stopped));
+                }
                 let depth = 1 + inputs.iter().map(|c| c.depth()).max().unwrap_or(0);
                 if u64::from(depth) > self.depth_cap.load(Ordering::Relaxed) {
                     state.capped = true;

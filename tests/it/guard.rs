@@ -854,10 +854,13 @@ fn pausing_tools(dir: &std::path::Path, seen: &Arc<std::sync::Mutex<Vec<String>>
 /// No read crosses a pause on a guessed path: where a branch that may pause (an approval, a
 /// rule that asks, a script function that makes such a call) depends on a read still in
 /// flight, the scout guesses that branch, stops at its call, and starts nothing after it —
-/// whether the branch writes, leaves, is the `else`, or pauses inside a helper.
+/// whether the branch writes, leaves, is the `else`, or pauses inside a helper. Nor past a
+/// read a rule may ask about whose arguments wait for a read in flight (a deferred read).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_scout_starts_nothing_past_a_branch_that_may_pause() {
+async fn the_scout_starts_nothing_past_a_call_that_may_pause() {
     for script in [
+        "let c = customer(#{id: 1});\nlet a = audit(#{id: c.id});\npeek(#{id: 2}).id",
+        "let c = customer(#{id: 1});\nlet a = audit(#{id: `${c.id}`});\nlet b = peek(#{id: c.id});\npeek(#{id: 2}).id",
         "let c = customer(#{id: 1});\nif c.vip { refund(#{id: 1}); }\npeek(#{id: 2}).id",
         "let c = customer(#{id: 1});\nif c.vip { refund(#{id: 1}); return 0; }\npeek(#{id: 2}).id",
         "let c = customer(#{id: 1});\nif c.ok { peek(#{id: 3}); } else { refund(#{id: 1}); }\npeek(#{id: 2}).id",
