@@ -180,6 +180,9 @@ pub struct Script {
     /// The same script rewritten for the scout, whose branch conditions and the like (in the
     /// main body and in functions and closures) go through functions it controls.
     scout: Arc<speculate::ScoutScript>,
+    /// Whether it may call a read the scout could start: a script that calls none has no
+    /// scout (it would only repeat the script's work).
+    scouted: bool,
     /// The text it was compiled from: a durable run keeps it, and a resume runs it again.
     source: Arc<str>,
     /// Where the executor watches for reads of missing fields; `None` when nowhere.
@@ -645,9 +648,16 @@ impl Runtime {
         let declared = &self.declared_fields;
         let fields = crate::rhai_ast::fields::FieldPlan::new(&ast, &|name| declared.contains(name))
             .map(Arc::new);
+        let registry = &self.registry;
+        let scouted = crate::rhai_ast::names_one_of(&ast, |name| {
+            registry
+                .get(name)
+                .is_some_and(|t| t.spec.effect == crate::tool::Effect::Read && t.speculable)
+        });
         Ok(Script {
             ast: Arc::new(ast),
             scout,
+            scouted,
             source: Arc::from(source),
             fields,
         })
@@ -1187,7 +1197,7 @@ impl Run {
             ..runtime.speculation.clone()
         };
         let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
-        let scout = (options.mode == Mode::Speculative).then(|| {
+        let scout = (options.mode == Mode::Speculative && script.scouted).then(|| {
             // Applying a plan, any non-read call may pause the run (a divergence from the
             // plan): the scout's rewrite guesses towards every branch that makes one.
             let rewritten = match options.plan.as_deref().and_then(PlanBook::as_applying) {

@@ -145,6 +145,28 @@ fn node<'a>(node: &ASTNode<'a>) -> Option<Node<'a>> {
     }
 }
 
+/// Whether `ast` (its main body, functions or closures) calls a function `is_named` names, or
+/// holds a string that names one (`Fn("name")`, `call("name")`).
+pub(crate) fn names_one_of(ast: &AST, is_named: impl Fn(&str) -> bool) -> bool {
+    let mut found = false;
+    ast.walk(&mut |path: &[ASTNode]| {
+        found = match path.last() {
+            // `Fn("name")` is a function pointer from the parser on.
+            Some(ASTNode::Expr(Expr::DynamicConstant(value, _))) => value
+                .read_lock::<rhai::FnPtr>()
+                .is_some_and(|f| is_named(f.fn_name())),
+            Some(other) => match node(other) {
+                Some(Node::Call(call)) => is_named(call.name()),
+                Some(Node::Text(text, _)) => is_named(text),
+                _ => false,
+            },
+            None => false,
+        };
+        !found
+    });
+    found
+}
+
 /// The names of the functions `ast` calls (methods and operators included), in walking order.
 #[cfg(test)]
 pub(crate) fn called_functions(ast: &AST) -> Vec<String> {

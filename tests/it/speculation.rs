@@ -673,3 +673,44 @@ async fn reads_inside_all_are_started_early() {
         outcome.stats
     );
 }
+
+/// A script that calls no read the scout could start has no scout: a CPU-bound script with
+/// no tools would otherwise be run twice at once, and could miss the deadline speculatively
+/// where it meets it sequentially. A read named only in a string (`Fn("get")`) still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_that_calls_no_read_has_no_scout() {
+    let tools = || {
+        vec![
+            Tool::builder("get", Effect::Read).handler(|args: serde_json::Value| async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(args["id"].clone())
+            }),
+            Tool::builder("save", Effect::Write).handler(|args| async move { Ok(args) }),
+        ]
+    };
+    let runtime = Runtime::new(Registry::builder().tools(tools()).build().unwrap());
+    for (script, scouted) in [
+        ("let s = 0;\nfor i in 0..20000 { s += i % 7; }\ns", false),
+        (
+            "let s = 0;\nfor i in 0..100 { s += i; }\nsave(#{id: s})",
+            false,
+        ),
+        (
+            "let a = [];\nfor i in 0..8 { a.push(get(#{id: i})); }\na",
+            true,
+        ),
+        (
+            "let f = Fn(\"get\");\nlet a = [];\nfor i in 0..8 { a.push(f.call(#{id: i})); }\na",
+            true,
+        ),
+    ] {
+        let outcome = run_in(&runtime, script, Mode::Speculative).await;
+        assert!(outcome.result.is_ok(), "{script}: {:?}", outcome.result);
+        assert_eq!(
+            outcome.stats.scout_passes > 0,
+            scouted,
+            "{script}: {:?}",
+            outcome.stats
+        );
+    }
+}
