@@ -15,6 +15,8 @@ mod journal;
 mod lease;
 #[cfg(feature = "sqlite")]
 mod plans;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -32,6 +34,8 @@ pub use record::{
     Awaiting, Mode, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord,
     RunStatus, RunSummary,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{is_postgres_url, mask_url, PostgresStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, STORE_ENV};
 
@@ -393,7 +397,7 @@ impl PageIndex {
 
     /// The index as the SQLite store keeps it: the kind, a zero byte, then each range's start
     /// and end as little-endian `u64`s.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.kind.len() + 1 + self.ranges.len() * 16);
         out.extend_from_slice(self.kind.as_bytes());
@@ -406,7 +410,7 @@ impl PageIndex {
     }
 
     /// The index [`PageIndex::encode`] wrote; `None` for bytes it could not have written.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn decode(bytes: &[u8]) -> Option<PageIndex> {
         let zero = bytes.iter().position(|b| *b == 0)?;
         let kind = std::str::from_utf8(&bytes[..zero]).ok()?.to_string();

@@ -52,6 +52,7 @@ mod mcp_http;
 mod mcp_server;
 mod meaning;
 mod mistakes;
+mod pg;
 mod placed;
 mod plans;
 mod receipts;
@@ -64,6 +65,8 @@ mod secrets;
 #[cfg(feature = "cli")]
 mod serve_limits;
 mod speculation;
+#[cfg(feature = "cli")]
+mod store_suite;
 mod strings;
 #[cfg(feature = "cli")]
 mod tenants;
