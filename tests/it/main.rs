@@ -53,6 +53,8 @@ mod mcp_server;
 mod meaning;
 mod mistakes;
 mod pg;
+#[cfg(feature = "cli")]
+mod pg_runs;
 mod placed;
 mod plans;
 mod receipts;
