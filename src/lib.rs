@@ -125,13 +125,13 @@ pub use runtime::{
     prune, Decision, PlanOutcome, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script,
 };
 pub use script::{Awaiting, Problem, Severity};
+#[cfg(feature = "postgres")]
+pub use store::{is_postgres_url, mask_url, PostgresStore};
 pub use store::{
     lease_from, parse_lease_s, CatalogPrint, LeaseListing, PendingCall, PruneRule, Pruned, ReadAt,
     RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoredArtifact, StoredPlan,
     ToolPrint, DEFAULT_LEASE, LEASE_ENV,
 };
-#[cfg(feature = "postgres")]
-pub use store::{is_postgres_url, mask_url, PostgresStore};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, STORE_ENV};
 pub use tool::{

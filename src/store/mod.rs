@@ -30,12 +30,12 @@ pub(crate) use lease::keep as keep_lease;
 pub use lease::{
     lease_from, parse_lease_s, Claim, Fence, Lease, LeaseListing, Renewed, DEFAULT_LEASE, LEASE_ENV,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{is_postgres_url, mask_url, PostgresStore};
 pub use record::{
     Awaiting, Mode, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord,
     RunStatus, RunSummary,
 };
-#[cfg(feature = "postgres")]
-pub use postgres::{is_postgres_url, mask_url, PostgresStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, STORE_ENV};
 

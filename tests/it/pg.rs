@@ -45,7 +45,13 @@ pub fn database(name: &str) -> Option<String> {
     let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let db: String = format!("{name}_{n}")
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .take(60)
         .collect();
     cluster.psql(&format!("CREATE DATABASE {db}"));
@@ -55,7 +61,10 @@ pub fn database(name: &str) -> Option<String> {
 impl Cluster {
     /// The URL of database `db`, as the superuser (trusted: no password is checked).
     pub fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable", self.port)
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
+            self.port
+        )
     }
 
     /// Runs `sql` in database `postgres` with psql, panicking with its output when it fails.
@@ -66,7 +75,16 @@ impl Cluster {
     /// Runs `sql` in database `db`.
     pub fn psql_in(&self, db: &str, sql: &str) {
         let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "postgres"])
+            .args([
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+            ])
             .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
             .output()
             .expect("psql runs");
@@ -106,9 +124,8 @@ fn bin_dir() -> Option<PathBuf> {
     if let Some((_, bin)) = found.pop() {
         return Some(bin);
     }
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path).find(|dir| dir.join("initdb").exists())
-    })
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").exists()))
 }
 
 /// Whether this process runs as root (initdb refuses root: the cluster is then run as the
@@ -124,7 +141,9 @@ fn is_root() -> bool {
 fn pg_command(bin: &Path, program: &str) -> Command {
     if is_root() {
         let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(bin.join(program));
+        command
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join(program));
         command
     } else {
         Command::new(bin.join(program))
@@ -155,7 +174,10 @@ fn sweep(bin: &Path) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        let Some(pid) = name.strip_prefix(PREFIX).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = name
+            .strip_prefix(PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         if Path::new(&format!("/proc/{pid}")).exists() {
@@ -164,7 +186,9 @@ fn sweep(bin: &Path) {
         let data = entry.path().join("data");
         if data.join("postmaster.pid").exists() {
             let mut stop = pg_command(bin, "pg_ctl");
-            stop.args(["-D"]).arg(&data).args(["stop", "-m", "immediate", "-w"]);
+            stop.args(["-D"])
+                .arg(&data)
+                .args(["stop", "-m", "immediate", "-w"]);
             let _ = run(stop, "pg_ctl stop");
         }
         let _ = std::fs::remove_dir_all(entry.path());
@@ -190,10 +214,16 @@ fn start() -> Result<Cluster, String> {
     }
     let data = root.join("data");
     let mut initdb = pg_command(&bin, "initdb");
-    initdb
-        .arg("-D")
-        .arg(&data)
-        .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"]);
+    initdb.arg("-D").arg(&data).args([
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+        "--no-sync",
+        "-E",
+        "UTF8",
+        "--locale=C",
+    ]);
     run(initdb, "initdb")?;
     // A free port: taken, then let go for the server (another process could take it between;
     // the start then fails, saying so).

@@ -36,11 +36,17 @@ fn ran(out: std::process::Output) -> Ran {
 /// `by_env`.
 fn toolscript(args: &[&str], url: &str, by_env: bool) -> Ran {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolscript"));
-    command.args(args).env_remove("RUST_LOG").stdin(Stdio::null());
+    command
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
     if by_env {
         command.env("TOOLSCRIPT_STORE", url);
     } else {
-        command.arg("--store").arg(url).env_remove("TOOLSCRIPT_STORE");
+        command
+            .arg("--store")
+            .arg(url)
+            .env_remove("TOOLSCRIPT_STORE");
     }
     ran(command.output().expect("toolscript runs"))
 }
@@ -64,7 +70,9 @@ fn with_password(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_paused_for_approval_resumes_through_the_runtime() {
-    let Some(url) = pg::database("runtime_approval") else { return };
+    let Some(url) = pg::database("runtime_approval") else {
+        return;
+    };
     let made = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&made);
     let refund = Tool::builder("refund", Effect::Write)
@@ -78,7 +86,10 @@ async fn a_run_paused_for_approval_resumes_through_the_runtime() {
         });
     let lookup = Tool::builder("lookup", Effect::Read)
         .handler(|args| async move { Ok(json!({"twice": args["n"].as_i64().unwrap_or(0) * 2})) });
-    let registry = Registry::builder().tools(vec![lookup, refund]).build().unwrap();
+    let registry = Registry::builder()
+        .tools(vec![lookup, refund])
+        .build()
+        .unwrap();
     let store = PostgresStore::connect(&url).await.unwrap();
     let runtime = Runtime::builder(registry).store(Arc::new(store)).build();
     let script = "let a = lookup(#{n: 1}); let r = refund(#{n: a.twice}); [a.twice, r.done.n]";
@@ -86,7 +97,11 @@ async fn a_run_paused_for_approval_resumes_through_the_runtime() {
     assert_eq!(paused.status(), RunStatus::Paused);
     assert_eq!(made.load(Ordering::SeqCst), 0);
     let done = runtime
-        .resume(&paused.run_id, Some(Decision::Approve), RunOptions::default())
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
@@ -103,7 +118,9 @@ async fn a_run_paused_for_approval_resumes_through_the_runtime() {
 
 #[test]
 fn the_command_line_pauses_and_resumes_on_postgres_and_never_prints_the_password() {
-    let Some(url) = pg::database("cli_approval") else { return };
+    let Some(url) = pg::database("cli_approval") else {
+        return;
+    };
     let url = with_password(&url);
     let dir = TempDir::new().unwrap();
     let manifest = write(
@@ -111,7 +128,11 @@ fn the_command_line_pauses_and_resumes_on_postgres_and_never_prints_the_password
         "m.toml",
         "[[tool]]\nname = \"charge\"\neffect = \"write\"\napproval = \"always\"\nscript = '#{ charged: args.amount }'\n",
     );
-    let script = write(&dir, "s.rhai", "let c = charge(#{amount: 5}); c.charged + 1");
+    let script = write(
+        &dir,
+        "s.rhai",
+        "let c = charge(#{amount: 5}); c.charged + 1",
+    );
     let (m, s) = (manifest.to_str().unwrap(), script.to_str().unwrap());
     let paused = toolscript(&["run", s, "--tools", m, "--json"], &url, false);
     assert_eq!(paused.code, Some(3), "{}", paused.stderr);
@@ -122,7 +143,11 @@ fn the_command_line_pauses_and_resumes_on_postgres_and_never_prints_the_password
     let runs = json_of(&listed);
     assert_eq!(runs[0]["run_id"], json!(run_id));
     assert_eq!(runs[0]["status"], "paused");
-    let resumed = toolscript(&["resume", &run_id, "--approve", "--tools", m, "--json"], &url, false);
+    let resumed = toolscript(
+        &["resume", &run_id, "--approve", "--tools", m, "--json"],
+        &url,
+        false,
+    );
     assert_eq!(resumed.code, Some(0), "{}", resumed.stderr);
     assert_eq!(json_of(&resumed)["value"], json!(6));
     let table = toolscript(&["runs"], &url, false);
@@ -130,13 +155,21 @@ fn the_command_line_pauses_and_resumes_on_postgres_and_never_prints_the_password
         assert!(!out.stdout.contains("hunter2") && !out.stderr.contains("hunter2"));
     }
     // A server that is not there: a clear error, soon, the password masked.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let gone = format!("postgres://me:hunter2@127.0.0.1:{port}/db?connect_timeout=2");
     let started = Instant::now();
     let failed = toolscript(&["runs"], &gone, false);
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_ne!(failed.code, Some(0));
-    assert!(failed.stderr.contains("me:***@127.0.0.1"), "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("me:***@127.0.0.1"),
+        "{}",
+        failed.stderr
+    );
     assert!(!failed.stderr.contains("hunter2"), "{}", failed.stderr);
     assert!(failed.stderr.contains("check"), "{}", failed.stderr);
 }
@@ -162,14 +195,19 @@ fn only_run(url: &str) -> String {
         if let Some(id) = runs[0]["run_id"].as_str() {
             return id.to_string();
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "no run appeared");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no run appeared"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 #[test]
 fn a_crashed_run_is_refused_while_its_lease_lives_then_taken_over_and_settled() {
-    let Some(url) = pg::database("crash") else { return };
+    let Some(url) = pg::database("crash") else {
+        return;
+    };
     let dir = TempDir::new().unwrap();
     // The write's body has run when its simulated latency starts: a kill then leaves its
     // intent journaled and its outcome lost.
@@ -196,7 +234,15 @@ fn a_crashed_run_is_refused_while_its_lease_lives_then_taken_over_and_settled() 
     let out = json_of(&resumed);
     assert_eq!(out["pending"]["awaiting"], "resolve");
     let done = toolscript(
-        &["resume", &run_id, "--resolve", "done", "--tools", m, "--json"],
+        &[
+            "resume",
+            &run_id,
+            "--resolve",
+            "done",
+            "--tools",
+            m,
+            "--json",
+        ],
         &url,
         false,
     );

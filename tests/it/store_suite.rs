@@ -104,7 +104,12 @@ fn intent(seq: u64) -> JournaledWrite {
     JournaledWrite::new(seq, "put", "{}", WriteState::new(false, false, true), None)
 }
 
-async fn append(store: &dyn Store, id: &str, write: JournaledWrite, fence: &Fence) -> Result<(), String> {
+async fn append(
+    store: &dyn Store,
+    id: &str,
+    write: JournaledWrite,
+    fence: &Fence,
+) -> Result<(), String> {
     let mut rows = JournalRows::new(vec![write], Vec::new());
     rows.fence = Some(fence.clone());
     store.append(id, rows).await.map_err(|e| e.report())
@@ -132,15 +137,26 @@ async fn a_run_is_created_taken_renewed_fenced_and_finished(backend: &Backend) {
     let taken = store.take_run("r", b.clone(), None).await.unwrap().unwrap();
     let second = lease(&taken);
     assert_eq!((second.owner.as_str(), second.token), ("owner-b", 2));
-    let refused = append(&*store, "r", intent(1), &first.fence()).await.unwrap_err();
-    assert!(refused.contains("taken over by owner-b on host-b"), "{refused}");
+    let refused = append(&*store, "r", intent(1), &first.fence())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("taken over by owner-b on host-b"),
+        "{refused}"
+    );
     match store.renew_lease("r", &first.fence()).await.unwrap() {
         Renewed::TakenOver(now) => assert_eq!(now.token, 2),
         other => panic!("{other:?}"),
     }
     let end = StoredEnd::new(RunStatus::Completed, None, json!({"ok": 1}));
-    assert!(store.finish_run("r", end.clone().fenced(Some(first.fence()))).await.is_err());
-    store.finish_run("r", end.fenced(Some(second.fence()))).await.unwrap();
+    assert!(store
+        .finish_run("r", end.clone().fenced(Some(first.fence())))
+        .await
+        .is_err());
+    store
+        .finish_run("r", end.fenced(Some(second.fence())))
+        .await
+        .unwrap();
     let done = store.run("r").await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(done.outcome, Some(json!({"ok": 1})));
@@ -171,14 +187,20 @@ async fn the_journal_appends_and_loads_and_never_replaces_an_outcome(backend: &B
     store.append("r", rows).await.unwrap();
     // A read already stored is kept as it was.
     let other = ReadRow::new(0, "get", "{\"k\":1}", 0, Arc::new(Ok(json!("changed"))));
-    store.append("r", JournalRows::new(Vec::new(), vec![other])).await.unwrap();
+    store
+        .append("r", JournalRows::new(Vec::new(), vec![other]))
+        .await
+        .unwrap();
     let mut done = intent(1);
     done.outcome = Some(Ok(json!({"id": 7})));
     append(&*store, "r", done.clone(), &fence).await.unwrap();
     let journal = store.load_journal("r").await.unwrap();
     assert_eq!(journal.writes.len(), 2);
     assert_eq!(format!("{:?}", journal.writes[0]), format!("{done:?}"));
-    assert_eq!(format!("{:?}", journal.writes[1]), format!("{:?}", intent(2)));
+    assert_eq!(
+        format!("{:?}", journal.writes[1]),
+        format!("{:?}", intent(2))
+    );
     assert_eq!(journal.reads.len(), 1);
     assert_eq!(*journal.reads[0].outcome, Ok(json!([1, 2])));
     // An outcome is never replaced: the whole append fails, and nothing of it is kept.
@@ -200,7 +222,8 @@ async fn artifacts_and_their_pages(backend: &Backend) {
     let content = b"[1,2][3,4,5]".to_vec();
     let index = PageIndex::new("items", vec![1..4, 6..11]);
     let id = "0123456789abcdef0123456789abcdef";
-    let artifact = StoredArtifact::new(content.clone(), 100, "items", "r").with_index(index.clone());
+    let artifact =
+        StoredArtifact::new(content.clone(), 100, "items", "r").with_index(index.clone());
     store.put_artifact(id, artifact.clone()).await.unwrap();
     // Content-addressed: the first one kept stays.
     let other = StoredArtifact::new(b"other".to_vec(), 5, "text", "r");
@@ -209,21 +232,42 @@ async fn artifacts_and_their_pages(backend: &Backend) {
     let page = store.artifact_page(id, 1).await.unwrap().unwrap();
     assert_eq!(page.content, b"3,4,5");
     assert_eq!(page.index, Some(index));
-    assert!(store.artifact_page(id, 2).await.unwrap().unwrap().content.is_empty());
-    assert!(store.artifact("ffffffffffffffffffffffffffffffff").await.unwrap().is_none());
+    assert!(store
+        .artifact_page(id, 2)
+        .await
+        .unwrap()
+        .unwrap()
+        .content
+        .is_empty());
+    assert!(store
+        .artifact("ffffffffffffffffffffffffffffffff")
+        .await
+        .unwrap()
+        .is_none());
     // An artifact without an index: its page is the whole content.
     let plain = "fedcba9876543210fedcba9876543210";
     store
-        .put_artifact(plain, StoredArtifact::new(b"whole".to_vec(), 5, "text", "r"))
+        .put_artifact(
+            plain,
+            StoredArtifact::new(b"whole".to_vec(), 5, "text", "r"),
+        )
         .await
         .unwrap();
-    assert_eq!(store.artifact_page(plain, 3).await.unwrap().unwrap().content, b"whole");
+    assert_eq!(
+        store
+            .artifact_page(plain, 3)
+            .await
+            .unwrap()
+            .unwrap()
+            .content,
+        b"whole"
+    );
     // An index naming bytes the content does not hold is an error, never a panic.
     let bad = "00000000000000000000000000000000";
     let broken = StoredArtifact::new(b"ab".to_vec(), 5, "items", "r")
-        .with_index(PageIndex::new("items", vec![0..99]));
+        .with_index(PageIndex::new("items", vec![0..1, 0..99]));
     store.put_artifact(bad, broken).await.unwrap();
-    let e = store.artifact_page(bad, 0).await.unwrap_err().report();
+    let e = store.artifact_page(bad, 1).await.unwrap_err().report();
     assert!(e.contains("holds 2"), "{e}");
     // A large input is kept as an artifact and read back whole.
     let big = "x".repeat(70 * 1024);
@@ -247,19 +291,34 @@ async fn cached_reads_are_put_got_and_dropped(backend: &Backend) {
         ])
         .await
         .unwrap();
-    assert_eq!(store.cache_get("k1", 150).await.unwrap().unwrap().value, json!(1));
+    assert_eq!(
+        store.cache_get("k1", 150).await.unwrap().unwrap().value,
+        json!(1)
+    );
     // Made before the run started, and not expired then.
     assert!(store.cache_get("k1", 100).await.unwrap().is_none());
     assert!(store.cache_get("k1", 200).await.unwrap().is_none());
-    store.cache_put(vec![entry("k1", "get", "s1", json!("new"))]).await.unwrap();
-    assert_eq!(store.cache_get("k1", 150).await.unwrap().unwrap().value, json!("new"));
+    store
+        .cache_put(vec![entry("k1", "get", "s1", json!("new"))])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.cache_get("k1", 150).await.unwrap().unwrap().value,
+        json!("new")
+    );
     let dropped = store
         .cache_drop(vec![CacheDrop::new("get".into(), Some("s1".into()))])
         .await
         .unwrap();
     assert_eq!(dropped, 1);
     assert!(store.cache_get("k2", 150).await.unwrap().is_some());
-    assert_eq!(store.cache_drop(vec![CacheDrop::new("get".into(), None)]).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .cache_drop(vec![CacheDrop::new("get".into(), None)])
+            .await
+            .unwrap(),
+        1
+    );
     assert!(store.cache_get("k3", 150).await.unwrap().is_some());
 }
 
@@ -270,12 +329,24 @@ async fn a_plan_is_claimed_once_and_released(backend: &Backend) {
     store.put_plan(plan.clone()).await.unwrap();
     assert_eq!(store.plan("p1").await.unwrap().unwrap(), plan);
     assert_eq!(store.claim_plan("p1", "r1").await.unwrap(), None);
-    assert_eq!(store.claim_plan("p1", "r2").await.unwrap(), Some("r1".into()));
-    assert_eq!(store.claim_plan("gone", "r2").await.unwrap(), Some(String::new()));
-    assert_eq!(store.plan_of_run("r1").await.unwrap().unwrap().plan_id, "p1");
+    assert_eq!(
+        store.claim_plan("p1", "r2").await.unwrap(),
+        Some("r1".into())
+    );
+    assert_eq!(
+        store.claim_plan("gone", "r2").await.unwrap(),
+        Some(String::new())
+    );
+    assert_eq!(
+        store.plan_of_run("r1").await.unwrap().unwrap().plan_id,
+        "p1"
+    );
     // Only the run that claimed it gives it back.
     store.release_plan("p1", "r2").await.unwrap();
-    assert_eq!(store.plan("p1").await.unwrap().unwrap().applied_run, Some("r1".into()));
+    assert_eq!(
+        store.plan("p1").await.unwrap().unwrap().applied_run,
+        Some("r1".into())
+    );
     store.release_plan("p1", "r1").await.unwrap();
     assert_eq!(store.claim_plan("p1", "r3").await.unwrap(), None);
     // A plan a run applied is not replaced.
@@ -299,12 +370,24 @@ async fn tenants_see_their_runs_and_artifacts_only(backend: &Backend) {
     assert!(store.artifact_of_tenant(id, "ta").await.unwrap());
     assert!(!store.artifact_of_tenant(id, "tb").await.unwrap());
     // A run of tb naming ta's artifact does not make it tb's.
-    let mut record = RunRecord::new("b2", "s.rhai", format!("ts_artifact(\"{id}\")"), "c", Mode::Sequential);
+    let mut record = RunRecord::new(
+        "b2",
+        "s.rhai",
+        format!("ts_artifact(\"{id}\")"),
+        "c",
+        Mode::Sequential,
+    );
     record.tenant = Some("tb".into());
     store.create_run(record).await.unwrap();
     assert!(!store.artifact_of_tenant(id, "tb").await.unwrap());
     // A later run of ta naming it refers to it.
-    let mut record = RunRecord::new("a3", "s.rhai", format!("ts_artifact(\"{id}\")"), "c", Mode::Sequential);
+    let mut record = RunRecord::new(
+        "a3",
+        "s.rhai",
+        format!("ts_artifact(\"{id}\")"),
+        "c",
+        Mode::Sequential,
+    );
     record.tenant = Some("ta".into());
     store.create_run(record).await.unwrap();
     let page = store
@@ -340,13 +423,21 @@ async fn runs_are_listed_by_pages_and_pruned_but_never_a_live_one(backend: &Back
         }
     }
     assert_eq!(seen, ["r2", "r1", "r4", "r0", "r3"]);
-    let bad = store.list_runs(RunQuery::first(2).after(Some("nope".into()))).await;
+    let bad = store
+        .list_runs(RunQuery::first(2).after(Some("nope".into())))
+        .await;
     assert!(bad.is_err());
     // r0 completed, r1 failed, r2 to r4 running without a lease (expired), `live` running
     // under a live lease.
     let done = |s| StoredEnd::new(s, None, json!(null));
-    store.finish_run("r0", done(RunStatus::Completed)).await.unwrap();
-    store.finish_run("r1", done(RunStatus::Failed)).await.unwrap();
+    store
+        .finish_run("r0", done(RunStatus::Completed))
+        .await
+        .unwrap();
+    store
+        .finish_run("r1", done(RunStatus::Failed))
+        .await
+        .unwrap();
     let live = claim("live");
     create(&*store, "live", &live).await;
     let paused = store
@@ -364,10 +455,17 @@ async fn runs_are_listed_by_pages_and_pruned_but_never_a_live_one(backend: &Back
     rule.dry_run = true;
     let dry = store.prune(rule.clone()).await.unwrap();
     assert_eq!((dry.runs, dry.kept_alive), (5, 1), "{dry:?}");
-    assert!(store.run("r0").await.unwrap().is_some(), "a dry run removes nothing");
+    assert!(
+        store.run("r0").await.unwrap().is_some(),
+        "a dry run removes nothing"
+    );
     rule.dry_run = false;
     let pruned = store.prune(rule).await.unwrap();
-    assert_eq!((pruned.runs, pruned.artifacts, pruned.kept_alive), (5, 1, 1), "{pruned:?}");
+    assert_eq!(
+        (pruned.runs, pruned.artifacts, pruned.kept_alive),
+        (5, 1, 1),
+        "{pruned:?}"
+    );
     assert!(store.run("r0").await.unwrap().is_none());
     assert!(store.artifact(id).await.unwrap().is_none());
     assert!(store.run("live").await.unwrap().is_some());
@@ -404,7 +502,10 @@ async fn of_two_handles_taking_one_run_exactly_one_wins(backend: &Backend) {
         let won = [&x, &y].iter().filter(|r| r.is_ok()).count();
         assert_eq!(won, 1, "round {round}: {x:?} / {y:?}");
         let loser = if x.is_ok() { &y } else { &x };
-        assert!(matches!(loser, Err(TakeRefused::Busy(l)) if l.token == 2), "{loser:?}");
+        assert!(
+            matches!(loser, Err(TakeRefused::Busy(l)) if l.token == 2),
+            "{loser:?}"
+        );
     }
 }
 
@@ -412,7 +513,11 @@ async fn a_decision_is_journaled_as_the_run_is_taken(backend: &Backend) {
     let store = backend.open(Duration::from_secs(30)).await;
     create(&*store, "r", &claim("a")).await;
     let pending = PendingCall::new(3, "put", Effect::Write, json!({"k": 1}), Awaiting::Approval);
-    let end = StoredEnd::new(RunStatus::Paused, Some(pending.clone()), json!({"paused": true}));
+    let end = StoredEnd::new(
+        RunStatus::Paused,
+        Some(pending.clone()),
+        json!({"paused": true}),
+    );
     store.finish_run("r", end).await.unwrap();
     // A paused run is not taken without a decision, nor with one for another call.
     assert!(matches!(
@@ -425,7 +530,11 @@ async fn a_decision_is_journaled_as_the_run_is_taken(backend: &Backend) {
         Err(TakeRefused::Stale(_))
     ));
     let taken = store
-        .take_run("r", claim("b"), Some(TakeDecision::on(&pending, Verdict::Approve)))
+        .take_run(
+            "r",
+            claim("b"),
+            Some(TakeDecision::on(&pending, Verdict::Approve)),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -433,7 +542,10 @@ async fn a_decision_is_journaled_as_the_run_is_taken(backend: &Backend) {
     let journal = store.load_journal("r").await.unwrap();
     assert_eq!(journal.writes.len(), 1);
     assert!(journal.writes[0].state.approved);
-    assert_eq!(store.run("r").await.unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(
+        store.run("r").await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
 }
 
 // What the PostgreSQL store alone does: its URL, its server, its schema's versions.
@@ -449,12 +561,18 @@ async fn postgres_an_unreachable_server_is_a_clear_error_soon() {
     let url = format!("postgres://me:hunter2@127.0.0.1:{port}/db?connect_timeout=2");
     let started = std::time::Instant::now();
     let e = PostgresStore::connect(&url).await.unwrap_err().report();
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(e.contains("check"), "{e}");
     assert!(!e.contains("hunter2"), "{e}");
     assert!(e.contains("me:***@127.0.0.1"), "{e}");
     // A URL that does not parse, and a bad sslmode, are refused before any connection.
-    let e = PostgresStore::new("postgres://h/d?sslmode=sometimes").unwrap_err().report();
+    let e = PostgresStore::new("postgres://h/d?sslmode=sometimes")
+        .unwrap_err()
+        .report();
     assert!(e.contains("sslmode=sometimes"), "{e}");
 }
 
@@ -462,22 +580,49 @@ async fn postgres_an_unreachable_server_is_a_clear_error_soon() {
 /// newer version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_foreign_or_newer_database_is_refused_untouched() {
-    let Some(url) = pg::database("foreign") else { return };
+    let Some(url) = pg::database("foreign") else {
+        return;
+    };
     let cluster = pg::cluster();
-    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap().to_string();
-    cluster.psql_in(&db, "CREATE TABLE customers (id int); CREATE TABLE orders (id int)");
+    let db = url
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap()
+        .to_string();
+    cluster.psql_in(
+        &db,
+        "CREATE TABLE customers (id int); CREATE TABLE orders (id int)",
+    );
     let e = PostgresStore::connect(&url).await.unwrap_err().report();
     assert!(e.contains("not a toolscript store"), "{e}");
     assert!(e.contains("`customers`, `orders`"), "{e}");
     // Untouched: a second try finds the same two tables, and nothing of a store.
     let e = PostgresStore::connect(&url).await.unwrap_err().report();
-    assert!(e.contains("`customers`, `orders` and no toolscript_meta"), "{e}");
+    assert!(
+        e.contains("`customers`, `orders` and no toolscript_meta"),
+        "{e}"
+    );
     // A newer store.
-    let Some(url) = pg::database("newer") else { return };
+    let Some(url) = pg::database("newer") else {
+        return;
+    };
     let store = PostgresStore::connect(&url).await.unwrap();
     drop(store);
-    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap().to_string();
-    cluster.psql_in(&db, "UPDATE toolscript_meta SET value = '99' WHERE key = 'schema_version'");
+    let db = url
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap()
+        .to_string();
+    cluster.psql_in(
+        &db,
+        "UPDATE toolscript_meta SET value = '99' WHERE key = 'schema_version'",
+    );
     let e = PostgresStore::connect(&url).await.unwrap_err().report();
     assert!(e.contains("schema version 99"), "{e}");
 }
@@ -485,7 +630,9 @@ async fn postgres_a_foreign_or_newer_database_is_refused_untouched() {
 /// Several handles opening a new database at once set its schema up once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_handles_opening_a_new_database_together_agree() {
-    let Some(url) = pg::database("together") else { return };
+    let Some(url) = pg::database("together") else {
+        return;
+    };
     let opened = futures::future::join_all((0..6).map(|_| PostgresStore::connect(&url))).await;
     for store in opened {
         store.unwrap();
@@ -496,9 +643,13 @@ async fn postgres_handles_opening_a_new_database_together_agree() {
 /// saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_sslmodes_against_a_server_without_tls() {
-    let Some(url) = pg::database("tls") else { return };
+    let Some(url) = pg::database("tls") else {
+        return;
+    };
     let base = url.split('?').next().unwrap().to_string();
-    PostgresStore::connect(&format!("{base}?sslmode=prefer")).await.unwrap();
+    PostgresStore::connect(&format!("{base}?sslmode=prefer"))
+        .await
+        .unwrap();
     let e = PostgresStore::connect(&format!("{base}?sslmode=require&password=pw"))
         .await
         .unwrap_err()
@@ -510,7 +661,9 @@ async fn postgres_sslmodes_against_a_server_without_tls() {
 /// The runs whose lease expired by the database's clock, for another instance to take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_lists_the_runs_whose_lease_expired() {
-    let Some(url) = pg::database("expired") else { return };
+    let Some(url) = pg::database("expired") else {
+        return;
+    };
     let store = PostgresStore::connect(&url)
         .await
         .unwrap()

@@ -123,7 +123,9 @@ pub(super) fn parse(url: &str) -> Result<Target, String> {
                     .ok()
                     .filter(|n| (1..=1000).contains(n))
                     .ok_or_else(|| {
-                        format!("pool_max_size={value} is not a number of connections from 1 to 1000")
+                        format!(
+                            "pool_max_size={value} is not a number of connections from 1 to 1000"
+                        )
                     })?
             }
             _ => kept.push(pair),
@@ -134,9 +136,11 @@ pub(super) fn parse(url: &str) -> Result<Target, String> {
     } else {
         format!("{head}?{}", kept.join("&"))
     };
-    let mut config: tokio_postgres::Config = rest
-        .parse()
-        .map_err(|e| format!("the URL does not parse ({e}): postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=..."))?;
+    let mut config: tokio_postgres::Config = rest.parse().map_err(|e| {
+        format!(
+            "the URL does not parse ({e}): postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=..."
+        )
+    })?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -169,7 +173,8 @@ pub(super) fn tls(target: &Target) -> Result<tokio_postgres_rustls::MakeRustlsCo
             let certs = CertificateDer::pem_file_iter(path)
                 .map_err(|e| format!("sslrootcert={path} cannot be read: {e}"))?;
             for cert in certs {
-                let cert = cert.map_err(|e| format!("sslrootcert={path} holds a bad certificate: {e}"))?;
+                let cert =
+                    cert.map_err(|e| format!("sslrootcert={path} holds a bad certificate: {e}"))?;
                 roots
                     .add(cert)
                     .map_err(|e| format!("sslrootcert={path} holds a bad certificate: {e}"))?;

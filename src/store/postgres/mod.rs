@@ -25,8 +25,8 @@ use tokio::sync::OnceCell;
 
 use super::journal::encode_outcome;
 use super::{
-    now_ms, CacheDrop, CacheEntry, CatalogPrint, Claim, Fence, JournalRows, JournaledWrite,
-    Lease, PageIndex, PruneRule, Pruned, Renewed, RunPage, RunQuery, RunRecord, RunStatus, Store,
+    now_ms, CacheDrop, CacheEntry, CatalogPrint, Claim, Fence, JournalRows, JournaledWrite, Lease,
+    PageIndex, PruneRule, Pruned, Renewed, RunPage, RunQuery, RunRecord, RunStatus, Store,
     StoreFuture, StoredArtifact, StoredEnd, StoredPlan, TakeDecision, TakeRefused, WriteState,
     DEFAULT_LEASE,
 };
@@ -231,7 +231,6 @@ impl PostgresStore {
 /// The database's clock, in milliseconds since the Unix epoch: what leases are measured by.
 const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-
 impl Store for PostgresStore {
     fn location(&self) -> String {
         self.location.clone()
@@ -283,7 +282,9 @@ impl Store for PostgresStore {
                 .as_ref()
                 .map(serde_json::to_string)
                 .transpose()
-                .map_err(|e| self.fail(self.say(format!("the run's catalog cannot be written: {e}"))))?;
+                .map_err(|e| {
+                    self.fail(self.say(format!("the run's catalog cannot be written: {e}")))
+                })?;
             let input = record.input.as_ref().map(Value::to_string);
             attempt!(self, |client| {
                 let tx = client.transaction().await?;
@@ -358,9 +359,7 @@ impl Store for PostgresStore {
     }
 
     fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned> {
-        Box::pin(async move {
-            attempt!(self, |client| { rows::prune(&mut client, &rule).await })
-        })
+        Box::pin(async move { attempt!(self, |client| { rows::prune(&mut client, &rule).await }) })
     }
 
     fn renew_lease<'a>(&'a self, run_id: &'a str, fence: &'a Fence) -> StoreFuture<'a, Renewed> {
@@ -386,8 +385,9 @@ impl Store for PostgresStore {
         catalog: CatalogPrint,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let catalog = serde_json::to_string(&catalog)
-                .map_err(|e| self.fail(self.say(format!("the run's catalog cannot be written: {e}"))))?;
+            let catalog = serde_json::to_string(&catalog).map_err(|e| {
+                self.fail(self.say(format!("the run's catalog cannot be written: {e}")))
+            })?;
             attempt!(self, |client| {
                 client
                     .execute(
@@ -412,7 +412,8 @@ impl Store for PostgresStore {
                 let tx = client.transaction().await?;
                 // The row is locked until the transaction ends: a second taker waits, then
                 // sees the first one's lease. Every refusal returns before the commit.
-                let Some((mut record, token)) = rows::run(&tx, run_id, true, &self.location).await?
+                let Some((mut record, token)) =
+                    rows::run(&tx, run_id, true, &self.location).await?
                 else {
                     return Ok(Err(TakeRefused::Unknown));
                 };
@@ -451,8 +452,8 @@ impl Store for PostgresStore {
                                     None,
                                 )
                             });
-                            let made =
-                                entry.state.intent && p.awaiting == crate::store::Awaiting::Approval;
+                            let made = entry.state.intent
+                                && p.awaiting == crate::store::Awaiting::Approval;
                             if entry.outcome.is_some() || made {
                                 return Ok(Err(TakeRefused::Settled(p.seq)));
                             }
@@ -491,7 +492,9 @@ impl Store for PostgresStore {
                 .as_ref()
                 .map(serde_json::to_string)
                 .transpose()
-                .map_err(|e| self.fail(self.say(format!("the run's pending call cannot be written: {e}"))))?;
+                .map_err(|e| {
+                    self.fail(self.say(format!("the run's pending call cannot be written: {e}")))
+                })?;
             let outcome = end.outcome.to_string();
             attempt!(self, |client| {
                 let tx = client.transaction().await?;
@@ -651,12 +654,10 @@ impl Store for PostgresStore {
                 let mut artifact = rows::artifact_row(&row, id, &self.location)?;
                 let len = row.get::<_, i64>(4).max(0) as u64;
                 artifact.content = match artifact.index.as_ref().map(|i| i.ranges.get(page)) {
-                    None => {
-                        client
-                            .query_one("SELECT content FROM artifacts WHERE id = $1", &[&id])
-                            .await?
-                            .get(0)
-                    }
+                    None => client
+                        .query_one("SELECT content FROM artifacts WHERE id = $1", &[&id])
+                        .await?
+                        .get(0),
                     Some(None) => Vec::new(),
                     Some(Some(range)) => {
                         if range.start > len || range.end > len {
@@ -666,7 +667,10 @@ impl Store for PostgresStore {
                             )));
                         }
                         // `substring` counts from 1; the page alone crosses the network.
-                        let (from, count) = (range.start as i64 + 1, range.end.saturating_sub(range.start) as i64);
+                        let (from, count) = (
+                            range.start as i64 + 1,
+                            range.end.saturating_sub(range.start) as i64,
+                        );
                         client
                             .query_one(
                                 "SELECT substring(content FROM $2::bigint::int FOR $3::bigint::int) FROM artifacts WHERE id = $1",
@@ -693,7 +697,8 @@ impl Store for PostgresStore {
                 let Some(row) = client.query_opt(&statement, &[&key, &at_us]).await? else {
                     return Ok(None);
                 };
-                let (tool, scope, value): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+                let (tool, scope, value): (String, String, String) =
+                    (row.get(0), row.get(1), row.get(2));
                 let value = serde_json::from_str(&value).map_err(|e| {
                     self.say(format!(
                         "the cached result of `{tool}` under {key} does not parse ({e}); prune the store's cache with `toolscript prune`"
@@ -796,13 +801,17 @@ impl Store for PostgresStore {
 
     fn plan<'a>(&'a self, plan_id: &'a str) -> StoreFuture<'a, Option<StoredPlan>> {
         Box::pin(async move {
-            attempt!(self, |client| { rows::plan(&client, "plan_id", plan_id).await })
+            attempt!(self, |client| {
+                rows::plan(&client, "plan_id", plan_id).await
+            })
         })
     }
 
     fn plan_of_run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<StoredPlan>> {
         Box::pin(async move {
-            attempt!(self, |client| { rows::plan(&client, "applied_run", run_id).await })
+            attempt!(self, |client| {
+                rows::plan(&client, "applied_run", run_id).await
+            })
         })
     }
 
@@ -823,10 +832,13 @@ impl Store for PostgresStore {
                 let other = if taken == 1 {
                     None
                 } else {
-                    tx.query_opt("SELECT applied_run FROM plans WHERE plan_id = $1", &[&plan_id])
-                        .await?
-                        .and_then(|row| row.get::<_, Option<String>>(0))
-                        .or_else(|| Some(String::new()))
+                    tx.query_opt(
+                        "SELECT applied_run FROM plans WHERE plan_id = $1",
+                        &[&plan_id],
+                    )
+                    .await?
+                    .and_then(|row| row.get::<_, Option<String>>(0))
+                    .or_else(|| Some(String::new()))
                 };
                 tx.commit().await?;
                 Ok(other)

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use tokio_postgres::error::SqlState;
 use deadpool_postgres::{GenericClient, Transaction};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
 use super::super::journal::{decode_outcome, encode_outcome, ApprovedRead};
@@ -51,7 +51,11 @@ pub(super) async fn db_now(tx: &Transaction<'_>) -> Result<i64, tokio_postgres::
 }
 
 /// Records that `run_id` refers to the artifact `id`: it stays while the run is kept.
-pub(super) async fn refer(tx: &Transaction<'_>, run_id: &str, id: &str) -> Result<(), tokio_postgres::Error> {
+pub(super) async fn refer(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    id: &str,
+) -> Result<(), tokio_postgres::Error> {
     tx.execute(
         "INSERT INTO artifact_refs (run_id, artifact_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         &[&run_id, &id],
@@ -131,7 +135,9 @@ pub(super) async fn run(
             )));
         };
         input = Some(String::from_utf8(content).map_err(|_| {
-            say(format!("run {shown}: its input artifact {artifact} is not UTF-8 text"))
+            say(format!(
+                "run {shown}: its input artifact {artifact} is not UTF-8 text"
+            ))
         })?);
     }
     let token: i64 = row.get(15);
@@ -142,7 +148,11 @@ pub(super) async fn run(
         expires_ms: row.get::<_, Option<i64>>(16).unwrap_or(0),
         since_ms: row.get::<_, Option<i64>>(17).unwrap_or(0),
     });
-    fn name<T: serde::de::DeserializeOwned>(id: &str, field: &str, text: String) -> Result<T, String> {
+    fn name<T: serde::de::DeserializeOwned>(
+        id: &str,
+        field: &str,
+        text: String,
+    ) -> Result<T, String> {
         RunRecord::parse_field(id, field, &text, false)
     }
     fn json<T: serde::de::DeserializeOwned>(
@@ -239,7 +249,12 @@ pub(super) async fn held(
 }
 
 /// Refuses a fenced write to a run a newer owner took, or that the store no longer has.
-pub(super) fn refuse_unheld(held: &Held, location: &str, run_id: &str, fence: &Fence) -> Result<(), Oops> {
+pub(super) fn refuse_unheld(
+    held: &Held,
+    location: &str,
+    run_id: &str,
+    fence: &Fence,
+) -> Result<(), Oops> {
     match held {
         Held::Newer(now) => Err(Oops::Store(super::super::lease::fenced(
             location,
@@ -292,7 +307,10 @@ pub(super) async fn write_at(
     seq: u64,
 ) -> Result<Option<JournaledWrite>, Oops> {
     let row = tx
-        .query_opt(&format!("{SELECT_WRITE} AND seq = $2"), &[&run_id, &(seq as i64)])
+        .query_opt(
+            &format!("{SELECT_WRITE} AND seq = $2"),
+            &[&run_id, &(seq as i64)],
+        )
         .await?;
     row.map(|r| read_write(&r))
         .transpose()
@@ -382,11 +400,19 @@ pub(super) async fn decide_read(
         }
     }
     let approve = |rule: Option<String>| {
-        ApprovedRead::new(at.epoch, pending.tool.clone(), args.clone(), at.occurrence, rule)
+        ApprovedRead::new(
+            at.epoch,
+            pending.tool.clone(),
+            args.clone(),
+            at.occurrence,
+            rule,
+        )
     };
     match verdict {
         Verdict::Approve => approve_read(tx, run_id, &approve(None)).await?,
-        Verdict::ApproveRule(rule) => approve_read(tx, run_id, &approve(Some(rule.clone()))).await?,
+        Verdict::ApproveRule(rule) => {
+            approve_read(tx, run_id, &approve(Some(rule.clone()))).await?
+        }
         Verdict::Reject(error) => {
             tx.execute(
                 "INSERT INTO reads (run_id, epoch, tool, args, n, outcome) \
@@ -516,7 +542,11 @@ pub(super) async fn list_runs(
     let mut clauses = Vec::new();
     let mut params: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = Vec::new();
     if !query.statuses.is_empty() {
-        let names: Vec<String> = query.statuses.iter().map(|s| s.as_str().to_string()).collect();
+        let names: Vec<String> = query
+            .statuses
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect();
         params.push(Box::new(names));
         clauses.push(format!("status = ANY(${})", params.len()));
     }
@@ -524,7 +554,9 @@ pub(super) async fn list_runs(
         params.push(Box::new(ms));
         params.push(Box::new(id.to_string()));
         let (a, b) = (params.len() - 1, params.len());
-        clauses.push(format!("(started_ms < ${a} OR (started_ms = ${a} AND run_id > ${b}))"));
+        clauses.push(format!(
+            "(started_ms < ${a} OR (started_ms = ${a} AND run_id > ${b}))"
+        ));
     }
     if let Some(tenant) = &query.tenant {
         params.push(Box::new(tenant.clone()));
@@ -588,7 +620,10 @@ pub(super) async fn list_runs(
 /// Removes the runs `rule` names and the artifacts no kept run refers to, in one transaction
 /// (rolled back for a dry run), except a running run whose lease is live by the database's
 /// clock; then `VACUUM`s when asked to.
-pub(super) async fn prune(client: &mut deadpool_postgres::Object, rule: &PruneRule) -> Result<Pruned, Oops> {
+pub(super) async fn prune(
+    client: &mut deadpool_postgres::Object,
+    rule: &PruneRule,
+) -> Result<Pruned, Oops> {
     let size = "SELECT pg_database_size(current_database())::bigint";
     let before: i64 = client.query_one(size, &[]).await?.get(0);
     let mut pruned = Pruned {
@@ -598,9 +633,12 @@ pub(super) async fn prune(client: &mut deadpool_postgres::Object, rule: &PruneRu
     let tx = client.transaction().await?;
     let now_us = now_us();
     pruned.cache_entries = if rule.dry_run {
-        tx.query_one("SELECT COUNT(*) FROM cache WHERE expires_us <= $1", &[&now_us])
-            .await?
-            .get::<_, i64>(0) as u64
+        tx.query_one(
+            "SELECT COUNT(*) FROM cache WHERE expires_us <= $1",
+            &[&now_us],
+        )
+        .await?
+        .get::<_, i64>(0) as u64
     } else {
         let n = tx
             .execute("DELETE FROM cache WHERE expires_us <= $1", &[&now_us])
@@ -614,7 +652,11 @@ pub(super) async fn prune(client: &mut deadpool_postgres::Object, rule: &PruneRu
         n
     };
     if !rule.statuses.is_empty() {
-        let names: Vec<String> = rule.statuses.iter().map(|s| s.as_str().to_string()).collect();
+        let names: Vec<String> = rule
+            .statuses
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect();
         let before_ms = rule.updated_before_ms.unwrap_or(i64::MAX);
         let candidates = tx
             .query(
@@ -633,8 +675,11 @@ pub(super) async fn prune(client: &mut deadpool_postgres::Object, rule: &PruneRu
                 continue;
             }
             for table in ["writes", "reads", "approved_reads", "artifact_refs", "runs"] {
-                tx.execute(&format!("DELETE FROM {table} WHERE run_id = $1"), &[&run_id])
-                    .await?;
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE run_id = $1"),
+                    &[&run_id],
+                )
+                .await?;
             }
             pruned.runs += 1;
         }

@@ -124,7 +124,9 @@ enum Kind {
 /// Checks the database `tx` is in and sets its schema up or upgrades it, all in `tx`, under
 /// the advisory lock (held until `tx` ends). `Err` says why the database is refused; it is
 /// then left as it was.
-pub(super) async fn migrate(tx: &Transaction<'_>) -> Result<Result<(), String>, tokio_postgres::Error> {
+pub(super) async fn migrate(
+    tx: &Transaction<'_>,
+) -> Result<Result<(), String>, tokio_postgres::Error> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await?;
     let version = match classify(tx).await? {
