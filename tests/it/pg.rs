@@ -20,6 +20,9 @@ static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 /// A running cluster.
 pub struct Cluster {
     pub port: u16,
+    /// The root certificate of the server's TLS certificate (made for `localhost` only), when
+    /// openssl could make one; the server then offers TLS.
+    pub ca: Option<PathBuf>,
     bin: PathBuf,
     /// The guard: its standard input closes when this process ends, and it stops the cluster.
     _guard: Mutex<Child>,
@@ -72,20 +75,36 @@ impl Cluster {
         self.psql_in("postgres", sql);
     }
 
-    /// Runs `sql` in database `db`.
-    pub fn psql_in(&self, db: &str, sql: &str) {
+    /// The name of the database `url` names.
+    pub fn db_of(url: &str) -> String {
+        let tail = url.rsplit('/').next().unwrap_or_default();
+        tail.split('?').next().unwrap_or_default().to_string()
+    }
+
+    /// Runs `sql` in database `db`; what it printed, unaligned, without headers.
+    pub fn psql_in(&self, db: &str, sql: &str) -> String {
         let out = Command::new(self.bin.join("psql"))
             .args([
                 "-X",
                 "-q",
+                "-A",
+                "-t",
                 "-v",
                 "ON_ERROR_STOP=1",
                 "-h",
                 "127.0.0.1",
+            ])
+            .args([
                 "-U",
                 "postgres",
+                "-p",
+                &self.port.to_string(),
+                "-d",
+                db,
+                "-c",
+                sql,
             ])
-            .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
+            .env("PGSSLMODE", "disable")
             .output()
             .expect("psql runs");
         assert!(
@@ -93,6 +112,7 @@ impl Cluster {
             "psql {sql}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 
@@ -225,6 +245,7 @@ fn start() -> Result<Cluster, String> {
         "--locale=C",
     ]);
     run(initdb, "initdb")?;
+    let tls = certificates(&root, &data);
     // A free port: taken, then let go for the server (another process could take it between;
     // the start then fails, saying so).
     let port = TcpListener::bind("127.0.0.1:0")
@@ -233,8 +254,13 @@ fn start() -> Result<Cluster, String> {
         .port();
     let options = format!(
         "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c synchronous_commit=off \
-         -c full_page_writes=off -c max_connections=200",
-        root.display()
+         -c full_page_writes=off -c max_connections=200{}",
+        root.display(),
+        if tls.is_some() {
+            " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key"
+        } else {
+            ""
+        }
     );
     let mut pg_ctl = pg_command(&bin, "pg_ctl");
     pg_ctl
@@ -269,7 +295,99 @@ fn start() -> Result<Cluster, String> {
     let _ = guard.stdin.as_mut().map(|s| s.flush());
     Ok(Cluster {
         port,
+        ca: tls,
         bin,
         _guard: Mutex::new(guard),
     })
+}
+
+/// Makes a root certificate and, signed by it, the server's certificate for `localhost` alone
+/// (not 127.0.0.1: so that `verify-full` to the address fails and `verify-ca` passes), its key
+/// in the cluster's `data` readable by the server only. The root's path, or `None` when
+/// openssl cannot make them (the server then offers no TLS).
+fn certificates(root: &Path, data: &Path) -> Option<PathBuf> {
+    let dir = root.join("tls");
+    std::fs::create_dir_all(&dir).ok()?;
+    let ext = dir.join("ext.cnf");
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .ok()?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [Vec<&str>; 3] = [
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=toolscript test root",
+            ],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    ];
+    for step in steps {
+        let mut command = Command::new("openssl");
+        command.args(step).current_dir(&dir);
+        if let Err(why) = run(command, "openssl") {
+            eprintln!("the test cluster offers no TLS: {why}");
+            return None;
+        }
+    }
+    for file in ["server.crt", "server.key"] {
+        std::fs::copy(dir.join(file), data.join(file)).ok()?;
+    }
+    let mut own = Command::new("chmod");
+    own.arg("600").arg(data.join("server.key"));
+    run(own, "chmod").ok()?;
+    if is_root() {
+        let mut own = Command::new("chown");
+        own.arg("postgres:")
+            .arg(data.join("server.crt"))
+            .arg(data.join("server.key"));
+        run(own, "chown").ok()?;
+    }
+    Some(dir.join("ca.crt"))
 }

@@ -569,6 +569,24 @@ async fn postgres_an_unreachable_server_is_a_clear_error_soon() {
     assert!(e.contains("check"), "{e}");
     assert!(!e.contains("hunter2"), "{e}");
     assert!(e.contains("me:***@127.0.0.1"), "{e}");
+    // A server that takes the connection and never answers: no hang either.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let holder = std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(2).collect();
+        std::thread::sleep(Duration::from_secs(8));
+        drop(held);
+    });
+    let url = format!("postgres://me@127.0.0.1:{port}/db?connect_timeout=1&sslmode=disable");
+    let started = std::time::Instant::now();
+    let e = PostgresStore::connect(&url).await.unwrap_err().report();
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(e.contains("in time") && e.contains("check"), "{e}");
+    drop(holder);
     // A URL that does not parse, and a bad sslmode, are refused before any connection.
     let e = PostgresStore::new("postgres://h/d?sslmode=sometimes")
         .unwrap_err()
@@ -639,23 +657,82 @@ async fn postgres_handles_opening_a_new_database_together_agree() {
     }
 }
 
-/// TLS modes: `disable` and `prefer` reach a server without TLS; `require` refuses it,
-/// saying so.
+/// TLS modes against the cluster, which offers TLS with a certificate for `localhost` only:
+/// each mode connects (encrypted or not) or is refused as libpq's would be, and a refusal
+/// says what to check, its password masked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_sslmodes_against_a_server_without_tls() {
+async fn postgres_each_sslmode_connects_or_refuses_as_libpq_does() {
     let Some(url) = pg::database("tls") else {
         return;
     };
-    let base = url.split('?').next().unwrap().to_string();
-    PostgresStore::connect(&format!("{base}?sslmode=prefer"))
-        .await
-        .unwrap();
-    let e = PostgresStore::connect(&format!("{base}?sslmode=require&password=pw"))
-        .await
-        .unwrap_err()
-        .report();
-    assert!(e.contains("sslmode"), "{e}");
-    assert!(e.contains("password=***") && !e.contains("=pw"), "{e}");
+    let cluster = pg::cluster();
+    let Some(ca) = cluster.ca.clone() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the test cluster offers no TLS (openssl could not make its certificates)");
+        }
+        eprintln!("SKIPPED (the test cluster offers no TLS)");
+        return;
+    };
+    let db = pg::Cluster::db_of(&url);
+    let (port, ca) = (cluster.port, ca.display().to_string());
+    let at =
+        |host: &str, params: &str| format!("postgres://postgres:pw@{host}:{port}/{db}?{params}");
+    // Connections of the database encrypted, and all of them, as the server sees them.
+    let count = || {
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE s.ssl) || '/' || count(*) FROM pg_stat_ssl s \
+             JOIN pg_stat_activity a USING (pid) WHERE a.datname = '{db}'"
+        );
+        cluster.psql_in("postgres", &sql)
+    };
+    let cases = [
+        (at("127.0.0.1", "sslmode=disable"), Some("0/1")),
+        (at("127.0.0.1", "sslmode=prefer"), Some("1/1")),
+        (at("127.0.0.1", "sslmode=require"), Some("1/1")),
+        (
+            at(
+                "localhost",
+                &format!("sslmode=verify-full&sslrootcert={ca}"),
+            ),
+            Some("1/1"),
+        ),
+        (
+            at("127.0.0.1", &format!("sslmode=verify-ca&sslrootcert={ca}")),
+            Some("1/1"),
+        ),
+        // The certificate does not name 127.0.0.1.
+        (
+            at(
+                "127.0.0.1",
+                &format!("sslmode=verify-full&sslrootcert={ca}"),
+            ),
+            None,
+        ),
+        // Nor is its root among webpki's.
+        (at("localhost", "sslmode=verify-full"), None),
+        (at("localhost", "sslmode=verify-ca"), None),
+    ];
+    for (url, encrypted) in cases {
+        let opened = PostgresStore::connect(&url).await;
+        match (opened, encrypted) {
+            (Ok(store), Some(want)) => {
+                assert_eq!(count(), want, "{url}");
+                drop(store);
+                // The pool's connections close with it.
+                let started = std::time::Instant::now();
+                while count() != "0/0" {
+                    assert!(started.elapsed() < Duration::from_secs(10), "{url}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            (Err(e), None) => {
+                let e = e.report();
+                assert!(e.contains("sslmode"), "{url}: {e}");
+                assert!(e.contains("postgres:***@") && !e.contains("pw@"), "{e}");
+            }
+            (opened, _) => panic!("{url}: {opened:?}"),
+        }
+    }
 }
 
 /// The runs whose lease expired by the database's clock, for another instance to take.
