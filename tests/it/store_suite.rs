@@ -753,3 +753,42 @@ async fn postgres_lists_the_runs_whose_lease_expired() {
     assert_eq!(store.expired_runs(10).await.unwrap(), ["unowned", "short"]);
     assert_eq!(store.expired_runs(1).await.unwrap(), ["unowned"]);
 }
+
+/// A transaction the server aborts for a serialization failure or a deadlock is run again, a
+/// bounded number of times: a trigger fails the first inserts of runs (its count kept in a
+/// sequence, which no rollback undoes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_conflict_is_retried_a_bounded_number_of_times() {
+    let Some(url) = pg::database("retried") else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let db = pg::Cluster::db_of(&url);
+    pg::cluster().psql_in(
+        &db,
+        "CREATE SEQUENCE conflicts; \
+         CREATE TABLE conflict_codes (n int, code text); \
+         INSERT INTO conflict_codes VALUES (1, '40001'), (2, '40P01'), (3, '40001'); \
+         CREATE FUNCTION conflict() RETURNS trigger AS $$ \
+         DECLARE k bigint := nextval('conflicts'); c text; BEGIN \
+           SELECT code INTO c FROM conflict_codes WHERE conflict_codes.n = k; \
+           IF c IS NULL AND NEW.run_id LIKE 'never%' THEN c := '40001'; END IF; \
+           IF c IS NOT NULL THEN RAISE EXCEPTION 'a conflict (%)', k USING ERRCODE = c; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER conflict BEFORE INSERT ON runs FOR EACH ROW EXECUTE FUNCTION conflict();",
+    );
+    // Three conflicts, then it goes through: the run is there once.
+    let record = RunRecord::new("r", "s.rhai", "1", "c", Mode::Sequential);
+    store.create_run(record).await.unwrap();
+    assert!(store.run("r").await.unwrap().is_some());
+    // One that conflicts every time fails, after a bounded number of tries.
+    let started = std::time::Instant::now();
+    let record = RunRecord::new("never", "s.rhai", "1", "c", Mode::Sequential);
+    let e = store.create_run(record).await.unwrap_err().report();
+    assert!(e.contains("a conflict"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let tries: i64 = pg::cluster()
+        .psql_in(&db, "SELECT last_value FROM conflicts")
+        .parse()
+        .unwrap();
+    assert_eq!(tries, 4 + 6, "3 conflicts and a success, then 1 try and 5 more");
+    assert!(store.run("never").await.unwrap().is_none());
+}
