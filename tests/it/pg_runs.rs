@@ -151,7 +151,13 @@ fn the_command_line_pauses_and_resumes_on_postgres_and_never_prints_the_password
     assert_eq!(resumed.code, Some(0), "{}", resumed.stderr);
     assert_eq!(json_of(&resumed)["value"], json!(6));
     let table = toolscript(&["runs"], &url, false);
-    for out in [&paused, &listed, &resumed, &table] {
+    // Prune removes the completed run.
+    let pruned = toolscript(&["prune", "--json"], &url, false);
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert_eq!(json_of(&pruned)["runs"], json!(1), "{}", pruned.stdout);
+    let left = json_of(&toolscript(&["runs", "--json"], &url, false));
+    assert_eq!(left, json!([]));
+    for out in [&paused, &listed, &resumed, &table, &pruned] {
         assert!(!out.stdout.contains("hunter2") && !out.stderr.contains("hunter2"));
     }
     // A server that is not there: a clear error, soon, the password masked.
