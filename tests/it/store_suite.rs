@@ -759,7 +759,9 @@ async fn postgres_lists_the_runs_whose_lease_expired() {
 /// sequence, which no rollback undoes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_conflict_is_retried_a_bounded_number_of_times() {
-    let Some(url) = pg::database("retried") else { return };
+    let Some(url) = pg::database("retried") else {
+        return;
+    };
     let store = PostgresStore::connect(&url).await.unwrap();
     let db = pg::Cluster::db_of(&url);
     pg::cluster().psql_in(
@@ -789,6 +791,10 @@ async fn postgres_a_conflict_is_retried_a_bounded_number_of_times() {
         .psql_in(&db, "SELECT last_value FROM conflicts")
         .parse()
         .unwrap();
-    assert_eq!(tries, 4 + 6, "3 conflicts and a success, then 1 try and 5 more");
+    assert_eq!(
+        tries,
+        4 + 6,
+        "3 conflicts and a success, then 1 try and 5 more"
+    );
     assert!(store.run("never").await.unwrap().is_none());
 }

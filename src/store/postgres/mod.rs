@@ -504,10 +504,15 @@ impl Store for PostgresStore {
                 }
                 // The lease is let go (it expires now); its token stays, for the next owner's.
                 let now = rows::db_now(&tx).await?;
+                let update = tx
+                    .prepare_cached(
+                        "UPDATE runs SET status = $2, pending = $3, outcome = $4, updated_ms = $5, \
+                         lease_expires_ms = CASE WHEN lease_expires_ms > $5 THEN $5 \
+                         ELSE lease_expires_ms END WHERE run_id = $1",
+                    )
+                    .await?;
                 tx.execute(
-                    "UPDATE runs SET status = $2, pending = $3, outcome = $4, updated_ms = $5, \
-                     lease_expires_ms = CASE WHEN lease_expires_ms > $5 THEN $5 \
-                     ELSE lease_expires_ms END WHERE run_id = $1",
+                    &update,
                     &[&run_id, &end.status.as_str(), &pending, &outcome, &now],
                 )
                 .await?;
@@ -542,10 +547,15 @@ impl Store for PostgresStore {
                     let now = rows::held(&tx, run_id, fence, ttl).await?;
                     rows::refuse_unheld(&now, &self.location, run_id, fence)?;
                 }
-                for read in &rows.reads {
-                    tx.execute(
+                let insert = tx
+                    .prepare_cached(
                         "INSERT INTO reads (run_id, epoch, tool, args, n, outcome) \
                          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    )
+                    .await?;
+                for read in &rows.reads {
+                    tx.execute(
+                        &insert,
                         &[
                             &run_id,
                             &(read.epoch as i64),

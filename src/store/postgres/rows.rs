@@ -47,7 +47,8 @@ pub(super) fn retryable(e: &tokio_postgres::Error) -> bool {
 
 /// The database's clock now, in ms since the Unix epoch.
 pub(super) async fn db_now(tx: &Transaction<'_>) -> Result<i64, tokio_postgres::Error> {
-    Ok(tx.query_one(&format!("SELECT {NOW_MS}"), &[]).await?.get(0))
+    let now = tx.prepare_cached(&format!("SELECT {NOW_MS}")).await?;
+    Ok(tx.query_one(&now, &[]).await?.get(0))
 }
 
 /// Records that `run_id` refers to the artifact `id`: it stays while the run is kept.
@@ -117,7 +118,8 @@ pub(super) async fn run(
     } else {
         SELECT_RUN.to_string()
     };
-    let Some(row) = tx.query_opt(&sql, &[&run_id]).await? else {
+    let select = tx.prepare_cached(&sql).await?;
+    let Some(row) = tx.query_opt(&select, &[&run_id]).await? else {
         return Ok(None);
     };
     let say = |m: String| Oops::Store(Error::store(location, m, None));
@@ -205,13 +207,13 @@ pub(super) async fn held(
     fence: &Fence,
     ttl_ms: i64,
 ) -> Result<Held, tokio_postgres::Error> {
-    let row = tx
-        .query_opt(
+    let select = tx
+        .prepare_cached(
             "SELECT status, lease_owner, lease_host, lease_token, lease_expires_ms, \
              lease_since_ms FROM runs WHERE run_id = $1 FOR UPDATE",
-            &[&run_id],
         )
         .await?;
+    let row = tx.query_opt(&select, &[&run_id]).await?;
     let Some(row) = row else {
         return Ok(Held::Gone);
     };
@@ -234,16 +236,13 @@ pub(super) async fn held(
         return Ok(Held::Released);
     }
     if ttl_ms > 0 {
-        lease.expires_ms = tx
-            .query_one(
-                &format!(
-                    "UPDATE runs SET lease_expires_ms = {NOW_MS} + $2 WHERE run_id = $1 \
-                     RETURNING lease_expires_ms"
-                ),
-                &[&run_id, &ttl_ms],
-            )
-            .await?
-            .get(0);
+        let renew = tx
+            .prepare_cached(&format!(
+                "UPDATE runs SET lease_expires_ms = {NOW_MS} + $2 WHERE run_id = $1 \
+                 RETURNING lease_expires_ms"
+            ))
+            .await?;
+        lease.expires_ms = tx.query_one(&renew, &[&run_id, &ttl_ms]).await?.get(0);
     }
     Ok(Held::Renewed(lease))
 }
@@ -360,9 +359,14 @@ pub(super) async fn approve_read(
     run_id: &str,
     read: &ApprovedRead,
 ) -> Result<u64, tokio_postgres::Error> {
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO approved_reads (run_id, epoch, tool, args, n, rule) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .await?;
     tx.execute(
-        "INSERT INTO approved_reads (run_id, epoch, tool, args, n, rule) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        &insert,
         &[
             &run_id,
             &(read.epoch as i64),
