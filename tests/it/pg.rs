@@ -20,6 +20,10 @@ static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 /// A running cluster.
 pub struct Cluster {
     pub port: u16,
+    /// How each test's database is made: with ICU's English collation where the server has
+    /// ICU (not byte order: so that an order the store leaves to the collation shows), else
+    /// the cluster's C.
+    collation: &'static str,
     /// The root certificate of the server's TLS certificate (made for `localhost` only), when
     /// openssl could make one; the server then offers TLS.
     pub ca: Option<PathBuf>,
@@ -57,7 +61,7 @@ pub fn database(name: &str) -> Option<String> {
         })
         .take(60)
         .collect();
-    cluster.psql(&format!("CREATE DATABASE {db}"));
+    cluster.psql(&format!("CREATE DATABASE {db} {}", cluster.collation));
     Some(cluster.url(&db))
 }
 
@@ -293,12 +297,37 @@ fn start() -> Result<Cluster, String> {
         .map_err(|e| format!("the cluster's guard cannot start: {e}"))?;
     // Nothing is written: the pipe only has to stay open.
     let _ = guard.stdin.as_mut().map(|s| s.flush());
-    Ok(Cluster {
+    let mut cluster = Cluster {
         port,
         ca: tls,
         bin,
         _guard: Mutex::new(guard),
-    })
+        collation: "",
+    };
+    let icu = "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'";
+    let probe = Command::new(cluster.bin.join("psql"))
+        .args([
+            "-X",
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-p",
+            &port.to_string(),
+        ])
+        .args([
+            "-d",
+            "postgres",
+            "-c",
+            &format!("CREATE DATABASE icu_probe {icu}"),
+        ])
+        .env("PGSSLMODE", "disable")
+        .output();
+    if probe.is_ok_and(|o| o.status.success()) {
+        cluster.collation = icu;
+    }
+    Ok(cluster)
 }
 
 /// Makes a root certificate and, signed by it, the server's certificate for `localhost` alone

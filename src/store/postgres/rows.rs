@@ -559,7 +559,7 @@ pub(super) async fn list_runs(
         params.push(Box::new(id.to_string()));
         let (a, b) = (params.len() - 1, params.len());
         clauses.push(format!(
-            "(started_ms < ${a} OR (started_ms = ${a} AND run_id > ${b}))"
+            "(started_ms < ${a} OR (started_ms = ${a} AND run_id COLLATE \"C\" > ${b}))"
         ));
     }
     if let Some(tenant) = &query.tenant {
