@@ -104,6 +104,34 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// where `rule.vacuum` asks.
     fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned>;
 
+    /// The ids of running runs whose lease has expired (or that have none), at most `limit`:
+    /// the runs another process may take over. The default reads the list of runs and judges
+    /// each lease by this machine's clock, newest run first; a store with a clock of its own
+    /// (PostgreSQL's) judges by it.
+    fn expired_runs(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let mut found = Vec::new();
+            let mut after = None;
+            while found.len() < limit {
+                let query = RunQuery::first(256)
+                    .statuses([RunStatus::Running])
+                    .after(after);
+                let page = self.list_runs(query).await?;
+                let expired = page
+                    .runs
+                    .iter()
+                    .filter(|run| !run.lease.as_ref().is_some_and(Lease::is_live));
+                found.extend(expired.map(|run| run.run_id.clone()));
+                after = page.next;
+                if after.is_none() {
+                    break;
+                }
+            }
+            found.truncate(limit);
+            Ok(found)
+        })
+    }
+
     /// Records the catalog a run now runs under (its resume was judged by an earlier rule,
     /// or its catalog changed in prose only): both the whole-catalog hash and the fingerprints.
     fn set_catalog<'a>(

@@ -83,6 +83,7 @@ both!(
     two_handles_share_one_digest_key,
     of_two_handles_taking_one_run_exactly_one_wins,
     a_decision_is_journaled_as_the_run_is_taken,
+    the_runs_whose_lease_expired_are_listed,
 );
 
 fn claim(name: &str) -> Claim {
@@ -741,25 +742,6 @@ async fn postgres_each_sslmode_connects_or_refuses_as_libpq_does() {
     }
 }
 
-/// The runs whose lease expired by the database's clock, for another instance to take.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_lists_the_runs_whose_lease_expired() {
-    let Some(url) = pg::database("expired") else {
-        return;
-    };
-    let store = PostgresStore::connect(&url)
-        .await
-        .unwrap()
-        .with_lease_ttl(Duration::from_millis(200));
-    create(&store, "short", &claim("a")).await;
-    let unowned = RunRecord::new("unowned", "s.rhai", "1", "c", Mode::Sequential);
-    store.create_run(unowned).await.unwrap();
-    assert_eq!(store.expired_runs(10).await.unwrap(), ["unowned"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.expired_runs(10).await.unwrap(), ["unowned", "short"]);
-    assert_eq!(store.expired_runs(1).await.unwrap(), ["unowned"]);
-}
-
 /// A transaction the server aborts for a serialization failure or a deadlock is run again, a
 /// bounded number of times: a trigger fails the first inserts of runs (its count kept in a
 /// sequence, which no rollback undoes).
@@ -803,4 +785,30 @@ async fn postgres_a_conflict_is_retried_a_bounded_number_of_times() {
         "3 conflicts and a success, then 1 try and 5 more"
     );
     assert!(store.run("never").await.unwrap().is_none());
+}
+
+/// The running runs whose lease expired (or that have none), for another process to take; not
+/// a live one, a paused one or an ended one.
+async fn the_runs_whose_lease_expired_are_listed(backend: &Backend) {
+    let store = backend.open(Duration::from_millis(300)).await;
+    create(&*store, "short", &claim("a")).await;
+    let unowned = RunRecord::new("unowned", "s.rhai", "1", "c", Mode::Sequential);
+    store.create_run(unowned).await.unwrap();
+    create(&*store, "ended", &claim("a")).await;
+    let end = StoredEnd::new(RunStatus::Completed, None, json!(null));
+    store.finish_run("ended", end).await.unwrap();
+    assert_eq!(store.expired_runs(10).await.unwrap(), ["unowned"]);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut expired = store.expired_runs(10).await.unwrap();
+    expired.sort();
+    assert_eq!(expired, ["short", "unowned"]);
+    assert_eq!(store.expired_runs(1).await.unwrap().len(), 1);
+    assert!(store.expired_runs(0).await.unwrap().is_empty());
+    // Taken again, it is live.
+    store
+        .take_run("short", claim("b"), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.expired_runs(10).await.unwrap(), ["unowned"]);
 }

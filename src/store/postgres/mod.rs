@@ -141,29 +141,6 @@ impl PostgresStore {
         self
     }
 
-    /// The ids of the running runs whose lease has expired by the database's clock, oldest
-    /// expiry first, at most `limit`: the runs another instance may take over.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Store`] when the database cannot be read.
-    pub async fn expired_runs(&self, limit: usize) -> Result<Vec<String>, Error> {
-        let limit = limit.min(i64::MAX as usize) as i64;
-        attempt!(self, |client| {
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT run_id FROM runs WHERE status = 'running' AND \
-                         (lease_expires_ms IS NULL OR lease_expires_ms <= {NOW_MS}) \
-                         ORDER BY lease_expires_ms NULLS FIRST, run_id LIMIT $1"
-                    ),
-                    &[&limit],
-                )
-                .await?;
-            Ok(rows.iter().map(|r| r.get(0)).collect())
-        })
-    }
-
     /// A connection from the pool, the database checked first (once).
     async fn client(&self) -> Result<deadpool_postgres::Object, Error> {
         let client = self.pool.get().await.map_err(|e| self.unreachable(e))?;
@@ -238,6 +215,26 @@ impl Store for PostgresStore {
 
     fn lease_ttl(&self) -> Duration {
         self.lease
+    }
+
+    /// Judged by the database's clock, oldest expiry first.
+    fn expired_runs(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
+        let limit = limit.min(i64::MAX as usize) as i64;
+        Box::pin(async move {
+            attempt!(self, |client| {
+                let rows = client
+                    .query(
+                        &format!(
+                            "SELECT run_id FROM runs WHERE status = 'running' AND \
+                         (lease_expires_ms IS NULL OR lease_expires_ms <= {NOW_MS}) \
+                         ORDER BY lease_expires_ms NULLS FIRST, run_id LIMIT $1"
+                        ),
+                        &[&limit],
+                    )
+                    .await?;
+                Ok(rows.iter().map(|r| r.get(0)).collect())
+            })
+        })
     }
 
     fn digest_key(&self) -> StoreFuture<'_, Arc<[u8; 32]>> {
