@@ -12,6 +12,14 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 /// How long a connection attempt waits unless the URL says `connect_timeout`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long sent data may go unacknowledged before a connection counts as dead, unless the URL
+/// says `tcp_user_timeout`.
+const DEAD_PEER: Duration = Duration::from_secs(60);
+
+/// How long a connection is idle before TCP keepalives probe it, unless the URL says
+/// `keepalives_idle`.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
 /// The connections a store keeps open at most unless the URL says `pool_max_size`.
 const POOL_SIZE: usize = 8;
 
@@ -143,6 +151,14 @@ pub(super) fn parse(url: &str) -> Result<Target, String> {
     })?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    // A server that goes silent mid-call (a dead machine, a cut network) is noticed within
+    // about a minute, not the kernel's two hours: the call fails, and the run is interrupted.
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(DEAD_PEER);
+    }
+    if config.get_keepalives_idle() >= Duration::from_secs(7200) {
+        config.keepalives_idle(KEEPALIVE_IDLE);
     }
     if config.get_user().is_none() {
         let user = std::env::var("USER").unwrap_or_else(|_| "postgres".into());
