@@ -193,7 +193,7 @@ fn run(mut command: Command, what: &str) -> Result<(), String> {
 /// Stops the clusters earlier test runs left behind (their process is gone) and removes their
 /// folders.
 fn sweep(bin: &Path) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+    let Ok(entries) = std::fs::read_dir(base_dir()) else {
         return;
     };
     for entry in entries.flatten() {
@@ -223,7 +223,7 @@ fn sweep(bin: &Path) {
 fn start() -> Result<Cluster, String> {
     let bin = bin_dir().ok_or("initdb was not found (install PostgreSQL: bash .ci/setup)")?;
     sweep(&bin);
-    let root = std::env::temp_dir().join(format!("{PREFIX}{}", std::process::id()));
+    let root = base_dir().join(format!("{PREFIX}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     if is_root() {
@@ -419,4 +419,14 @@ fn certificates(root: &Path, data: &Path) -> Option<PathBuf> {
         run(own, "chown").ok()?;
     }
     Some(dir.join("ca.crt"))
+}
+
+/// Where clusters' folders are made: /tmp when the cluster runs as `postgres` (a `$TMPDIR` of
+/// root's own may be closed to that user), else the temporary directory.
+fn base_dir() -> PathBuf {
+    if is_root() {
+        PathBuf::from("/tmp")
+    } else {
+        std::env::temp_dir()
+    }
 }
