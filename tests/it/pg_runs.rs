@@ -257,3 +257,93 @@ fn a_crashed_run_is_refused_while_its_lease_lives_then_taken_over_and_settled() 
     let runs = json_of(&toolscript(&["runs", "--json"], &url, false));
     assert_eq!(runs[0]["status"], "completed");
 }
+
+/// A run whose write takes a redacted password pauses on one instance and is resumed by
+/// another (a second store handle, as another machine would have): both keyed the write's
+/// journaled arguments with the database's one digest key, so the resume answers it from the
+/// journal and makes it once; no table holds the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_a_redacted_argument_resumes_on_another_instance() {
+    const PASSWORD: &str = "pw-hunter2-correct-horse";
+    let Some(url) = pg::database("shared_key") else {
+        return;
+    };
+    let logins = Arc::new(AtomicUsize::new(0));
+    let registry = |logins: &Arc<AtomicUsize>| {
+        let logins = Arc::clone(logins);
+        Registry::builder()
+            .tool(
+                Tool::builder("get_password", Effect::Read)
+                    .redact(["result.password"])
+                    .handler(|_args: Value| async move { Ok(json!({"password": PASSWORD})) }),
+            )
+            .tool(
+                Tool::builder("login", Effect::Write)
+                    .redact(["args.password"])
+                    .handler(move |args: Value| {
+                        let logins = Arc::clone(&logins);
+                        async move {
+                            logins.fetch_add(1, Ordering::SeqCst);
+                            Ok(json!({"ok": args["password"] == PASSWORD}))
+                        }
+                    }),
+            )
+            .tool(
+                Tool::builder("approve_me", Effect::Write)
+                    .approval(Approval::Always)
+                    .handler(|args: Value| async move { Ok(args) }),
+            )
+            .build()
+            .unwrap()
+    };
+    let script = r#"
+        let pw = get_password().password;
+        let logged = login(#{user: "jane", password: pw});
+        approve_me(#{n: 1});
+        logged.ok
+    "#;
+    let here = Runtime::builder(registry(&logins))
+        .store(Arc::new(PostgresStore::connect(&url).await.unwrap()))
+        .build();
+    let paused = here.run(script).await;
+    assert_eq!(paused.status(), RunStatus::Paused, "{:?}", paused.result);
+    assert_eq!(logins.load(Ordering::SeqCst), 1);
+    let there = Runtime::builder(registry(&logins))
+        .store(Arc::new(PostgresStore::connect(&url).await.unwrap()))
+        .build();
+    let done = there
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+    assert_eq!(done.result.clone().unwrap(), json!(true));
+    assert_eq!(
+        logins.load(Ordering::SeqCst),
+        1,
+        "the login was answered from the journal"
+    );
+    let db = pg::Cluster::db_of(&url);
+    for table in [
+        "runs",
+        "writes",
+        "reads",
+        "approved_reads",
+        "cache",
+        "plans",
+    ] {
+        let text = pg::cluster().psql_in(
+            &db,
+            &format!("SELECT coalesce(string_agg(t::text, ' '), '') FROM {table} t"),
+        );
+        assert!(
+            !text.contains(PASSWORD),
+            "{table} holds the password: {text}"
+        );
+    }
+    let journaled = pg::cluster().psql_in(&db, "SELECT args FROM writes WHERE tool = 'login'");
+    assert!(journaled.starts_with("hmac:"), "{journaled}");
+}
