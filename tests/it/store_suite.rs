@@ -812,3 +812,30 @@ async fn the_runs_whose_lease_expired_are_listed(backend: &Backend) {
         .unwrap();
     assert_eq!(store.expired_runs(10).await.unwrap(), ["unowned"]);
 }
+
+/// A user who may not create tables in the database is told so, and nothing is made; once the
+/// database is the user's, the store is set up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_user_without_the_right_to_create_tables_is_told_so() {
+    let Some(url) = pg::database("rights") else {
+        return;
+    };
+    let cluster = pg::cluster();
+    let db = pg::Cluster::db_of(&url);
+    let role = format!("plain_{db}");
+    cluster.psql(&format!("CREATE ROLE {role} LOGIN"));
+    cluster.psql_in(&db, "REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+    let plain = url.replacen("postgres@", &format!("{role}@"), 1);
+    let e = PostgresStore::connect(&plain).await.unwrap_err().report();
+    assert!(e.contains("the right to create tables"), "{e}");
+    let tables = cluster.psql_in(
+        &db,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+    );
+    assert_eq!(tables, "0", "nothing was made");
+    cluster.psql(&format!("ALTER DATABASE {db} OWNER TO {role}"));
+    cluster.psql_in(&db, &format!("ALTER SCHEMA public OWNER TO {role}"));
+    let store = PostgresStore::connect(&plain).await.unwrap();
+    create(&store, "r", &claim("a")).await;
+    assert!(store.run("r").await.unwrap().is_some());
+}
