@@ -697,7 +697,7 @@ impl Error {
     }
 
     /// A store error naming its store, with what went wrong underneath.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn store(
         location: &str,
         message: impl Into<String>,

@@ -57,6 +57,7 @@
 //! | feature | what it adds | dependencies |
 //! |---|---|---|
 //! | `sqlite` | [`SqliteStore`], the embedded store of durable runs | `rusqlite` (SQLite bundled), `dirs` |
+//! | `postgres` | [`PostgresStore`], the store of durable runs that several machines share (`docs/several-machines.md`) | `tokio-postgres`, `deadpool-postgres`, `tokio-postgres-rustls`, `rustls` (`ring`), `webpki-roots` |
 //! | `tokens` | token counts by the o200k_base BPE; without it one token per byte, never fewer than a model counts, so pages and budgets are conservative | `tiktoken-rs` |
 //! | `mcp` | tools from MCP servers, and the MCP server (`mcp::serve_stdio`) | `rmcp` |
 //! | `http` | the MCP server over Streamable HTTP (`mcp::serve_http`); implies `mcp` | `hyper`, `hyper-util`, `http-body-util` |
@@ -124,6 +125,8 @@ pub use runtime::{
     prune, Decision, PlanOutcome, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script,
 };
 pub use script::{Awaiting, Problem, Severity};
+#[cfg(feature = "postgres")]
+pub use store::{is_postgres_url, mask_url, PostgresStore};
 pub use store::{
     lease_from, parse_lease_s, CatalogPrint, LeaseListing, PendingCall, PruneRule, Pruned, ReadAt,
     RunPage, RunQuery, RunRecord, RunStatus, RunSummary, Store, StoredArtifact, StoredPlan,

@@ -13,7 +13,7 @@ pub(crate) struct Artifact {
     /// Print this page (from 0) as `{"page", "pages", "items" | "entries" | "text" | "json"}`.
     #[arg(long, value_name = "N")]
     page: Option<usize>,
-    /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
+    /// The store of runs (a SQLite file, or a postgres:// URL). Default: $TOOLSCRIPT_STORE, else
     /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,

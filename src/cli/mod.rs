@@ -42,10 +42,11 @@ pub(crate) struct ToolsArg {
 
 #[derive(clap::Args)]
 pub(crate) struct StoreArg {
-    /// The store of runs (SQLite), where every run is journaled so that it can pause for
-    /// approvals and be resumed. Default: $TOOLSCRIPT_STORE, else toolscript/store.sqlite3 in
+    /// The store of runs, where every run is journaled so that it can pause for approvals and
+    /// be resumed: a SQLite file, or a PostgreSQL database (postgres://USER:PASSWORD@HOST/DB,
+    /// docs/several-machines.md). Default: $TOOLSCRIPT_STORE, else toolscript/store.sqlite3 in
     /// the user's data directory (~/.local/share on Linux), created on first use.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH|URL")]
     store: Option<PathBuf>,
     /// Journal nothing: a throwaway run, which cannot be resumed (a call that needs approval
     /// stops it).
@@ -214,12 +215,29 @@ async fn keep_for(store: &dyn Store, days: u32) {
 /// gives (else `$TOOLSCRIPT_LEASE_S`, else 30 s): for the commands that run scripts.
 fn open_leased(path: Option<PathBuf>, lease: &LeaseArg) -> Result<Arc<dyn Store>, String> {
     let ttl = toolscript::lease_from(lease.lease_s.as_deref())?;
+    if let Some(url) = postgres_url(path.as_deref()) {
+        let store = toolscript::PostgresStore::new(&url).map_err(|e| e.report())?;
+        return Ok(Arc::new(store.with_lease_ttl(ttl)));
+    }
     Ok(Arc::new(open_sqlite(path)?.with_lease_ttl(ttl)))
 }
 
 /// The store at `path`, else at its default place.
 fn open_store(path: Option<PathBuf>) -> Result<Arc<dyn Store>, String> {
+    if let Some(url) = postgres_url(path.as_deref()) {
+        let store = toolscript::PostgresStore::new(&url).map_err(|e| e.report())?;
+        return Ok(Arc::new(store));
+    }
     Ok(Arc::new(open_sqlite(path)?))
+}
+
+/// The `postgres://` (or `postgresql://`) URL that `--store`, else `$TOOLSCRIPT_STORE`, gives.
+fn postgres_url(path: Option<&Path>) -> Option<String> {
+    let text = match path {
+        Some(path) => path.to_str()?.to_string(),
+        None => std::env::var(toolscript::STORE_ENV).ok()?,
+    };
+    toolscript::is_postgres_url(&text).then_some(text)
 }
 
 /// The SQLite store at `path`, else at its default place.

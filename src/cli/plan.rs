@@ -88,7 +88,7 @@ pub(crate) struct Apply {
     /// Write one receipt per dispatch to FILE (JSON Lines).
     #[arg(long, value_name = "FILE")]
     receipts: Option<PathBuf>,
-    /// The store of runs (SQLite) the plan is kept in. Default: $TOOLSCRIPT_STORE, else
+    /// The store of runs (a SQLite file, or a postgres:// URL) the plan is kept in. Default: $TOOLSCRIPT_STORE, else
     /// toolscript/store.sqlite3 in the user's data directory.
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,

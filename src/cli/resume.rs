@@ -41,7 +41,7 @@ pub(crate) struct Resume {
     receipts: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitsArg,
-    /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
+    /// The store of runs (a SQLite file, or a postgres:// URL). Default: $TOOLSCRIPT_STORE, else
     /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,

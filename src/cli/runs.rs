@@ -29,7 +29,7 @@ pub(crate) struct Runs {
     /// The page after this cursor (the one the previous page gave).
     #[arg(long, value_name = "CURSOR")]
     after: Option<String>,
-    /// The store of runs (SQLite). Default: $TOOLSCRIPT_STORE, else
+    /// The store of runs (a SQLite file, or a postgres:// URL). Default: $TOOLSCRIPT_STORE, else
     /// toolscript/store.sqlite3 in the user's data directory (~/.local/share on Linux).
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,

@@ -516,7 +516,7 @@ impl Journal {
 }
 
 /// A call's outcome as a journal keeps it: `{"ok": value}` or `{"error": {...}}`.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn encode_outcome(outcome: &Result<Value, ToolError>) -> String {
     let value = match outcome {
         Ok(value) => serde_json::json!({ "ok": value }),
@@ -532,7 +532,7 @@ pub(crate) fn encode_outcome(outcome: &Result<Value, ToolError>) -> String {
 }
 
 /// An outcome as [`encode_outcome`] wrote it; one that does not parse is an `internal` error.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn decode_outcome(text: &str) -> Result<Value, ToolError> {
     let corrupt = || ToolError::internal("the journal holds an outcome it cannot read");
     let mut value: Value = serde_json::from_str(text).map_err(|_| corrupt())?;

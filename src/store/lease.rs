@@ -288,7 +288,7 @@ pub enum Renewed {
 }
 
 /// An error for a write refused by the fence.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn fenced(location: &str, run_id: &str, now: &Lease, mine: u64) -> Error {
     Error::store(location, taken_over(run_id, now, mine), None)
 }

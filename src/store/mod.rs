@@ -15,6 +15,8 @@ mod journal;
 mod lease;
 #[cfg(feature = "sqlite")]
 mod plans;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -28,6 +30,8 @@ pub(crate) use lease::keep as keep_lease;
 pub use lease::{
     lease_from, parse_lease_s, Claim, Fence, Lease, LeaseListing, Renewed, DEFAULT_LEASE, LEASE_ENV,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{is_postgres_url, mask_url, PostgresStore};
 pub use record::{
     Awaiting, Mode, PendingCall, PruneRule, Pruned, ReadAt, RunPage, RunQuery, RunRecord,
     RunStatus, RunSummary,
@@ -99,6 +103,34 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// refers to), except a running run whose lease is live; then gives the freed space back
     /// where `rule.vacuum` asks.
     fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned>;
+
+    /// The ids of running runs whose lease has expired (or that have none), at most `limit`:
+    /// the runs another process may take over. The default reads the list of runs and judges
+    /// each lease by this machine's clock, newest run first; a store with a clock of its own
+    /// (PostgreSQL's) judges by it.
+    fn expired_runs(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let mut found = Vec::new();
+            let mut after = None;
+            while found.len() < limit {
+                let query = RunQuery::first(256)
+                    .statuses([RunStatus::Running])
+                    .after(after);
+                let page = self.list_runs(query).await?;
+                let expired = page
+                    .runs
+                    .iter()
+                    .filter(|run| !run.lease.as_ref().is_some_and(Lease::is_live));
+                found.extend(expired.map(|run| run.run_id.clone()));
+                after = page.next;
+                if after.is_none() {
+                    break;
+                }
+            }
+            found.truncate(limit);
+            Ok(found)
+        })
+    }
 
     /// Records the catalog a run now runs under (its resume was judged by an earlier rule,
     /// or its catalog changed in prose only): both the whole-catalog hash and the fingerprints.
@@ -393,7 +425,7 @@ impl PageIndex {
 
     /// The index as the SQLite store keeps it: the kind, a zero byte, then each range's start
     /// and end as little-endian `u64`s.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.kind.len() + 1 + self.ranges.len() * 16);
         out.extend_from_slice(self.kind.as_bytes());
@@ -406,7 +438,7 @@ impl PageIndex {
     }
 
     /// The index [`PageIndex::encode`] wrote; `None` for bytes it could not have written.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn decode(bytes: &[u8]) -> Option<PageIndex> {
         let zero = bytes.iter().position(|b| *b == 0)?;
         let kind = std::str::from_utf8(&bytes[..zero]).ok()?.to_string();

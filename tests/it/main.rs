@@ -53,6 +53,9 @@ mod mcp_http;
 mod mcp_server;
 mod meaning;
 mod mistakes;
+mod pg;
+#[cfg(feature = "cli")]
+mod pg_runs;
 mod placed;
 mod plans;
 mod receipts;
@@ -65,6 +68,8 @@ mod secrets;
 #[cfg(feature = "cli")]
 mod serve_limits;
 mod speculation;
+#[cfg(feature = "cli")]
+mod store_suite;
 mod strings;
 #[cfg(feature = "cli")]
 mod tenants;
