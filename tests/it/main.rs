@@ -64,6 +64,9 @@ mod secrets;
 #[cfg(feature = "cli")]
 mod serve_limits;
 mod speculation;
+mod streaming;
+#[cfg(feature = "cli")]
+mod streaming_cli;
 mod strings;
 #[cfg(feature = "cli")]
 mod tenants;
