@@ -6,7 +6,12 @@
 //!
 //! ```sh
 //! cargo run --features tokens --example stream_saving [-- TOKENS_PER_SECOND]
+//! cargo run --features tokens --example stream_saving -- pathological
 //! ```
+//!
+//! `pathological` measures the cost of parsing prefixes instead: scripts of 1,000 to 16,000
+//! one-line statements (`x += 1;`), streamed a byte at a time with nothing between the
+//! bytes, against the same text run whole.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -78,8 +83,39 @@ async fn measure(make: &dyn Fn() -> Runtime, text: &str, every: Duration) -> (f6
     (s, w, arrival)
 }
 
+/// Streams scripts of `n` statements a byte at a time, at once: the time against running the
+/// whole text, which shows whether parsing prefixes grows faster than the text.
+async fn pathological() {
+    println!("{:>10} {:>9} {:>10} {:>10} {:>7}", "statements", "bytes", "whole ms", "stream ms", "ratio");
+    for n in [1_000usize, 2_000, 4_000, 8_000, 16_000] {
+        let text = format!("let x = 0;\n{}x", "x += 1;\n".repeat(n));
+        let runtime = Runtime::new(demo_catalog().unwrap());
+        let started = Instant::now();
+        let whole = runtime.run_with(&text, RunOptions::default()).await;
+        let whole_ms = started.elapsed().as_secs_f64() * 1e3;
+        assert!(whole.result.is_ok(), "{:?}", whole.result);
+        let bytes: Vec<Result<Vec<u8>, Infallible>> = text.bytes().map(|b| Ok(vec![b])).collect();
+        let started = Instant::now();
+        let streamed = runtime
+            .run_streaming(futures::stream::iter(bytes), RunOptions::default())
+            .outcome()
+            .await;
+        let streamed_ms = started.elapsed().as_secs_f64() * 1e3;
+        assert!(streamed.result.is_ok(), "{:?}", streamed.result);
+        println!(
+            "{n:>10} {:>9} {whole_ms:>10.1} {streamed_ms:>10.1} {:>7.2}",
+            text.len(),
+            streamed_ms / whole_ms
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("pathological") {
+        pathological().await;
+        return;
+    }
     let rate: f64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())

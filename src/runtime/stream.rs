@@ -336,7 +336,7 @@ fn with_id(mut outcome: RunOutcome, run_id: &str) -> RunOutcome {
 }
 
 /// When to try parsing a longer prefix: only when the text has a new statement boundary, and
-/// then only when the text grew by an eighth since the last try (at least [`MIN_GROWTH`]
+/// then only when the text grew by a quarter since the last try (at least [`MIN_GROWTH`]
 /// bytes), or when the time since the last try is eight times what that try took. The first
 /// rule keeps the parsing of a text arriving at once linear in its length (the tries grow
 /// geometrically); the second keeps the parsing of a text arriving slowly (a model writing)
@@ -354,7 +354,7 @@ impl Throttle {
         if boundary <= self.tried_at {
             return false;
         }
-        let grown = boundary - self.tried_at >= (self.tried_at / 8).max(MIN_GROWTH);
+        let grown = boundary - self.tried_at >= (self.tried_at / 4).max(MIN_GROWTH);
         let rested = match self.last {
             None => true,
             Some((at, took)) => at.elapsed() >= took * 8,
