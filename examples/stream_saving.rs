@@ -86,7 +86,10 @@ async fn measure(make: &dyn Fn() -> Runtime, text: &str, every: Duration) -> (f6
 /// Streams scripts of `n` statements a byte at a time, at once: the time against running the
 /// whole text, which shows whether parsing prefixes grows faster than the text.
 async fn pathological() {
-    println!("{:>10} {:>9} {:>10} {:>10} {:>7}", "statements", "bytes", "whole ms", "stream ms", "ratio");
+    println!(
+        "{:>10} {:>9} {:>10} {:>10} {:>7}",
+        "statements", "bytes", "whole ms", "stream ms", "ratio"
+    );
     for n in [1_000usize, 2_000, 4_000, 8_000, 16_000] {
         let text = format!("let x = 0;\n{}x", "x += 1;\n".repeat(n));
         let runtime = Runtime::new(demo_catalog().unwrap());

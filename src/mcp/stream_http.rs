@@ -204,9 +204,11 @@ impl Query {
                     })?;
                     out.input = Some(input).filter(|v| !v.is_null());
                 }
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "unknown query option `{other}`: the options are sequential, stats and input"
-                )),
+                ))
+                }
             }
         }
         Ok(out)
