@@ -157,8 +157,9 @@ async fn streamed_scripts_of_the_corpus_give_what_the_whole_text_gives() {
     }
 }
 
-/// Scripts with writes, failures, retries, missing fields and syntax errors, on the fixture
-/// catalog: random chunkings (cutting tokens, strings and comments), paced or at once.
+/// Scripts with writes, failures, retries, missing fields and syntax errors on the fixture
+/// catalog, and the model-style corpus on the bench catalog: random chunkings (cutting tokens,
+/// strings and comments), paced or at once.
 #[test]
 fn random_chunkings_give_what_the_whole_text_gives() {
     const SCRIPTS: &[&str] = &[
@@ -184,23 +185,42 @@ fn random_chunkings_give_what_the_whole_text_gives() {
         failure_persistence: None,
         ..Config::default()
     });
+    // (script, whether it runs on the bench catalog rather than the fixture one)
+    let mut scripts: Vec<(String, bool)> = SCRIPTS.iter().map(|s| (s.to_string(), false)).collect();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench/model");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("fanout_1000")
+        {
+            scripts.push((std::fs::read_to_string(&path).unwrap(), true));
+        }
+    }
     let strategy = (
-        prop::sample::select(SCRIPTS.to_vec()),
-        prop::collection::vec(0usize..400, 0..40),
+        prop::sample::select(scripts),
+        prop::collection::vec(0usize..1_500, 0..60),
         prop::bool::ANY,
     );
     runner
-        .run(&strategy, |(script, cuts, paced)| {
+        .run(&strategy, |((script, bench), cuts, paced)| {
             let pause = if paced {
                 Duration::from_millis(2)
             } else {
                 Duration::ZERO
             };
+            let make = || {
+                if bench {
+                    bench_catalog(1)
+                } else {
+                    Runtime::new(fixture_registry(&Probe::default()))
+                }
+            };
             let (expected, got) = runtime.block_on(async {
-                let expected =
-                    seen(&whole(&Runtime::new(fixture_registry(&Probe::default())), script).await);
-                let runtime = Runtime::new(fixture_registry(&Probe::default()));
-                let got = seen(&streamed(&runtime, script, &cuts, pause).await);
+                let expected = seen(&whole(&make(), &script).await);
+                let got = seen(&streamed(&make(), &script, &cuts, pause).await);
                 (expected, got)
             });
             prop_assert_eq!(got, expected, "{} cut at {:?}", script, cuts);
@@ -404,6 +424,97 @@ async fn a_stream_cut_off_cancels_the_reads_and_runs_nothing() {
         outcome.receipts.iter().all(|r| r.speculative && !r.claimed),
         "{:?}",
         outcome.receipts
+    );
+    // The read (20-80 ms) was still running when the stream was cut off: it was cancelled.
+    assert!(
+        outcome
+            .receipts
+            .iter()
+            .any(|r| r.error_kind.as_deref() == Some("cancelled")),
+        "{:?}",
+        outcome.receipts
+    );
+}
+
+/// No non-read call starts before the text is complete, even one the prefix reaches; the
+/// reads before it do start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_write_starts_before_the_text_is_complete() {
+    let probe = Probe::default();
+    let runtime = Runtime::new(fixture_registry(&probe));
+    let first = "let u = get_user(#{id: 1});\nlet o = create_order(#{user: u.id});\nlet v = get_user(#{id: 2});\n";
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, Infallible>>(4);
+    let chunks =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let run = runtime.run_streaming(chunks, RunOptions::default());
+    let watched = {
+        let probe = probe.clone();
+        async move {
+            tx.send(Ok(first.to_string())).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let before = (
+                Probe::count(&probe.user_calls),
+                Probe::count(&probe.order_calls),
+                Probe::count(&probe.write_calls),
+            );
+            tx.send(Ok("[u.id, v.id]".to_string())).await.unwrap();
+            before
+        }
+    };
+    let (outcome, (users, orders, writes)) = tokio::join!(run.outcome(), watched);
+    assert_eq!(
+        users, 1,
+        "the read before the write started while the text streamed"
+    );
+    assert_eq!(
+        (orders, writes),
+        (0, 0),
+        "no write started before the text was complete"
+    );
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    assert_eq!(outcome.effects.len(), 1);
+}
+
+/// Text that is not UTF-8, or longer than `max_script_bytes`, fails as `run` fails on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_text_and_too_much_text_fail_as_run_does() {
+    let runtime = Runtime::new(fixture_registry(&Probe::default()));
+    let bytes = vec![
+        Ok::<_, Infallible>(b"let a = \"".to_vec()),
+        Ok(vec![0xff, 0xfe]),
+        Ok(b"\";".to_vec()),
+    ];
+    let outcome = runtime
+        .run_streaming(futures::stream::iter(bytes), RunOptions::default())
+        .outcome()
+        .await;
+    let error = outcome.result.as_ref().unwrap_err();
+    assert_eq!(error.kind, ErrorKind::InvalidScript, "{error:?}");
+    assert!(error.message.contains("UTF-8"), "{}", error.message);
+    // A character split across chunks is whole again.
+    let split = "let s = \"é\"; s".as_bytes().to_vec();
+    let cut = split.iter().position(|&b| b >= 0x80).unwrap() + 1;
+    let parts = vec![
+        Ok::<_, Infallible>(split[..cut].to_vec()),
+        Ok(split[cut..].to_vec()),
+    ];
+    let outcome = runtime
+        .run_streaming(futures::stream::iter(parts), RunOptions::default())
+        .outcome()
+        .await;
+    assert_eq!(outcome.result.as_ref().ok(), Some(&json!("é")));
+    let mut limits = Limits::default();
+    limits.set("max_script_bytes", 100.0).unwrap();
+    let small = Runtime::builder(fixture_registry(&Probe::default()))
+        .limits(limits)
+        .build();
+    let text = "let x = 1;\n".repeat(30);
+    let expected = whole(&small, &text).await;
+    let got = streamed(&small, &text, &every(&text, 7), Duration::ZERO).await;
+    assert_eq!(observable(&got), observable(&expected));
+    assert_eq!(
+        got.result.as_ref().unwrap_err().kind,
+        ErrorKind::LimitExceeded
     );
 }
 
