@@ -176,7 +176,7 @@ fn random_chunkings_give_what_the_whole_text_gives() {
         .enable_all()
         .build()
         .unwrap();
-    let cases = std::env::var("STREAM_CASES")
+    let cases = std::env::var("TOOLSCRIPT_STREAM_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(48);
