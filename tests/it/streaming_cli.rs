@@ -256,3 +256,77 @@ fn under_auth_the_stream_needs_a_token_with_the_right_to_run() {
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["value"], 42, "{outcome:#}");
 }
+
+/// Counts when it is dropped: a tool body's future dropped before it finished was cancelled.
+struct OnDrop(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A client that goes away in the middle of its script cuts the stream off: the read its
+/// prefix started is cancelled at once (its body is dropped long before it would finish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_mid_stream_cancels_the_reads_started() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::AsyncWriteExt;
+    use toolscript::{Effect, Registry, Runtime, Tool};
+    let (started, dropped, finished) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (s, d, f) = (
+        Arc::clone(&started),
+        Arc::clone(&dropped),
+        Arc::clone(&finished),
+    );
+    let slow = Tool::builder("slow", Effect::Read).handler(move |_args| {
+        s.fetch_add(1, Ordering::SeqCst);
+        let (guard, f) = (OnDrop(Arc::clone(&d)), Arc::clone(&f));
+        async move {
+            let _guard = guard;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            f.fetch_add(1, Ordering::SeqCst);
+            Ok(serde_json::json!(1))
+        }
+    });
+    let runtime = Runtime::new(Registry::builder().tools(vec![slow]).build().unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(toolscript::mcp::serve_http(
+        runtime,
+        listener,
+        toolscript::mcp::HttpOptions::new(),
+        stop.clone().cancelled_owned(),
+    ));
+    let mut client = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let chunk = "let a = slow(#{});\n";
+    let head = format!(
+        "POST /v1/stream HTTP/1.1\r\nHost: {addr}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n",
+        chunk.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while started.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "the prefix's read started"
+    );
+    drop(client);
+    let gone = Instant::now();
+    while dropped.load(Ordering::SeqCst) == 0 && gone.elapsed() < Duration::from_secs(4) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the read was cancelled");
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "and never finished");
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+}
