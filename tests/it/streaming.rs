@@ -559,3 +559,32 @@ async fn a_streamed_run_pauses_and_resumes_like_a_whole_one() {
         resumed.result
     );
 }
+
+/// A sequential streamed run starts nothing before the text is complete, and gives what the
+/// whole text gives sequentially.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequential_streamed_run_speculates_nothing() {
+    let probe = Probe::default();
+    let runtime = Runtime::new(fixture_registry(&probe));
+    let script = "let a = get_user(#{id: 1});\nlet b = get_user(#{id: 2});\n[a.name, b.name]";
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, Infallible>>(4);
+    let chunks =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let run = runtime.run_streaming(chunks, RunOptions::with_mode(Mode::Sequential));
+    let feed = async {
+        let (first, rest) = script.split_at(script.find("[a").unwrap());
+        tx.send(Ok(first.to_string())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = Probe::count(&probe.user_calls);
+        tx.send(Ok(rest.to_string())).await.unwrap();
+        drop(tx);
+        before
+    };
+    let (outcome, before) = tokio::join!(run.outcome(), feed);
+    assert_eq!(before, 0, "nothing ran while the text streamed");
+    let expected = Runtime::new(fixture_registry(&Probe::default()))
+        .run_with(script, RunOptions::with_mode(Mode::Sequential))
+        .await;
+    assert_eq!(seen(&outcome), seen(&expected));
+    assert_eq!(outcome.stats.speculative_launched, 0);
+}

@@ -201,6 +201,20 @@ fn serve_http_streams_a_chunked_script_and_answers_with_its_outcome() {
         (200, &serde_json::json!(42)),
         "{outcome}"
     );
+    // Only a POST streams a script.
+    let mut stream = TcpStream::connect(&served.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let get = format!(
+        "GET /v1/stream HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        served.addr
+    );
+    stream.write_all(get.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+    assert!(answer.contains("takes a POST"), "{answer}");
 }
 
 fn sha(token: &str) -> String {
