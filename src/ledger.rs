@@ -598,7 +598,7 @@ impl RunLedger {
 
     /// A durable run journals the read `key`.
     fn journal_read(&self, key: &ReadKey, outcome: &Result<Value, ToolError>) {
-        if let Some(journal) = &self.ctx.journal {
+        if let Some(journal) = self.ctx.journal.as_ref() {
             // A read that holds a secret or a redacted value is kept without it: not at all,
             // and a resume makes it again.
             if self.holds_secret(key, outcome) {

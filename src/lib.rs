@@ -123,6 +123,7 @@ pub use policy::{
 pub use report::{Mode, ReceiptChain, RunEnd, RunListing, RunReport, Stats};
 pub use runtime::{
     prune, Decision, PlanOutcome, RunOptions, RunOutcome, Runtime, RuntimeBuilder, Script,
+    StreamedRun,
 };
 pub use script::{Awaiting, Problem, Severity};
 #[cfg(feature = "postgres")]

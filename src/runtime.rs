@@ -28,6 +28,9 @@ use crate::tool::{self, Format, Registry};
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
+mod stream;
+pub use stream::StreamedRun;
+
 /// Runs scripts against one registry. Cheap to share: runs take `&self`, and the per-tool
 /// circuit breakers are shared by all of them.
 pub struct Runtime {
@@ -1122,7 +1125,7 @@ impl Runtime {
         run_id: String,
         journal: Option<Arc<Journal>>,
     ) -> RunOutcome {
-        let mut run = Run::start(self, script, options, run_id, journal);
+        let mut run = Run::start(self, script, options, run_id, journal, None);
         let joined = run.join().await;
         run.finish(self, joined).await
     }
@@ -1161,6 +1164,12 @@ struct Run {
     interrupt: InterruptOnDrop,
 }
 
+/// A run's context and ledger, made before it starts.
+struct Prepared {
+    ctx: Arc<RunContext>,
+    ledger: Arc<RunLedger>,
+}
+
 /// What joining a run gives: the script's execution and the scout's counts.
 struct Joined {
     execution: script::Execution,
@@ -1177,6 +1186,7 @@ impl Run {
         options: RunOptions,
         run_id: String,
         journal: Option<Arc<Journal>>,
+        prepared: Option<Prepared>,
     ) -> Run {
         let interrupt = InterruptOnDrop {
             store: runtime.store.clone().filter(|_| journal.is_some()),
@@ -1189,14 +1199,10 @@ impl Run {
         let entered = span.enter();
         let started = std::time::Instant::now();
         let deadline = crate::sync::deadline_after(started, runtime.limits.timeout);
-        let ctx = Run::context(runtime, &options, &run_id, journal.clone());
+        let Prepared { ctx, ledger } =
+            prepared.unwrap_or_else(|| Run::prepare(runtime, &options, &run_id, journal.clone()));
         // The root of the run's cancellation tree: the script, the scout and every call.
         let cancel = ctx.cancel.clone();
-        let speculation = SpeculationLimits {
-            predict: runtime.speculation.predict && options.mode == Mode::Speculative,
-            ..runtime.speculation.clone()
-        };
-        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
         let scout = (options.mode == Mode::Speculative && script.scouted).then(|| {
             // Applying a plan, any non-read call may pause the run (a divergence from the
             // plan): the scout's rewrite guesses towards every branch that makes one.
@@ -1253,6 +1259,22 @@ impl Run {
             _running: engine::Running::enter(),
             interrupt,
         }
+    }
+
+    /// The run's context and ledger (made before the run starts when its script streams in).
+    fn prepare(
+        runtime: &Runtime,
+        options: &RunOptions,
+        run_id: &str,
+        journal: Option<Arc<Journal>>,
+    ) -> Prepared {
+        let ctx = Run::context(runtime, options, run_id, journal);
+        let speculation = SpeculationLimits {
+            predict: runtime.speculation.predict && options.mode == Mode::Speculative,
+            ..runtime.speculation.clone()
+        };
+        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
+        Prepared { ctx, ledger }
     }
 
     /// The run's shared context: registry, breakers, budget, receipts, journal and values.

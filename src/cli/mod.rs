@@ -25,6 +25,7 @@ pub(crate) mod resume;
 pub(crate) mod run;
 pub(crate) mod runs;
 pub(crate) mod serve;
+mod stream;
 pub(crate) mod tools;
 pub(crate) mod verify;
 

@@ -49,6 +49,10 @@ pub(crate) struct Run {
     /// lacks fails with `fixture_missing`.
     #[arg(long, value_name = "FILE")]
     fixtures: Option<PathBuf>,
+    /// With `-` as the script: read stdin as it arrives, starting the reads the text so far
+    /// allows before it ends (docs/streaming.md).
+    #[arg(long)]
+    stream: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -91,7 +95,15 @@ impl Run {
         if self.no_cache {
             options = options.no_cache();
         }
-        let source = read_script(&self.script)?;
+        let streamed = self.stream && self.script == std::path::Path::new("-");
+        if self.stream && !streamed {
+            return Err("--stream reads the script from stdin as it arrives: give `-` as the script, e.g. `model | toolscript run - --stream`".into());
+        }
+        let source = if streamed {
+            String::new()
+        } else {
+            read_script(&self.script)?
+        };
         let mut options = options.script_name(self.script.display().to_string());
         // Receipts are appended as calls finish; a file that cannot be created stops the run
         // before any tool runs, and one that fails midway stops it before its next call.
@@ -110,7 +122,12 @@ impl Run {
         }
         let (options, progress) = with_progress(options);
         let ticker = live_ticker(self.json, progress);
-        let outcome = runtime.run_with(&source, options).await;
+        let outcome = if streamed {
+            let chunks = super::stream::stdin_chunks();
+            runtime.run_streaming(chunks, options).outcome().await
+        } else {
+            runtime.run_with(&source, options).await
+        };
         Ok(report(&outcome, self.json, ticker))
     }
 }

@@ -1,5 +1,6 @@
 //! Step 5: the run's budget of tool calls, speculative calls, in-flight calls and wall-clock time.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -40,10 +41,19 @@ struct Spent {
 #[derive(Debug)]
 pub(crate) struct BudgetMeter {
     budget: Budget,
-    deadline: Instant,
-    /// The run's deadline, from its start.
-    length: Duration,
+    /// When the meter was made: the deadline is counted from it.
+    base: Instant,
+    /// The deadline, in nanoseconds after `base` (a streamed run's moves once, when its text
+    /// is complete: [`BudgetMeter::restart`]).
+    deadline: AtomicU64,
+    /// The run's deadline, from its start, in nanoseconds.
+    length: AtomicU64,
     spent: Mutex<Spent>,
+}
+
+/// Nanoseconds of `d`, saturated.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl BudgetMeter {
@@ -51,8 +61,9 @@ impl BudgetMeter {
     /// one deadline).
     pub(crate) fn new(budget: Budget, started: Instant, deadline: Duration) -> BudgetMeter {
         BudgetMeter {
-            deadline: Instant::from_std(crate::sync::deadline_after(started.into_std(), deadline)),
-            length: deadline,
+            base: started,
+            deadline: AtomicU64::new(nanos(deadline)),
+            length: AtomicU64::new(nanos(deadline)),
             budget,
             spent: Mutex::default(),
         }
@@ -128,8 +139,22 @@ impl BudgetMeter {
         lock(&self.spent)
     }
 
+    /// Starts the deadline again, `length` from `now`: a streamed run's, when its text is
+    /// complete (until then it was the streaming phase's bound).
+    pub(crate) fn restart(&self, now: Instant, length: Duration) {
+        let at = nanos(now.saturating_duration_since(self.base)).saturating_add(nanos(length));
+        self.length.store(nanos(length), Ordering::Relaxed);
+        self.deadline.store(at, Ordering::Release);
+    }
+
+    /// The deadline as an instant.
+    fn deadline(&self) -> Instant {
+        let after = Duration::from_nanos(self.deadline.load(Ordering::Acquire));
+        Instant::from_std(crate::sync::deadline_after(self.base.into_std(), after))
+    }
+
     fn check_deadline(&self, now: Instant) -> Result<(), ToolError> {
-        if now >= self.deadline {
+        if now >= self.deadline() {
             return Err(self.past_deadline());
         }
         Ok(())
@@ -151,12 +176,12 @@ impl BudgetMeter {
 
     /// Time left before the wall-clock budget is spent.
     pub(crate) fn remaining(&self, now: Instant) -> Duration {
-        self.deadline.saturating_duration_since(now)
+        self.deadline().saturating_duration_since(now)
     }
 
     /// The error of work cut off by the run's deadline.
     pub(crate) fn past_deadline(&self) -> ToolError {
-        deadline_passed(self.length)
+        deadline_passed(Duration::from_nanos(self.length.load(Ordering::Relaxed)))
     }
 
     fn release(&self) {

@@ -105,7 +105,7 @@ pub(crate) struct RunContext {
     /// Notified when `open` falls to zero.
     all_closed: tokio::sync::Notify,
     /// The run's journal, when the run is durable.
-    pub(crate) journal: Option<Arc<Journal>>,
+    pub(crate) journal: JournalSlot,
     /// The script's `input` (`None`: it was given none, and reads `()`).
     pub(crate) input: Option<Arc<Value>>,
     /// The value every tool body of the run is given (`ToolContext::context`).
@@ -126,6 +126,23 @@ pub(crate) struct RunContext {
     pub(crate) recorder: Option<Arc<super::Recorder>>,
     /// The plan the run makes or applies, when it does.
     pub(crate) plan: Option<Arc<crate::plan::PlanBook>>,
+}
+
+/// A run's journal: set when the run is made, or (a streamed run) once its text is complete
+/// and the run is recorded; nothing journals before then.
+#[derive(Debug, Default)]
+pub(crate) struct JournalSlot(std::sync::OnceLock<Arc<Journal>>);
+
+impl JournalSlot {
+    /// The journal, when the run is durable.
+    pub(crate) fn as_ref(&self) -> Option<&Arc<Journal>> {
+        self.0.get()
+    }
+
+    /// Makes the run durable; `false` when it already was (the journal is kept).
+    pub(crate) fn set(&self, journal: Arc<Journal>) -> bool {
+        self.0.set(journal).is_ok()
+    }
 }
 
 impl RunContext {
@@ -156,7 +173,7 @@ impl RunContext {
             cancel,
             open: AtomicU64::new(0),
             all_closed: tokio::sync::Notify::new(),
-            journal: None,
+            journal: JournalSlot::default(),
             input: None,
             context: None,
             asked: Mutex::new(None),
@@ -201,6 +218,12 @@ impl RunContext {
         }
     }
 
+    /// Starts the run's deadline again, `length` from now: a streamed run's, once its text is
+    /// complete (until then it bounded the streaming phase).
+    pub(crate) fn restart_deadline(&self, length: std::time::Duration) {
+        self.budget.restart(tokio::time::Instant::now(), length);
+    }
+
     /// Makes the run use the cache of reads across runs.
     pub(crate) fn with_cache(mut self, cache: Option<super::cache::RunCache>) -> RunContext {
         self.cache = cache;
@@ -216,8 +239,10 @@ impl RunContext {
     }
 
     /// Makes the run durable: its non-read calls' intents are committed to `journal`.
-    pub(crate) fn with_journal(mut self, journal: Option<Arc<Journal>>) -> RunContext {
-        self.journal = journal;
+    pub(crate) fn with_journal(self, journal: Option<Arc<Journal>>) -> RunContext {
+        if let Some(journal) = journal {
+            self.journal.set(journal);
+        }
         self
     }
 

@@ -739,7 +739,7 @@ async fn steps(
         let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
         // The intent of a script's non-read call is committed before its body is reached: a
         // crash from here on leaves the call ambiguous, never forgotten.
-        if let (Some(journal), Some(seq)) = (&ctx.journal, call.seq) {
+        if let (Some(journal), Some(seq)) = (ctx.journal.as_ref(), call.seq) {
             let args = journal.args_form(ctx.masks(), &call.args_key, tool.redacts(Side::Args));
             if let Err(why) = journal.intent(seq, &spec.name, &args).await {
                 return Err(ToolError::internal(format!(

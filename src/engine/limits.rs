@@ -66,6 +66,10 @@ pub struct Limits {
     /// How long a plan may wait to be applied (key `plan_ttl_s`): apply refuses it afterwards
     /// (see docs/plans.md).
     pub plan_ttl: Duration,
+    /// How long a streamed script may take to arrive, from its first byte to its last (key
+    /// `stream_timeout_s`; see docs/streaming.md). The run's own deadline (`timeout_s`) starts
+    /// when the text is complete.
+    pub stream_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -88,6 +92,7 @@ impl Default for Limits {
             max_memory_mb: 2_048,
             max_inline_tokens: 1_200,
             plan_ttl: Duration::from_secs(3_600),
+            stream_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -229,6 +234,13 @@ impl Limits {
             Limits::MAX_TIMEOUT_S,
             "a year: a plan that old shows a world long gone",
         ),
+        capped(
+            "stream_timeout_s",
+            "seconds a streamed script may take to arrive",
+            0.001,
+            Limits::MAX_TIMEOUT_S,
+            "a year: the longest deadline a run has",
+        ),
     ];
 
     /// Sets the limit called `name` (a key of [`Limits::KEYS`]) to `value`: a whole number,
@@ -259,7 +271,8 @@ impl Limits {
                 key.max, key.max_reason
             )));
         }
-        if !matches!(name, "timeout_s" | "plan_ttl_s") && value.fract() != 0.0 {
+        if !matches!(name, "timeout_s" | "plan_ttl_s" | "stream_timeout_s") && value.fract() != 0.0
+        {
             return Err(Error::Limit(format!(
                 "`{name}` takes a whole number, not {value}"
             )));
@@ -306,6 +319,7 @@ impl Limits {
             "max_memory_mb" => Slot::Count(&mut self.max_memory_mb),
             "max_inline_tokens" => Slot::Size(&mut self.max_inline_tokens),
             "plan_ttl_s" => Slot::Seconds(&mut self.plan_ttl),
+            "stream_timeout_s" => Slot::Seconds(&mut self.stream_timeout),
             _ => unreachable!("every key of KEYS has a field"),
         }
     }

@@ -254,6 +254,8 @@ struct Shared {
     stop: CancellationToken,
     /// The tokens every request must carry one of, if any.
     auth: Option<Arc<super::auth::Auth>>,
+    /// The handler, for the streaming endpoint (`stream_http.rs`).
+    server: Server,
 }
 
 impl Shared {
@@ -315,6 +317,7 @@ pub async fn serve_http(
         },
         stop.child_token(),
     );
+    let handler = server.clone();
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::clone(&sessions), config);
     let shared = Shared {
@@ -328,6 +331,7 @@ pub async fn serve_http(
         refusals: Arc::new(Mutex::new(Throttled::new(LOG_INTERVAL))),
         stop: stop.clone(),
         auth: options.auth.clone(),
+        server: handler,
     };
     let limits = Connections::new(options.max_connections, options.max_connections_per_peer);
     let connections = tokio_util::task::TaskTracker::new();
@@ -449,7 +453,8 @@ async fn answer(
     shared: &Shared,
     peer: IpAddr,
 ) -> Response<BoxBody<Bytes, Infallible>> {
-    if request.uri().path() != MCP_PATH {
+    let streamed = request.uri().path() == super::stream_http::STREAM_PATH;
+    if !streamed && request.uri().path() != MCP_PATH {
         return plain(
             StatusCode::NOT_FOUND,
             format!("not found: the MCP endpoint is {MCP_PATH}\n"),
@@ -475,6 +480,10 @@ async fn answer(
         },
         None => None,
     };
+    if streamed {
+        return super::stream_http::answer(request, &shared.server, caller, shared.idle_timeout)
+            .await;
+    }
     // A place for the session an `initialize` makes, held until the answer is made.
     let place = match &shared.sessions {
         Some(sessions) if opens_a_session(&request) => match sessions.reserve(peer_key(peer)) {

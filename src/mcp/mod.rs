@@ -21,6 +21,8 @@ mod server;
 #[cfg(feature = "http")]
 mod sessions;
 #[cfg(feature = "http")]
+mod stream_http;
+#[cfg(feature = "http")]
 mod tenancy;
 
 use std::collections::BTreeMap;
@@ -37,6 +39,8 @@ pub(crate) use client::connect;
 pub use http::{serve_http, HttpOptions, MCP_PATH};
 #[cfg(feature = "mcp")]
 pub use server::serve_stdio;
+#[cfg(feature = "http")]
+pub use stream_http::STREAM_PATH;
 
 /// Waits until every MCP server this process started has been closed (its tools dropped, its
 /// process ended, what it left in its process group killed), or until `timeout`; whether they

@@ -136,7 +136,7 @@ impl Executor {
     fn non_read(&self, call: Call, effect: Effect) -> Outcome {
         let seq = self.ledger.epoch();
         let call = call.at_seq(self.ctx.run_id(), seq);
-        let journal = self.ctx.journal.clone();
+        let journal = self.ctx.journal.as_ref().cloned();
         let journaled = journal.as_ref().and_then(|j| j.write(seq));
         if let Some(entry) = &journaled {
             // Answered without the dispatch path: the values its tool redacts are masked here,
@@ -385,7 +385,7 @@ impl Executor {
         }
         // Arguments that hold a secret or a redacted value are shown masked while the run
         // waits; the journal's form of them (a keyed digest) is what a decision is kept by.
-        if let Some(journal) = &self.ctx.journal {
+        if let Some(journal) = self.ctx.journal.as_ref() {
             let args = journal.args_form(self.ctx.masks(), &call.args_key, self.redacts_args(call));
             if let std::borrow::Cow::Owned(args) = args {
                 pending.journal_args = Some(args);

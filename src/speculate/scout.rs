@@ -116,6 +116,9 @@ pub(crate) struct Scout {
     /// Ends a running pass: the run's speculation node of its cancellation tree, so that
     /// stopping the scout also cancels the speculative calls still running.
     stop: CancellationToken,
+    /// Ends the passes alone, not the calls they started (a child of `stop`): a scout over a
+    /// prefix of a streamed script halts when a longer prefix takes over.
+    halt: CancellationToken,
     /// Interpreter operations of all passes.
     operations: AtomicU64,
     /// The current pass's cap on the depth of deferred calls.
@@ -134,6 +137,7 @@ impl Scout {
         handle: Handle,
     ) -> Arc<Scout> {
         Arc::new(Scout {
+            halt: ctx.speculation.child_token(),
             stop: ctx.speculation.clone(),
             ctx,
             ledger,
@@ -250,6 +254,22 @@ impl Scout {
         passes
     }
 
+    /// Runs passes as [`Scout::drive`] does until [`Scout::halt`]: the scout of a prefix of a
+    /// streamed script.
+    pub(crate) async fn drive_until_halted(self: Arc<Self>) -> u64 {
+        let halted = self.halt.clone();
+        tokio::select! {
+            passes = self.drive() => passes,
+            () = halted.cancelled() => 0,
+        }
+    }
+
+    /// Ends the running pass and every pass to come, but not the reads the passes started:
+    /// they stay in the ledger for the run to claim.
+    pub(crate) fn halt(&self) {
+        self.halt.cancel();
+    }
+
     /// Interpreter operations of all passes so far.
     pub(crate) fn operations(&self) -> u64 {
         self.operations.load(Ordering::Relaxed)
@@ -296,7 +316,7 @@ impl Scout {
         let operations = Arc::new(AtomicU64::new(0));
         let watch = engine::RunControls {
             deadline: Some(self.deadline),
-            cancel: Some(self.stop.clone()),
+            cancel: Some(self.halt.clone()),
             operations: Some(Arc::clone(&operations)),
             // The scout never waits for what the executor would wait for.
             skip_sleep: true,
@@ -467,7 +487,7 @@ impl Scout {
             return false;
         };
         // A person approved the rule in this run, or this very read.
-        let Some(journal) = &self.ctx.journal else {
+        let Some(journal) = self.ctx.journal.as_ref() else {
             return true;
         };
         let redacts = tool.redacts(crate::secrets::Side::Args);

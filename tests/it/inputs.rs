@@ -407,7 +407,9 @@ fn every_limit_names_its_key_when_it_is_reached() {
                     "max_log_bytes",
                     "max_inline_tokens",
                     // Not a run's: an expired plan is refused (plans::an_expired_plan_*).
-                    "plan_ttl_s"
+                    "plan_ttl_s",
+                    // Not a run's: the streaming phase's (streaming::the_stream_has_a_bound_*).
+                    "stream_timeout_s"
                 ]
                 .contains(&key.name),
             "a new limit, `{}`, needs a case here",

@@ -70,6 +70,9 @@ mod serve_limits;
 mod speculation;
 #[cfg(feature = "cli")]
 mod store_suite;
+mod streaming;
+#[cfg(feature = "cli")]
+mod streaming_cli;
 mod strings;
 #[cfg(feature = "cli")]
 mod tenants;
