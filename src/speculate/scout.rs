@@ -174,6 +174,8 @@ impl Scout {
         let mut quiet = 0u32;
         let mut progress = self.ledger.watch_progress();
         while passes < self.ledger.limits().max_passes && !self.ledger.is_closed() {
+            // The writes made before the pass began: one made since is news to the scout.
+            let seen = self.ledger.epoch();
             // A pass runs on a thread with a script's stack, like the executor.
             let (scout, (tx, rx)) = (Arc::clone(&self), tokio::sync::oneshot::channel());
             if engine::spawn_script_thread("toolscript-scout", move || {
@@ -242,9 +244,15 @@ impl Scout {
             }
             // A scout that keeps learning little sleeps until the executor has missed 2, 4,
             // 8, ... more reads: a pure dependency chain then costs linear work.
+            // A write made since the pass began wakes it at once, and it starts afresh: after
+            // a write the script often fans out over what the write returned.
             if quiet >= 3 {
                 let wake = self.ledger.misses() + (1u64 << (quiet - 2).min(16));
                 while self.ledger.misses() < wake && !self.ledger.is_closed() {
+                    if self.ledger.epoch() != seen {
+                        quiet = 0;
+                        break;
+                    }
                     if progress.changed().await.is_err() {
                         return passes;
                     }

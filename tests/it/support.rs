@@ -266,9 +266,11 @@ pub fn node_available() -> bool {
 }
 
 /// The store of runs that every `toolscript` process a test starts uses (`TOOLSCRIPT_STORE`):
-/// one file per test binary in the temporary folder, never the user's own store.
+/// one file per test process in the build's own temporary folder (which `cargo clean`
+/// empties), never the user's own store.
 pub fn test_store() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("toolscript-it-{}.sqlite3", std::process::id()))
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("toolscript-it-{}.sqlite3", std::process::id()))
 }
 
 /// A manifest whose one tool, a write, waits for a person's approval, so that a run can pause.
