@@ -714,3 +714,66 @@ async fn a_script_that_calls_no_read_has_no_scout() {
         );
     }
 }
+
+/// A scout that learned little during a dependency chain sleeps until the executor misses
+/// more reads; a write made meanwhile wakes it, so that the fan-out after the write is
+/// speculated. Each read of the fan-out here answers only once all twenty are in flight: a
+/// scout that slept through the write would leave the executor alone with the first of them
+/// until the gate gives up. Chains of several lengths put the write at several points of the
+/// scout's sleeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_wakes_a_scout_that_sleeps_through_a_chain() {
+    const FAN_OUT: usize = 20;
+    // How many reads of the fan-out are in flight; `usize::MAX` once one gave up.
+    let in_flight = Arc::new(tokio::sync::watch::channel(0usize).0);
+    let gate = Arc::clone(&in_flight);
+    let get = Tool::builder("get_user", Effect::Read).handler(move |args: serde_json::Value| {
+        let gate = Arc::clone(&gate);
+        async move {
+            let id = args["id"].as_i64().unwrap_or(0);
+            if id < 1000 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                return Ok(json!({"id": id}));
+            }
+            gate.send_modify(|n| *n = n.saturating_add(1));
+            let mut seen = gate.subscribe();
+            let all = async { seen.wait_for(|n| *n >= FAN_OUT).await.is_ok() };
+            match tokio::time::timeout(Duration::from_secs(10), all).await {
+                Ok(_) if *gate.borrow() != usize::MAX => Ok(json!({"id": id})),
+                _ => {
+                    gate.send_replace(usize::MAX);
+                    Err(toolscript::ToolError::unavailable(
+                        "the fan-out's reads were not all in flight at once",
+                    ))
+                }
+            }
+        }
+    });
+    let order =
+        Tool::builder("create_order", Effect::Write).handler(|args| async move { Ok(args) });
+    let runtime = Runtime::new(Registry::builder().tools([get, order]).build().unwrap());
+    for chain in [4, 6, 9, 13, 20, 30] {
+        in_flight.send_replace(0);
+        let script = format!(
+            "let u = get_user(#{{id: 1}});\n\
+             for i in 1..{chain} {{ u = get_user(#{{id: u.id + 1}}); }}\n\
+             create_order(#{{user: u.id}});\n\
+             let ids = [];\n\
+             for i in 0..{FAN_OUT} {{ ids.push(get_user(#{{id: 1000 + i}}).id); }}\n\
+             ids.len()"
+        );
+        let outcome = run_in(&runtime, &script, Mode::Speculative).await;
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&json!(FAN_OUT)),
+            "a chain of {chain}: {:?} after {} passes",
+            outcome.result,
+            outcome.stats.scout_passes
+        );
+        assert_eq!(
+            *in_flight.borrow(),
+            FAN_OUT,
+            "each read of the fan-out made once"
+        );
+    }
+}
