@@ -808,6 +808,7 @@ impl Runtime {
             record.tenant = Some(tenant.clone());
             record.started_by = Some(started_by.clone());
         }
+        record.context_digest = context_digest(store, options).await?;
         // This process holds the new run's lease (token 1; the store sets its times).
         let claim = crate::store::Claim::this_process();
         record.lease = Some(crate::store::Lease::new(&claim, 1, 0, 0));
@@ -1038,6 +1039,16 @@ impl Runtime {
             return Err(refuse(busy_with(lease)));
         }
         self.judge_catalog(&record).map_err(refuse)?;
+        if record.context_digest != context_digest(store, &options).await? {
+            return Err(refuse(
+                match (&record.context_digest, &options.context) {
+                    (Some(_), None) => "it started with a per-run context (RunOptions::context): only a caller that gives the same context again may resume it",
+                    (None, Some(_)) => "it started without a per-run context: resume it without one",
+                    _ => "the context given is not the one it started with",
+                }
+                .into(),
+            ));
+        }
         self.room_for_a_run()
             .map_err(|e| refuse(e.message.clone()))?;
         // The decision is for the call the run waited at when it was read; the store checks,
@@ -1737,6 +1748,23 @@ pub async fn prune(
 }
 
 /// A journal whose lease is renewed while the run is live.
+/// The keyed digest a run's record keeps of its per-run context, under the store's digest
+/// key: a resume can tell the same context from another, and the store never holds it.
+async fn context_digest(
+    store: &Arc<dyn Store>,
+    options: &RunOptions,
+) -> Result<Option<String>, crate::Error> {
+    let Some(context) = options.context.as_deref() else {
+        return Ok(None);
+    };
+    let key = store.digest_key().await?;
+    let text = crate::json::key_json(context);
+    Ok(Some(format!(
+        "hmac:{}",
+        crate::json::hmac_sha256_hex(&key, text)
+    )))
+}
+
 fn leased(journal: Journal) -> Arc<Journal> {
     let journal = Arc::new(journal);
     journal.keep_lease();

@@ -61,6 +61,11 @@ pub(crate) struct Serve {
     /// With --stateful: seconds a session lives after its last request ends.
     #[arg(long, value_name = "S", default_value = "600", value_parser = seconds, requires = "stateful")]
     session_idle_expiry_s: Duration,
+    /// With --http: resume the store's running runs whose lease expired (an instance died or
+    /// stalled), sweeping every half lease; a run started with a per-run context is left to
+    /// its caller (see docs/several-machines.md).
+    #[arg(long, requires = "http")]
+    take_over: bool,
     #[command(flatten)]
     tools: ToolsArg,
     #[command(flatten)]
@@ -106,7 +111,8 @@ impl Serve {
                         self.session_unused_expiry_s,
                         self.session_idle_expiry_s,
                     )
-                    .max_sessions_per_peer(self.max_sessions_per_peer);
+                    .max_sessions_per_peer(self.max_sessions_per_peer)
+                    .take_over(self.take_over);
                 for host in self.allow_hosts {
                     options = options.allow_host(host);
                 }

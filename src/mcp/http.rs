@@ -95,6 +95,10 @@ pub struct HttpOptions {
     /// a listed token gets 401, and each tenant sees its own runs only. None: no
     /// authentication, one tenant.
     pub auth: Option<Arc<super::auth::Auth>>,
+    /// Resume the store's running runs whose lease expired (their owner died or stalled),
+    /// sweeping every half lease: `serve --take-over`. A run started with a per-run context
+    /// is left to its caller. Default off.
+    pub take_over: bool,
 }
 
 impl Default for HttpOptions {
@@ -112,6 +116,7 @@ impl Default for HttpOptions {
             unused_session_expiry: Duration::from_secs(30),
             idle_session_expiry: Duration::from_secs(600),
             auth: None,
+            take_over: false,
         }
     }
 }
@@ -159,6 +164,13 @@ impl HttpOptions {
     /// Requires a bearer token of `auth` on every request (see [`HttpOptions::auth`]).
     pub fn auth(mut self, auth: super::auth::Auth) -> HttpOptions {
         self.auth = Some(Arc::new(auth));
+        self
+    }
+
+    /// Sweeps the store for runs whose lease expired and resumes them (see
+    /// [`HttpOptions::take_over`]).
+    pub fn take_over(mut self, take_over: bool) -> HttpOptions {
+        self.take_over = take_over;
         self
     }
 
@@ -318,6 +330,12 @@ pub async fn serve_http(
         stop.child_token(),
     );
     let handler = server.clone();
+    let sweeper = options.take_over.then(|| {
+        tokio::spawn(super::take_over::sweep_until(
+            server.clone(),
+            stop.child_token(),
+        ))
+    });
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::clone(&sessions), config);
     let shared = Shared {
@@ -387,6 +405,13 @@ pub async fn serve_http(
         .is_err()
     {
         tracing::warn!("connections still open after {GRACE:?}; closing them");
+    }
+    // Runs taken over get the same grace; past it, the process's end leaves them to the
+    // next instance when their lease expires.
+    if let Some(sweeper) = sweeper {
+        if tokio::time::timeout(GRACE, sweeper).await.is_err() {
+            tracing::warn!("runs taken over still going after {GRACE:?}; leaving them");
+        }
     }
 }
 

@@ -23,6 +23,8 @@ mod sessions;
 #[cfg(feature = "http")]
 mod stream_http;
 #[cfg(feature = "http")]
+mod take_over;
+#[cfg(feature = "http")]
 mod tenancy;
 
 use std::collections::BTreeMap;

@@ -69,6 +69,26 @@ impl Tenancy {
         }
     }
 
+    /// The runtime of `tenant` and a slot among its runs at once, for a run that `serve
+    /// --take-over` resumes; `None` when the tenant has no runtime or is at its cap (the run
+    /// waits for a later sweep).
+    pub(super) fn take_over_slot(&self, tenant: &str) -> Option<(Arc<Runtime>, Option<Slot>)> {
+        let Some(Ok(runtime)) = self.runtimes.get(tenant) else {
+            tracing::debug!(
+                tenant,
+                "a run of a tenant this server does not serve is left alone"
+            );
+            return None;
+        };
+        let cap = self
+            .auth
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.max_concurrent_runs);
+        let slot = self.running.enter(tenant, cap).ok()?;
+        Some((Arc::clone(runtime), Some(slot)))
+    }
+
     /// A slot for one more run of `caller`'s tenant, or the `unavailable` result that names
     /// its cap.
     pub(super) fn enter(&self, caller: &Caller) -> Result<Slot, CallToolResult> {

@@ -264,6 +264,11 @@ pub struct RunRecord {
     pub tenant: Option<String>,
     /// Which token started the run: the first hex digits of its SHA-256, never the token.
     pub started_by: Option<String>,
+    /// A keyed digest (`hmac:…`, under the store's digest key) of the per-run context the run
+    /// started with ([`RunOptions::context`](crate::RunOptions::context)), never the context:
+    /// a resume must give the same context, and `serve --take-over` leaves the run to a
+    /// caller that can. `None` for a run started without one.
+    pub context_digest: Option<String>,
 }
 
 impl RunRecord {
@@ -292,6 +297,7 @@ impl RunRecord {
             input: None,
             tenant: None,
             started_by: None,
+            context_digest: None,
         }
     }
 

@@ -24,7 +24,7 @@ use crate::error::{Cause, Error};
 use crate::sync::lock;
 
 /// The store's schema version, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 10;
+const SCHEMA_VERSION: i64 = 11;
 
 /// The store's `PRAGMA application_id` ("TScr"): what marks a SQLite file as a toolscript
 /// store.
@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_expires_ms INTEGER,
     lease_since_ms INTEGER,
     tenant TEXT,
-    started_by TEXT
+    started_by TEXT,
+    context_digest TEXT
 );
 CREATE TABLE IF NOT EXISTS writes (
     run_id TEXT NOT NULL,
@@ -306,6 +307,10 @@ impl SqliteStore {
                             "ALTER TABLE runs ADD COLUMN tenant TEXT; \
                              ALTER TABLE runs ADD COLUMN started_by TEXT;",
                         )?;
+                    }
+                    // Version 11 keeps a keyed digest of a run's per-run context.
+                    if (1..11).contains(&now) {
+                        tx.execute_batch("ALTER TABLE runs ADD COLUMN context_digest TEXT;")?;
                     }
                     if now == 9 {
                         tx.execute_batch(
@@ -535,9 +540,10 @@ impl Store for SqliteStore {
             tx.execute(
                 "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
                  started_ms, updated_ms, input, catalog, input_artifact, lease_owner, lease_host, \
-                 lease_token, lease_expires_ms, lease_since_ms, tenant, started_by) \
+                 lease_token, lease_expires_ms, lease_since_ms, tenant, started_by, \
+                 context_digest) \
                  VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?12, ?13, \
-                 ?14, ?15)",
+                 ?14, ?15, ?16)",
                 params![
                     record.run_id,
                     record.script_name,
@@ -554,6 +560,7 @@ impl Store for SqliteStore {
                     record.lease.as_ref().map(|_| now),
                     record.tenant,
                     record.started_by,
+                    record.context_digest,
                 ],
             )
             .map_err(|e| fail.of(e))?;
@@ -1463,7 +1470,7 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
                           lease_owner, started_ms, updated_ms, pending, outcome, input, catalog, \
                           input_artifact, lease_host, lease_token, lease_expires_ms, \
-                          lease_since_ms, tenant, started_by FROM runs";
+                          lease_since_ms, tenant, started_by, context_digest FROM runs";
 
 /// A row of `runs` as SQLite holds it, before its fields are parsed.
 struct RawRun {
@@ -1487,6 +1494,7 @@ struct RawRun {
     input_artifact: Option<String>,
     tenant: Option<String>,
     started_by: Option<String>,
+    context_digest: Option<String>,
 }
 
 impl RawRun {
@@ -1512,6 +1520,7 @@ impl RawRun {
             input_artifact: row.get(13)?,
             tenant: row.get(18)?,
             started_by: row.get(19)?,
+            context_digest: row.get(20)?,
         })
     }
 
@@ -1584,6 +1593,7 @@ impl RawRun {
                 updated_ms: self.updated_ms,
                 tenant: self.tenant.clone(),
                 started_by: self.started_by.clone(),
+                context_digest: self.context_digest.clone(),
             })
         })();
         parsed.map_err(|why| fail.say(why))

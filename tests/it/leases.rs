@@ -428,14 +428,14 @@ fn toolscript(args: &[&str], store: &Path, env: &[(&str, &str)]) -> std::process
 
 /// A recording MCP server (tests/fixtures/recorder.js) whose writes take `delay_ms` before
 /// they are recorded; its manifest and its records.
-struct Recorder {
-    dir: TempDir,
-    manifest: PathBuf,
+pub(crate) struct Recorder {
+    pub(crate) dir: TempDir,
+    pub(crate) manifest: PathBuf,
     records: PathBuf,
 }
 
 impl Recorder {
-    fn new(delay_ms: u64) -> Recorder {
+    pub(crate) fn new(delay_ms: u64) -> Recorder {
         let dir = TempDir::new().unwrap();
         let records = dir.path().join("records");
         let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recorder.js");
@@ -458,7 +458,7 @@ impl Recorder {
         }
     }
 
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.records)
             .unwrap_or_default()
             .lines()

@@ -75,5 +75,7 @@ mod streaming;
 mod streaming_cli;
 mod strings;
 #[cfg(feature = "cli")]
+mod take_over;
+#[cfg(feature = "cli")]
 mod tenants;
 mod warnings;

@@ -28,11 +28,20 @@ pub(crate) struct Served {
 
 impl Served {
     pub(crate) fn start(args: &[&str]) -> Served {
-        Served::start_with(
-            Command::new(env!("CARGO_BIN_EXE_toolscript")),
-            "127.0.0.1:0",
-            args,
-        )
+        Served::start_in(&[], args)
+    }
+
+    /// [`Served::start`] with the environment variables `env`.
+    pub(crate) fn start_in(env: &[(&str, &str)], args: &[&str]) -> Served {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolscript"));
+        command.envs(env.iter().copied());
+        Served::start_with(command, "127.0.0.1:0", args)
+    }
+
+    /// Kills the server (SIGKILL): it stops at once, in the middle of whatever it does.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Starts `command` (the binary, or a shell that executes it) with `serve --http ADDR ARGS`.
@@ -74,7 +83,7 @@ impl Served {
         }
     }
 
-    fn stderr(&self) -> Vec<String> {
+    pub(crate) fn stderr(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
 

@@ -304,9 +304,10 @@ impl Store for PostgresStore {
                 tx.execute(
                     "INSERT INTO runs (run_id, script_name, script, catalog_sha256, mode, status, \
                      started_ms, updated_ms, input, catalog, input_artifact, lease_owner, lease_host, \
-                     lease_token, lease_expires_ms, lease_since_ms, tenant, started_by) \
+                     lease_token, lease_expires_ms, lease_since_ms, tenant, started_by, \
+                     context_digest) \
                      VALUES ($1, $2, $3, $4, $5, 'running', $6, $6, $7, $8, $9, $10, $11, 1, $12, $13, \
-                     $14, $15)",
+                     $14, $15, $16)",
                     &[
                         &record.run_id,
                         &record.script_name,
@@ -323,6 +324,7 @@ impl Store for PostgresStore {
                         &lease.map(|_| now),
                         &record.tenant,
                         &record.started_by,
+                        &record.context_digest,
                     ],
                 )
                 .await?;

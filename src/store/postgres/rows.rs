@@ -103,7 +103,8 @@ fn artifact_ids_in(text: &str) -> impl Iterator<Item = &str> {
 const SELECT_RUN: &str = "SELECT run_id, script_name, script, catalog_sha256, mode, status, \
                           lease_owner, started_ms, updated_ms, pending, outcome, input, catalog, \
                           input_artifact, lease_host, lease_token, lease_expires_ms, \
-                          lease_since_ms, tenant, started_by FROM runs WHERE run_id = $1";
+                          lease_since_ms, tenant, started_by, context_digest FROM runs \
+                          WHERE run_id = $1";
 
 /// A run and its fencing token, if the store has it; with `lock`, its row locked until the
 /// transaction ends.
@@ -182,6 +183,7 @@ pub(super) async fn run(
             updated_ms: row.get(8),
             tenant: row.get(18),
             started_by: row.get(19),
+            context_digest: row.get(20),
         })
     })();
     parsed.map(|record| Some((record, token))).map_err(say)

@@ -7,14 +7,16 @@ use tokio_postgres::Transaction;
 
 /// The schema version this toolscript writes (the PostgreSQL store's own count, apart from
 /// SQLite's `user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 1;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// The advisory lock taken while the schema is checked or set up ("toolscri" in ASCII).
 const MIGRATION_LOCK: i64 = 0x746f_6f6c_7363_7269;
 
 /// The steps from each version to the next: `MIGRATIONS[v]` takes version `v` to `v + 1`.
-/// Version 1 is the schema of SQLite's version 10, and a table for the digest key.
-const MIGRATIONS: [&str; 1] = ["
+/// Version 1 is the schema of SQLite's version 10, and a table for the digest key; version 2
+/// keeps a keyed digest of a run's per-run context (as SQLite's version 11).
+const MIGRATIONS: [&str; 2] = [
+    "
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY,
     script_name TEXT NOT NULL,
@@ -109,7 +111,11 @@ CREATE TABLE digest_key (
     id SMALLINT PRIMARY KEY CHECK (id = 1),
     key BYTEA NOT NULL CHECK (octet_length(key) = 32)
 );
-"];
+",
+    "
+ALTER TABLE runs ADD COLUMN context_digest TEXT;
+",
+];
 
 /// What a database is, as far as a store is concerned.
 enum Kind {
