@@ -223,3 +223,282 @@ fn serve_take_over_finishes_an_expired_run_and_leaves_one_with_a_context() {
     let stderr = served.stderr().join("\n");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// What each client of [`load`] got: its answer (the structured content), or why it has none,
+/// and how long it waited.
+struct Answered {
+    answer: Result<Value, String>,
+    took: Duration,
+}
+
+/// One `run_script` of `script` with `input` on `addr`, on a fresh connection: the answer's
+/// structured content, or why there is none (the server went away).
+fn run_on(addr: &str, script: &str, input: Value) -> Result<Value, String> {
+    use std::io::{Read, Write};
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "run_script", "arguments": {"script": script, "input": input}}})
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(300)))
+        .map_err(|e| e.to_string())?;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body.as_bytes()))
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| e.to_string())?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no whole answer: {response:?}"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("{head}\n{body}"));
+    }
+    let json: Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?;
+    Ok(json["result"]["structuredContent"].clone())
+}
+
+/// `runs` clients at once, client `n` running `script` with input `{n}` on the instance
+/// `n % addrs.len()`, while `during` runs on this thread; each client's answer, in order.
+fn load(addrs: &[String], runs: usize, script: &str, during: impl FnOnce()) -> Vec<Answered> {
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..runs)
+            .map(|n| {
+                let addr = &addrs[n % addrs.len()];
+                scope.spawn(move || {
+                    let started = Instant::now();
+                    let answer = run_on(addr, script, json!({"n": n}));
+                    Answered {
+                        answer,
+                        took: started.elapsed(),
+                    }
+                })
+            })
+            .collect();
+        during();
+        clients.into_iter().map(|c| c.join().unwrap()).collect()
+    })
+}
+
+/// Runs per second over the whole load, and the median and 99th percentile of the clients'
+/// waits, in milliseconds.
+fn figures(answers: &[Answered], wall: Duration) -> (f64, f64, f64) {
+    let mut waits: Vec<f64> = answers
+        .iter()
+        .filter(|a| a.answer.is_ok())
+        .map(|a| a.took.as_secs_f64() * 1000.0)
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    let at = |q: f64| waits[((waits.len() - 1) as f64 * q).round() as usize];
+    (answers.len() as f64 / wall.as_secs_f64(), at(0.5), at(0.99))
+}
+
+/// Each run makes three writes through the recording server, keyed by its input.
+const THREE_WRITES: &str =
+    "for i in 0..3 { record_idem(#{n: input.n * 10 + i, seen: 0}); }\ninput.n";
+
+/// `count` instances of `serve --http --take-over` on `store` with the recorder's tools.
+fn instances(count: usize, recorder: &crate::leases::Recorder, store: &str) -> Vec<Served> {
+    let m = recorder.manifest.to_str().unwrap();
+    (0..count)
+        .map(|_| {
+            Served::start_in(
+                &[("TOOLSCRIPT_LEASE_S", "2")],
+                &[
+                    "--take-over",
+                    "--max-connections-per-peer",
+                    "1000",
+                    "--tools",
+                    m,
+                    "--store",
+                    store,
+                ],
+            )
+        })
+        .collect()
+}
+
+/// Three `serve --http --take-over` instances on one PostgreSQL store, 300 clients at once
+/// (100 on each), each run making three writes through a recording server that honours
+/// idempotency keys; one instance is killed (SIGKILL) once a quarter of the writes are made.
+/// The clients of the others all get their answer; the killed instance's runs are finished by
+/// the others once their leases expire (a client that lost its answer finds its run done; one
+/// whose run was never recorded runs it again elsewhere); every run completes, once, and every
+/// write is recorded once.
+#[test]
+fn three_instances_on_postgres_finish_the_runs_of_one_killed_mid_way() {
+    let Some(url) = crate::pg::database("three_instances") else {
+        return;
+    };
+    if !crate::support::node_available() {
+        return;
+    }
+    const RUNS: usize = 300;
+    let recorder = crate::leases::Recorder::new(20);
+    let mut served = instances(3, &recorder, &url);
+    let addrs: Vec<String> = served.iter().map(|s| s.addr.clone()).collect();
+    let killed_at = Mutex::new(None);
+    let answers = load(&addrs, RUNS, THREE_WRITES, || {
+        let started = Instant::now();
+        while recorder.records().len() < RUNS * 3 / 4 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the writes stalled"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        served[0].kill();
+        *killed_at.lock().unwrap() = Some(recorder.records().len());
+    });
+    let killed_at = killed_at.into_inner().unwrap().unwrap();
+
+    // The survivors' clients all got their answer.
+    for (n, a) in answers.iter().enumerate().filter(|(n, _)| n % 3 != 0) {
+        let answer = a
+            .answer
+            .as_ref()
+            .unwrap_or_else(|e| panic!("client {n}: {e}"));
+        assert_eq!(answer["status"], "completed", "client {n}: {answer}");
+        assert_eq!(answer["value"], n, "client {n}: {answer}");
+    }
+    let lost: Vec<usize> = (0..RUNS).filter(|n| answers[*n].answer.is_err()).collect();
+    assert!(
+        !lost.is_empty(),
+        "the kill came after every run of the instance ended"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt
+        .block_on(toolscript::PostgresStore::connect(&url))
+        .unwrap();
+    // Every run ends: the killed instance's are taken over once their lease expires.
+    let all_runs = || {
+        rt.block_on(async {
+            let mut runs = Vec::new();
+            let mut query = toolscript::RunQuery::first(200);
+            loop {
+                let page = store.list_runs(query.clone()).await.unwrap();
+                for run in &page.runs {
+                    runs.push(store.run(&run.run_id).await.unwrap().unwrap());
+                }
+                match page.next {
+                    Some(next) => query = query.after(Some(next)),
+                    None => return runs,
+                }
+            }
+        })
+    };
+    let waited = Instant::now();
+    loop {
+        let running = all_runs()
+            .iter()
+            .filter(|r| r.status == RunStatus::Running)
+            .count();
+        if running == 0 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(120),
+            "{running} runs never ended:\n{}\n{}",
+            served[1].stderr().join("\n"),
+            served[2].stderr().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A client that lost its answer looks for its run; one never recorded runs again.
+    let recorded: Vec<i64> = all_runs()
+        .iter()
+        .map(|r| r.input.as_ref().unwrap()["n"].as_i64().unwrap())
+        .collect();
+    let mut again = 0;
+    for n in &lost {
+        if !recorded.contains(&(*n as i64)) {
+            let answer = run_on(&addrs[1], THREE_WRITES, json!({"n": n})).unwrap();
+            assert_eq!(answer["status"], "completed", "client {n} again: {answer}");
+            again += 1;
+        }
+    }
+
+    let runs = all_runs();
+    let mut inputs: Vec<i64> = runs
+        .iter()
+        .map(|r| r.input.as_ref().unwrap()["n"].as_i64().unwrap())
+        .collect();
+    inputs.sort_unstable();
+    assert_eq!(
+        inputs,
+        (0..RUNS as i64).collect::<Vec<_>>(),
+        "one run per client"
+    );
+    for run in &runs {
+        assert_eq!(
+            run.status,
+            RunStatus::Completed,
+            "{}: {:?}",
+            run.run_id,
+            run.outcome
+        );
+        let n = &run.input.as_ref().unwrap()["n"];
+        assert_eq!(run.outcome.as_ref().map(|o| &o["value"]), Some(n));
+    }
+    let records = recorder.records();
+    let mut made: Vec<i64> = records.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+    made.sort_unstable();
+    let expected: Vec<i64> = (0..RUNS as i64)
+        .flat_map(|n| (0..3).map(move |i| n * 10 + i))
+        .collect();
+    assert_eq!(made, expected, "every write recorded once");
+    let taken_over = runs
+        .iter()
+        .filter(|r| r.lease.as_ref().is_some_and(|l| l.token > 1))
+        .count();
+    eprintln!(
+        "killed after {killed_at} of {} writes: {} answers lost, {taken_over} runs taken over, \
+         {again} never recorded and run again",
+        RUNS * 3,
+        lost.len()
+    );
+    assert!(taken_over > 0, "no run was taken over");
+}
+
+/// The figures of BENCHMARKS.md "Several instances": 300 clients at once, each run three
+/// writes through the recording server, on three instances over one PostgreSQL store and on
+/// one instance over SQLite. `cargo test --release --test it -- --ignored
+/// take_over::figures --nocapture`.
+#[test]
+#[ignore = "a benchmark: its figures go in BENCHMARKS.md"]
+fn figures_three_postgres_instances_against_one_sqlite() {
+    let Some(url) = crate::pg::database("figures") else {
+        return;
+    };
+    const RUNS: usize = 300;
+    let recorder = crate::leases::Recorder::new(20);
+    let sqlite = recorder.dir.path().join("store.sqlite3");
+    for (name, store, count) in [
+        ("1 instance, SQLite", sqlite.to_str().unwrap(), 1),
+        ("3 instances, PostgreSQL", url.as_str(), 3),
+    ] {
+        let served = instances(count, &recorder, store);
+        let addrs: Vec<String> = served.iter().map(|s| s.addr.clone()).collect();
+        let started = Instant::now();
+        let answers = load(&addrs, RUNS, THREE_WRITES, || {});
+        let wall = started.elapsed();
+        assert!(
+            answers.iter().all(|a| a.answer.is_ok()),
+            "{name}: a client failed"
+        );
+        let (rate, p50, p99) = figures(&answers, wall);
+        eprintln!(
+            "{name}: {RUNS} runs in {wall:.2?}: {rate:.0} runs/s, p50 {p50:.0} ms, p99 {p99:.0} ms"
+        );
+    }
+}
