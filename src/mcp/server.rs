@@ -526,11 +526,36 @@ impl Server {
             Ok(slot) => slot,
             Err(refused) => return refused,
         };
+        // A run that has ended answers with its outcome: a client whose instance went away
+        // before it answered (and whose run another finished) gets it here.
+        if decision.is_none() {
+            if let Some(answer) = self.ended_outcome(&args.run_id).await {
+                return answer;
+            }
+        }
         let options = RunOptions::default().progress(progress);
         match self.runtime.resume(&args.run_id, decision, options).await {
             Ok(outcome) => outcome_result(&outcome, false),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report())]),
         }
+    }
+
+    /// The stored outcome of `run_id` when it has ended, as `run_script` answered it (without
+    /// `stats`).
+    async fn ended_outcome(&self, run_id: &str) -> Option<CallToolResult> {
+        let record = self.runtime.store()?.run(run_id).await.ok()??;
+        if !record.status.is_final() {
+            return None;
+        }
+        let mut outcome = record.outcome?;
+        if let Some(object) = outcome.as_object_mut() {
+            object.remove("stats");
+        }
+        Some(if record.status == crate::RunStatus::Failed {
+            CallToolResult::structured_error(outcome)
+        } else {
+            CallToolResult::structured(outcome)
+        })
     }
 
     async fn list_runs(&self, arguments: Option<JsonObject>) -> CallToolResult {
@@ -919,7 +944,8 @@ fn resume_run_tool() -> Tool {
          true`, the call may still be running (`why` names what still runs): decide once that \
          has ended. A decision is a person's: pass on one a person made, never decide a call \
          yourself (a server with tokens refuses a decision from the token that started the \
-         run). Calls made before are not made again. Answers like `run_script`.",
+         run). Calls made before are not made again. Answers like `run_script`; without a \
+         decision, a run that has ended answers with its outcome.",
         schema::input::<ResumeRunArgs>(),
     )
     .with_annotations(

@@ -234,9 +234,19 @@ struct Answered {
 /// One `run_script` of `script` with `input` on `addr`, on a fresh connection: the answer's
 /// structured content, or why there is none (the server went away).
 fn run_on(addr: &str, script: &str, input: Value) -> Result<Value, String> {
+    call_on(
+        addr,
+        "run_script",
+        json!({"script": script, "input": input}),
+    )
+}
+
+/// One call of the server's `tool` with `arguments` on `addr`, on a fresh connection: the
+/// answer's structured content, or why there is none.
+fn call_on(addr: &str, tool: &str, arguments: Value) -> Result<Value, String> {
     use std::io::{Read, Write};
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "run_script", "arguments": {"script": script, "input": input}}})
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": tool, "arguments": arguments}})
     .to_string();
     let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
     stream
@@ -419,6 +429,25 @@ fn three_instances_on_postgres_finish_the_runs_of_one_killed_mid_way() {
         .iter()
         .map(|r| r.input.as_ref().unwrap()["n"].as_i64().unwrap())
         .collect();
+    // A client that lost its answer gets it from another instance by the run's id.
+    let by_input: std::collections::BTreeMap<i64, String> = all_runs()
+        .iter()
+        .map(|r| {
+            (
+                r.input.as_ref().unwrap()["n"].as_i64().unwrap(),
+                r.run_id.clone(),
+            )
+        })
+        .collect();
+    let some_lost = lost
+        .iter()
+        .find_map(|n| by_input.get(&(*n as i64)).map(|id| (n, id)));
+    if let Some((n, run_id)) = some_lost {
+        let answer = call_on(&addrs[2], "resume_run", json!({"run_id": run_id})).unwrap();
+        assert_eq!(answer["status"], "completed", "{answer}");
+        assert_eq!(answer["value"], *n, "{answer}");
+        assert!(answer.get("stats").is_none(), "{answer}");
+    }
     let mut again = 0;
     for n in &lost {
         if !recorded.contains(&(*n as i64)) {
