@@ -663,10 +663,26 @@ async fn reads_inside_all_are_started_early() {
         let observed = same_in_both_modes(&tools, Limits::default(), script).await;
         assert_eq!(observed["result"]["value"], expected, "{script}");
     }
-    let runtime = Runtime::new(Registry::builder().tools(tools()).build().unwrap());
+    // Each read answers only once 20 are under way (or after 20 s): the executor, waiting for
+    // the first, cannot have started the others itself, so the scout must have, however busy
+    // the machine is.
+    let started = Arc::new(tokio::sync::watch::channel(0usize).0);
+    let gate = Arc::clone(&started);
+    let gated = Tool::builder("check", Effect::Read).handler(move |_args: serde_json::Value| {
+        let gate = Arc::clone(&gate);
+        async move {
+            gate.send_modify(|n| *n += 1);
+            let mut seen = gate.subscribe();
+            let twenty = async { seen.wait_for(|n| *n >= 20).await.is_ok() };
+            let _ = tokio::time::timeout(Duration::from_secs(20), twenty).await;
+            Ok(json!({ "ok": true }))
+        }
+    });
+    let runtime = Runtime::new(Registry::builder().tool(gated).build().unwrap());
     let script =
         "let ids = [];\nfor i in 1..=24 { ids.push(i * 2); }\nids.all(|id| check(#{ id: id }).ok)";
     let outcome = run_in(&runtime, script, Mode::Speculative).await;
+    assert_eq!(value_of(&outcome), &json!(true));
     assert!(
         outcome.stats.speculative_claimed >= 20,
         "the reads inside `all` were not started early: {:?}",
