@@ -90,7 +90,7 @@ async fn a_run_started_with_a_context_resumes_only_with_the_same_context() {
         .await
         .unwrap();
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
-    assert_eq!(*seen.lock().unwrap(), [secret.clone()]);
+    assert_eq!(*seen.lock().unwrap(), std::slice::from_ref(&secret));
 
     let bare = runtime.run("charge(#{amount: 6})").await;
     assert_eq!(bare.status(), RunStatus::Paused);
