@@ -444,7 +444,7 @@ async fn a_store_of_schema_version_3_is_upgraded_and_its_old_hash_run_resumes() 
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let pruned = toolscript::prune(&*store, toolscript::PruneRule::default())
         .await
         .unwrap();
@@ -580,7 +580,7 @@ async fn a_write_cut_short_under_the_previous_version_may_still_be_running() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10, "the store was upgraded");
+    assert_eq!(version, 11, "the store was upgraded");
     let processes: Option<String> = conn
         .query_row(
             "SELECT processes FROM writes WHERE run_id = 'v3-run' AND seq = 0",

@@ -254,7 +254,7 @@ async fn a_store_of_schema_7_is_migrated_and_its_pid_owner_is_ignored() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let old = store.run("old").await.unwrap().unwrap();
     assert_eq!((old.status, old.lease.clone()), (RunStatus::Running, None));
     let taken = store

@@ -839,3 +839,31 @@ async fn postgres_a_user_without_the_right_to_create_tables_is_told_so() {
     create(&store, "r", &claim("a")).await;
     assert!(store.run("r").await.unwrap().is_some());
 }
+
+/// A PostgreSQL store of schema 1 (before runs kept a digest of their context) is upgraded to
+/// 2 when an instance connects: its runs are kept, with no context digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_of_schema_1_is_upgraded_and_keeps_its_runs() {
+    let Some(url) = pg::database("schema_one") else {
+        return;
+    };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let record = toolscript::RunRecord::new("r1", "s.rhai", "1", "c", toolscript::Mode::Sequential);
+    store.create_run(record).await.unwrap();
+    drop(store);
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    let cluster = pg::cluster();
+    cluster.psql_in(
+        db,
+        "ALTER TABLE runs DROP COLUMN context_digest; \
+         UPDATE toolscript_meta SET value = '1' WHERE key = 'schema_version'",
+    );
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let version = cluster.psql_in(
+        db,
+        "SELECT value FROM toolscript_meta WHERE key = 'schema_version'",
+    );
+    assert_eq!(version.trim(), "2");
+    let run = store.run("r1").await.unwrap().expect("the run is kept");
+    assert_eq!(run.context_digest, None);
+}

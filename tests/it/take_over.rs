@@ -531,3 +531,47 @@ fn figures_three_postgres_instances_against_one_sqlite() {
         );
     }
 }
+
+/// A store of schema 10 (before runs kept a digest of their context) is upgraded in place: its
+/// runs have no context digest, and one paused there resumes without a context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_schema_10_is_upgraded_and_its_runs_have_no_context() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("s.sqlite3");
+    let charge = || {
+        Tool::builder("charge", Effect::Write)
+            .approval(toolscript::Approval::Always)
+            .handler(|_| async { Ok(json!("charged")) })
+    };
+    let runtime = |store: SqliteStore| {
+        Runtime::builder(Registry::builder().tool(charge()).build().unwrap())
+            .store(Arc::new(store) as Arc<dyn Store>)
+            .build()
+    };
+    let paused = runtime(SqliteStore::open(&path).unwrap())
+        .run("charge(#{amount: 5})")
+        .await;
+    assert_eq!(paused.status(), RunStatus::Paused);
+    // The store as schema 10 left it.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("ALTER TABLE runs DROP COLUMN context_digest; PRAGMA user_version = 10;")
+        .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 11);
+    let record = store.run(&paused.run_id).await.unwrap().unwrap();
+    assert_eq!(record.context_digest, None);
+    let done = runtime(store)
+        .resume(
+            &paused.run_id,
+            Some(Decision::Approve),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+}

@@ -490,7 +490,7 @@ async fn a_store_of_schema_9_gains_tenants_and_its_old_runs_belong_to_none() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let old = store.run("old").await.unwrap().unwrap();
     assert_eq!((old.tenant, old.started_by), (None, None));
     let plan = store.plan("pold").await.unwrap().unwrap();
