@@ -316,9 +316,9 @@ fn figures(answers: &[Answered], wall: Duration) -> (f64, f64, f64) {
 const THREE_WRITES: &str =
     "for i in 0..3 { record_idem(#{n: input.n * 10 + i, seen: 0}); }\ninput.n";
 
-/// `count` instances of `serve --http --take-over` on `store` with the recorder's tools.
-fn instances(count: usize, recorder: &crate::leases::Recorder, store: &str) -> Vec<Served> {
-    let m = recorder.manifest.to_str().unwrap();
+/// `count` instances of `serve --http --take-over` on `store` with the tools of `manifest`.
+fn instances(count: usize, manifest: &std::path::Path, store: &str) -> Vec<Served> {
+    let m = manifest.to_str().unwrap();
     (0..count)
         .map(|_| {
             Served::start_in(
@@ -354,7 +354,7 @@ fn three_instances_on_postgres_finish_the_runs_of_one_killed_mid_way() {
     }
     const RUNS: usize = 300;
     let recorder = crate::leases::Recorder::new(20);
-    let mut served = instances(3, &recorder, &url);
+    let mut served = instances(3, &recorder.manifest, &url);
     let addrs: Vec<String> = served.iter().map(|s| s.addr.clone()).collect();
     let killed_at = Mutex::new(None);
     let answers = load(&addrs, RUNS, THREE_WRITES, || {
@@ -500,9 +500,10 @@ fn three_instances_on_postgres_finish_the_runs_of_one_killed_mid_way() {
 }
 
 /// The figures of BENCHMARKS.md "Several instances": 300 clients at once, each run three
-/// writes through the recording server, on three instances over one PostgreSQL store and on
-/// one instance over SQLite. `cargo test --release --test it -- --ignored
-/// take_over::figures --nocapture`.
+/// writes, on three instances over one PostgreSQL store and on one instance over SQLite; the
+/// writes go through the recording server (which syncs its file at each), or to a script tool
+/// of 20 ms in the instance. `cargo test --release --test it -- --ignored take_over::figures
+/// --nocapture`.
 #[test]
 #[ignore = "a benchmark: its figures go in BENCHMARKS.md"]
 fn figures_three_postgres_instances_against_one_sqlite() {
@@ -511,24 +512,36 @@ fn figures_three_postgres_instances_against_one_sqlite() {
     };
     const RUNS: usize = 300;
     let recorder = crate::leases::Recorder::new(20);
+    let put = recorder.dir.path().join("put.toml");
+    std::fs::write(
+        &put,
+        "[[tool]]\nname = \"put\"\neffect = \"write\"\nlatency_ms = 20\ninput = { type = \"object\" }\nscript = 'args.n'\n",
+    )
+    .unwrap();
+    let put_script = "for i in 0..3 { put(#{n: input.n * 10 + i}); }\ninput.n";
     let sqlite = recorder.dir.path().join("store.sqlite3");
-    for (name, store, count) in [
-        ("1 instance, SQLite", sqlite.to_str().unwrap(), 1),
-        ("3 instances, PostgreSQL", url.as_str(), 3),
+    for (tools, manifest, script) in [
+        ("the recorder", &recorder.manifest, THREE_WRITES),
+        ("a script tool", &put, put_script),
     ] {
-        let served = instances(count, &recorder, store);
-        let addrs: Vec<String> = served.iter().map(|s| s.addr.clone()).collect();
-        let started = Instant::now();
-        let answers = load(&addrs, RUNS, THREE_WRITES, || {});
-        let wall = started.elapsed();
-        assert!(
-            answers.iter().all(|a| a.answer.is_ok()),
-            "{name}: a client failed"
-        );
-        let (rate, p50, p99) = figures(&answers, wall);
-        eprintln!(
-            "{name}: {RUNS} runs in {wall:.2?}: {rate:.0} runs/s, p50 {p50:.0} ms, p99 {p99:.0} ms"
-        );
+        for (name, store, count) in [
+            ("1 instance, SQLite", sqlite.to_str().unwrap(), 1),
+            ("3 instances, PostgreSQL", url.as_str(), 3),
+        ] {
+            let served = instances(count, manifest, store);
+            let addrs: Vec<String> = served.iter().map(|s| s.addr.clone()).collect();
+            let started = Instant::now();
+            let answers = load(&addrs, RUNS, script, || {});
+            let wall = started.elapsed();
+            assert!(
+                answers.iter().all(|a| a.answer.is_ok()),
+                "{name}: a client failed"
+            );
+            let (rate, p50, p99) = figures(&answers, wall);
+            eprintln!(
+                "{tools}, {name}: {RUNS} runs in {wall:.2?}: {rate:.0} runs/s, p50 {p50:.0} ms, p99 {p99:.0} ms"
+            );
+        }
     }
 }
 
