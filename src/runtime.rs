@@ -1297,6 +1297,9 @@ impl Run {
     ) -> Arc<RunContext> {
         let limits = &runtime.limits;
         let sink = options.receipts.as_ref().and_then(|s| lock(s).take());
+        if let Some(progress) = &options.progress {
+            progress.name(run_id);
+        }
         Arc::new(
             RunContext::new(
                 Arc::clone(&runtime.registry),

@@ -38,14 +38,42 @@ pub struct EffectRecord {
     pub ok: Option<bool>,
 }
 
-/// Counters a caller can watch while a run is going (the CLI's live line).
+/// Counters a caller can watch while a run is going (the CLI's live line), and the run's id
+/// from the moment the run has one.
 #[derive(Debug, Default)]
 pub struct Progress {
     done: AtomicU64,
     in_flight: AtomicU64,
+    run_id: std::sync::OnceLock<String>,
+    named: tokio::sync::Notify,
 }
 
 impl Progress {
+    /// The id of the run these counters watch, once it started (or, resumed, was taken).
+    pub fn run_id(&self) -> Option<&str> {
+        self.run_id.get().map(String::as_str)
+    }
+
+    /// Waits until the run has an id, and returns it.
+    pub async fn named(&self) -> &str {
+        loop {
+            let notified = self.named.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(id) = self.run_id() {
+                return id;
+            }
+            notified.await;
+        }
+    }
+
+    /// Gives the counters the id of their run; only the first call counts.
+    pub(crate) fn name(&self, run_id: &str) {
+        if self.run_id.set(run_id.to_string()).is_ok() {
+            self.named.notify_waiters();
+        }
+    }
+
     /// Calls finished so far.
     pub fn done(&self) -> u64 {
         self.done.load(Ordering::Relaxed)

@@ -771,11 +771,11 @@ async fn until_cancelled<T>(
     }
 }
 
-/// Runs `run` and, when the request carries a progress token, tells the client every
-/// [`PROGRESS_EVERY`] how many calls are done and how many in flight, and once more at the end.
-/// The progress is the number of calls done, and a notification is sent only when it has grown
-/// (the specification asks it to increase with each one), except the first, which says the run
-/// has started.
+/// Runs `run` and, when the request carries a progress token, tells the client as soon as the
+/// run has an id (so that a client whose connection drops knows which run to ask about), then
+/// every [`PROGRESS_EVERY`] how many calls are done and how many in flight, and once more at
+/// the end. The progress is the number of calls done, and a notification is sent only when it
+/// has grown (the specification asks it to increase with each one), except the first.
 async fn reporting<T>(
     context: &RequestContext<RoleServer>,
     progress: Arc<Progress>,
@@ -793,10 +793,17 @@ async fn reporting<T>(
     let start = tokio::time::Instant::now() + PROGRESS_EVERY;
     let mut ticks = tokio::time::interval_at(start, PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(run);
+    let watched = Arc::clone(&reporter.progress);
+    let named = watched.named();
+    tokio::pin!(run, named);
+    let mut announced = false;
     let out = loop {
         tokio::select! {
             out = &mut run => break out,
+            _ = &mut named, if !announced => {
+                announced = true;
+                reporter.report().await;
+            }
             _ = ticks.tick() => reporter.report().await,
         }
     };
@@ -821,7 +828,11 @@ impl Reporter {
             return;
         }
         self.sent = Some(done);
-        let message = format!("{done} calls done, {} in flight", self.progress.in_flight());
+        let counts = format!("{done} calls done, {} in flight", self.progress.in_flight());
+        let message = match self.progress.run_id() {
+            Some(run_id) => format!("run {run_id}: {counts}"),
+            None => counts,
+        };
         let params =
             ProgressNotificationParam::new(self.token.clone(), done as f64).with_message(message);
         // A client that went away gets its answer dropped too; nothing to do about it here.

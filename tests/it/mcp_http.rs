@@ -313,6 +313,7 @@ async fn slow_run_reports_its_progress(client: RunningService<RoleClient, Record
             .map(|p| (p.progress, p.message.clone().unwrap_or_default()))
             .collect::<Vec<_>>(),
         6.0,
+        outcome(&result)["run_id"].as_str().unwrap(),
     );
     client.cancel().await.expect("the session closes");
 }
@@ -428,10 +429,11 @@ fn sigterm_and_sigint_stop_the_server_cleanly() {
     }
 }
 
-/// At least two notifications, their progress increasing, up to `done` (the calls the run
-/// made; the last is sent before the result), each saying `N calls done, M in flight`.
+/// At least two notifications, their progress increasing, from 0 (the first is sent as the run
+/// starts) up to `done` (the calls the run made; the last is sent before the result), each
+/// saying `run RUN_ID: N calls done, M in flight`.
 #[track_caller]
-fn assert_progress(progress: &[(f64, String)], done: f64) {
+fn assert_progress(progress: &[(f64, String)], done: f64, run_id: &str) {
     assert!(
         progress.len() >= 2,
         "a 1.5 s run reports more than once: {progress:?}"
@@ -445,9 +447,14 @@ fn assert_progress(progress: &[(f64, String)], done: f64) {
         Some(done),
         "the last one says every call is done: {progress:?}"
     );
+    assert_eq!(
+        progress.first().map(|p| p.0),
+        Some(0.0),
+        "the first is sent as the run starts: {progress:?}"
+    );
     for (value, message) in progress {
         assert!(
-            message.starts_with(&format!("{value} calls done, "))
+            message.starts_with(&format!("run {run_id}: {value} calls done, "))
                 && message.ends_with(" in flight"),
             "{message:?} for {value}"
         );
@@ -817,7 +824,11 @@ fn python_client_lists_tools_runs_a_script_gets_progress_and_bad_arguments_as_re
             )
         })
         .collect();
-    assert_progress(&progress, 6.0);
+    assert_progress(
+        &progress,
+        6.0,
+        slow["structured"]["run_id"].as_str().unwrap(),
+    );
 
     let unknown = step(&lines, 3);
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
