@@ -287,19 +287,7 @@ pub(super) struct Server {
 /// what it waits for), a failed one an error result. Both constructors also put the JSON as
 /// text, for clients without structured content.
 fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
-    // A limit the run reached is named as the key of the server's `[limits]`: the client
-    // cannot pass flags.
-    let mut report: RunReport = outcome.report_naming(|limit| {
-        format!(
-            "{}; the server's limit, `{}` in its [limits]",
-            limit.key, limit.key
-        )
-    });
-    // Compact by default: the counts and timings are for people, not for the model.
-    if !stats {
-        report.stats = None;
-    }
-    let json = report.to_json();
+    let json = report_json(outcome, stats);
     if matches!(
         outcome.status(),
         crate::RunStatus::Failed | crate::RunStatus::Interrupted
@@ -308,6 +296,22 @@ fn outcome_result(outcome: &crate::RunOutcome, stats: bool) -> CallToolResult {
     } else {
         CallToolResult::structured(json)
     }
+}
+
+/// The run's outcome as `run_script` answers it: a limit the run reached is named as the key of
+/// the server's `[limits]` (the client cannot pass flags), and `stats` are left out unless asked
+/// for (the counts and timings are for people, not for the model).
+pub(super) fn report_json(outcome: &crate::RunOutcome, stats: bool) -> Value {
+    let mut report: RunReport = outcome.report_naming(|limit| {
+        format!(
+            "{}; the server's limit, `{}` in its [limits]",
+            limit.key, limit.key
+        )
+    });
+    if !stats {
+        report.stats = None;
+    }
+    report.to_json()
 }
 
 /// `answer` as a tool's structured result.

@@ -23,8 +23,8 @@ use rmcp::model::CallToolResult;
 use serde_json::Value;
 
 use super::auth::{Caller, Right};
-use super::server::{Server, MAX_MESSAGE};
-use crate::report::{Mode, RunReport};
+use super::server::{report_json, Server, MAX_MESSAGE};
+use crate::report::Mode;
 use crate::runtime::RunOptions;
 
 /// The path of the streaming endpoint.
@@ -238,20 +238,6 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
-}
-
-/// The run's outcome as `run_script` answers it.
-fn report_json(outcome: &crate::RunOutcome, stats: bool) -> Value {
-    let mut report: RunReport = outcome.report_naming(|limit| {
-        format!(
-            "{}; the server's limit, `{}` in its [limits]",
-            limit.key, limit.key
-        )
-    });
-    if !stats {
-        report.stats = None;
-    }
-    report.to_json()
 }
 
 fn error_json(message: String) -> Value {

@@ -440,11 +440,10 @@ async fn a_store_of_schema_version_3_is_upgraded_and_its_old_hash_run_resumes() 
         .unwrap();
     }
     let store = Arc::new(SqliteStore::open(&path).unwrap());
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(
+        crate::support::user_version(&path),
+        crate::support::SQLITE_SCHEMA
+    );
     let pruned = toolscript::prune(&*store, toolscript::PruneRule::default())
         .await
         .unwrap();
@@ -576,11 +575,12 @@ async fn a_write_cut_short_under_the_previous_version_may_still_be_running() {
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
     assert_eq!(done.result.unwrap(), json!([2, 2, 4]));
     assert_eq!(made.load(Ordering::SeqCst), 1, "made once, on retry");
+    assert_eq!(
+        crate::support::user_version(&path),
+        crate::support::SQLITE_SCHEMA,
+        "the store was upgraded"
+    );
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 11, "the store was upgraded");
     let processes: Option<String> = conn
         .query_row(
             "SELECT processes FROM writes WHERE run_id = 'v3-run' AND seq = 0",

@@ -250,11 +250,10 @@ async fn a_store_of_schema_7_is_migrated_and_its_pid_owner_is_ignored() {
         .unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(
+        crate::support::user_version(&path),
+        crate::support::SQLITE_SCHEMA
+    );
     let old = store.run("old").await.unwrap().unwrap();
     assert_eq!((old.status, old.lease.clone()), (RunStatus::Running, None));
     let taken = store

@@ -609,14 +609,7 @@ async fn postgres_a_foreign_or_newer_database_is_refused_untouched() {
         return;
     };
     let cluster = pg::cluster();
-    let db = url
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('?')
-        .next()
-        .unwrap()
-        .to_string();
+    let db = pg::Cluster::db_of(&url);
     cluster.psql_in(
         &db,
         "CREATE TABLE customers (id int); CREATE TABLE orders (id int)",
@@ -636,14 +629,7 @@ async fn postgres_a_foreign_or_newer_database_is_refused_untouched() {
     };
     let store = PostgresStore::connect(&url).await.unwrap();
     drop(store);
-    let db = url
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('?')
-        .next()
-        .unwrap()
-        .to_string();
+    let db = pg::Cluster::db_of(&url);
     cluster.psql_in(
         &db,
         "UPDATE toolscript_meta SET value = '99' WHERE key = 'schema_version'",
@@ -851,16 +837,16 @@ async fn a_postgres_store_of_schema_1_is_upgraded_and_keeps_its_runs() {
     let record = toolscript::RunRecord::new("r1", "s.rhai", "1", "c", toolscript::Mode::Sequential);
     store.create_run(record).await.unwrap();
     drop(store);
-    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    let db = pg::Cluster::db_of(&url);
     let cluster = pg::cluster();
     cluster.psql_in(
-        db,
+        &db,
         "ALTER TABLE runs DROP COLUMN context_digest; \
          UPDATE toolscript_meta SET value = '1' WHERE key = 'schema_version'",
     );
     let store = PostgresStore::connect(&url).await.unwrap();
     let version = cluster.psql_in(
-        db,
+        &db,
         "SELECT value FROM toolscript_meta WHERE key = 'schema_version'",
     );
     assert_eq!(version.trim(), "2");

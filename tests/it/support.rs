@@ -282,3 +282,15 @@ approval = "always"
 input = { type = "object", properties = { amount = { type = "integer" } }, required = ["amount"] }
 script = '#{ charged: args.amount }'
 "#;
+
+/// The schema version of the SQLite store this toolscript writes: a store it opens is upgraded
+/// to it.
+pub const SQLITE_SCHEMA: i64 = 11;
+
+/// The schema version (`PRAGMA user_version`) of the SQLite file at `path`.
+pub fn user_version(path: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}

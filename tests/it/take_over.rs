@@ -571,11 +571,10 @@ async fn a_store_of_schema_10_is_upgraded_and_its_runs_have_no_context() {
         .execute_batch("ALTER TABLE runs DROP COLUMN context_digest; PRAGMA user_version = 10;")
         .unwrap();
     let store = SqliteStore::open(&path).unwrap();
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(
+        crate::support::user_version(&path),
+        crate::support::SQLITE_SCHEMA
+    );
     let record = store.run(&paused.run_id).await.unwrap().unwrap();
     assert_eq!(record.context_digest, None);
     let done = runtime(store)

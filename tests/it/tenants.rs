@@ -486,11 +486,10 @@ async fn a_store_of_schema_9_gains_tenants_and_its_old_runs_belong_to_none() {
         .unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(
+        crate::support::user_version(&path),
+        crate::support::SQLITE_SCHEMA
+    );
     let old = store.run("old").await.unwrap().unwrap();
     assert_eq!((old.tenant, old.started_by), (None, None));
     let plan = store.plan("pold").await.unwrap().unwrap();
