@@ -19,7 +19,7 @@ tar -C "$root" --exclude=./target --exclude=./.git --exclude=./.venv \
 
 # name | file | text to replace | replacement
 mutations=(
-  "claims record nothing in the breakers|src/dispatch/context.rs|match self.breakers.replay(tool, health, &nested, now) {|let _ = (tool, health); match Ok::<(), Replay>(()) {"
+  "claims record nothing in the breakers|src/dispatch/context.rs|self.breakers.replay(tool, health, &nested, now)|{ let _ = (tool, health); Ok::<(), Replay>(()) }"
   "a claimed composite is charged one call|src/dispatch/context.rs|let _ = self.budget.charge_claim(calls, now);|let _ = self.budget.charge_claim(1, now);"
 )
 
