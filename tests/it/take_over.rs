@@ -236,14 +236,16 @@ struct Answered {
 fn run_on(addr: &str, script: &str, input: Value) -> Result<Value, String> {
     call_on(
         addr,
+        None,
         "run_script",
         json!({"script": script, "input": input}),
     )
 }
 
-/// One call of the server's `tool` with `arguments` on `addr`, on a fresh connection: the
-/// answer's structured content, or why there is none.
-fn call_on(addr: &str, tool: &str, arguments: Value) -> Result<Value, String> {
+/// One call of the server's `tool` with `arguments` on `addr` (with the bearer `token`, if
+/// any), on a fresh connection: the answer's structured content (or its text, for an error
+/// without one), or why there is none.
+fn call_on(addr: &str, token: Option<&str>, tool: &str, arguments: Value) -> Result<Value, String> {
     use std::io::{Read, Write};
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": tool, "arguments": arguments}})
@@ -252,9 +254,10 @@ fn call_on(addr: &str, tool: &str, arguments: Value) -> Result<Value, String> {
     stream
         .set_read_timeout(Some(Duration::from_secs(300)))
         .map_err(|e| e.to_string())?;
+    let bearer = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nConnection: close\r\n\
+         Accept: application/json, text/event-stream\r\nConnection: close\r\n{bearer}\
          Content-Length: {}\r\n\r\n",
         body.len()
     );
@@ -274,7 +277,11 @@ fn call_on(addr: &str, tool: &str, arguments: Value) -> Result<Value, String> {
         return Err(format!("{head}\n{body}"));
     }
     let json: Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?;
-    Ok(json["result"]["structuredContent"].clone())
+    let result = &json["result"];
+    Ok(match result.get("structuredContent") {
+        Some(structured) => structured.clone(),
+        None => result["content"][0]["text"].clone(),
+    })
 }
 
 /// `runs` clients at once, client `n` running `script` with input `{n}` on the instance
@@ -443,7 +450,7 @@ fn three_instances_on_postgres_finish_the_runs_of_one_killed_mid_way() {
         .iter()
         .find_map(|n| by_input.get(&(*n as i64)).map(|id| (n, id)));
     if let Some((n, run_id)) = some_lost {
-        let answer = call_on(&addrs[2], "resume_run", json!({"run_id": run_id})).unwrap();
+        let answer = call_on(&addrs[2], None, "resume_run", json!({"run_id": run_id})).unwrap();
         assert_eq!(answer["status"], "completed", "{answer}");
         assert_eq!(answer["value"], *n, "{answer}");
         assert!(answer.get("stats").is_none(), "{answer}");
@@ -586,4 +593,136 @@ async fn a_store_of_schema_10_is_upgraded_and_its_runs_have_no_context() {
         .await
         .unwrap();
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.result);
+}
+
+/// A tenant's run whose instance was killed is taken over on its tenant's runtime by an
+/// instance with the same token file, and only there: an instance without `--auth` leaves it
+/// alone. Once taken over it still belongs to its tenant: that tenant's token lists it and
+/// reads its outcome; another tenant's is told there is no such run.
+#[test]
+fn a_tenants_run_is_taken_over_only_by_an_instance_that_serves_the_tenant() {
+    if !crate::support::node_available() {
+        return;
+    }
+    let recorder = crate::leases::Recorder::new(0);
+    let dir = recorder.dir.path();
+    let manifest = dir.join("all.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "{}\n[[tool]]\nname = \"wait\"\neffect = \"read\"\nlatency_ms = 1500\ninput = {{ type = \"object\" }}\nscript = '1'\n",
+            std::fs::read_to_string(&recorder.manifest).unwrap()
+        ),
+    )
+    .unwrap();
+    let sha = |token: &str| -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let auth = dir.join("auth.toml");
+    std::fs::write(
+        &auth,
+        format!(
+            "[[token]]\nsha256 = \"{}\"\ntenant = \"acme\"\ncan = [\"run\", \"read\"]\n\n\
+             [[token]]\nsha256 = \"{}\"\ntenant = \"other\"\ncan = [\"run\", \"read\"]\n",
+            sha("acme-token"),
+            sha("other-token")
+        ),
+    )
+    .unwrap();
+    let store = dir.join("store.sqlite3");
+    let (m, a, s) = (
+        manifest.to_str().unwrap(),
+        auth.to_str().unwrap(),
+        store.to_str().unwrap(),
+    );
+    let lease = [("TOOLSCRIPT_LEASE_S", "0.5")];
+    let mut first = Served::start_in(&lease, &["--auth", a, "--tools", m, "--store", s]);
+    let addr = first.addr.clone();
+    let client = std::thread::spawn(move || {
+        call_on(
+            &addr,
+            Some("acme-token"),
+            "run_script",
+            json!({"script": SLOW_RUN}),
+        )
+    });
+    let started = Instant::now();
+    while recorder.records().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no first write"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    first.kill();
+    assert!(
+        client.join().unwrap().is_err(),
+        "the killed instance answered"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sqlite = SqliteStore::open(&store).unwrap();
+    let run = || {
+        rt.block_on(async {
+            let page = sqlite
+                .list_runs(toolscript::RunQuery::first(10))
+                .await
+                .unwrap();
+            assert_eq!(page.runs.len(), 1);
+            sqlite.run(&page.runs[0].run_id).await.unwrap().unwrap()
+        })
+    };
+    assert_eq!(run().tenant.as_deref(), Some("acme"));
+
+    // Without the token file the instance serves no tenant: the run is left alone.
+    let unauthenticated = Served::start_in(&lease, &["--take-over", "--tools", m, "--store", s]);
+    std::thread::sleep(Duration::from_millis(2000));
+    let left = run();
+    assert_eq!(left.status, RunStatus::Running);
+    assert_eq!(left.lease.map(|l| l.token), Some(1), "taken without --auth");
+    drop(unauthenticated);
+
+    let second = Served::start_in(
+        &lease,
+        &["--take-over", "--auth", a, "--tools", m, "--store", s],
+    );
+    let waited = Instant::now();
+    while run().status != RunStatus::Completed {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the tenant's run was not taken over: {:?}\n{}",
+            run().status,
+            second.stderr().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let done = run();
+    assert_eq!(done.tenant.as_deref(), Some("acme"));
+    let made: Vec<i64> = recorder
+        .records()
+        .iter()
+        .map(|r| r["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(made, [1, 2], "each write once: {:?}", recorder.records());
+    let id = json!({"run_id": done.run_id});
+    let answer = call_on(&second.addr, Some("acme-token"), "resume_run", id.clone()).unwrap();
+    assert_eq!(answer["value"], "done", "{answer}");
+    let listed = call_on(&second.addr, Some("acme-token"), "list_runs", json!({})).unwrap();
+    assert_eq!(
+        listed["runs"][0]["run_id"],
+        done.run_id.as_str(),
+        "{listed}"
+    );
+    let refused = call_on(&second.addr, Some("other-token"), "resume_run", id).unwrap();
+    assert!(
+        refused
+            .as_str()
+            .unwrap_or_default()
+            .contains("has no such run"),
+        "{refused}"
+    );
 }
