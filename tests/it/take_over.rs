@@ -109,6 +109,31 @@ async fn a_run_started_with_a_context_resumes_only_with_the_same_context() {
 const SLOW_RUN: &str =
     "record_idem(#{n: 1, seen: 0});\nlet w = wait(#{});\nrecord_idem(#{n: 2, seen: 0});\n\"done\"";
 
+/// A recording server (its writes at once) and a manifest with its tools and `wait`, a read
+/// of 1.5 s: the tools of [`SLOW_RUN`].
+fn slow_run_tools() -> (crate::leases::Recorder, std::path::PathBuf) {
+    let recorder = crate::leases::Recorder::new(0);
+    let manifest = recorder.dir.path().join("all.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "{}\n[[tool]]\nname = \"wait\"\neffect = \"read\"\nlatency_ms = 1500\ninput = {{ type = \"object\" }}\nscript = '1'\n",
+            std::fs::read_to_string(&recorder.manifest).unwrap()
+        ),
+    )
+    .unwrap();
+    (recorder, manifest)
+}
+
+/// The `n` of each write the recorder holds, in the order recorded.
+fn written(recorder: &crate::leases::Recorder) -> Vec<i64> {
+    recorder
+        .records()
+        .iter()
+        .map(|r| r["n"].as_i64().unwrap())
+        .collect()
+}
+
 /// A `toolscript run` is killed (SIGKILL) in the middle of its run; a second run record is
 /// made as a library caller with a per-run context would leave it, its owner gone too. A
 /// `serve --http --take-over` on the same store finishes the first once its lease has
@@ -118,17 +143,8 @@ fn serve_take_over_finishes_an_expired_run_and_leaves_one_with_a_context() {
     if !crate::support::node_available() {
         return;
     }
-    let recorder = crate::leases::Recorder::new(0);
+    let (recorder, manifest) = slow_run_tools();
     let dir = recorder.dir.path();
-    let manifest = dir.join("all.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "{}\n[[tool]]\nname = \"wait\"\neffect = \"read\"\nlatency_ms = 1500\ninput = {{ type = \"object\" }}\nscript = '1'\n",
-            std::fs::read_to_string(&recorder.manifest).unwrap()
-        ),
-    )
-    .unwrap();
     let (store, script) = (dir.join("store.sqlite3"), dir.join("slow.rhai"));
     std::fs::write(&script, SLOW_RUN).unwrap();
     let m = manifest.to_str().unwrap();
@@ -214,12 +230,12 @@ fn serve_take_over_finishes_an_expired_run_and_leaves_one_with_a_context() {
         record.outcome.as_ref().map(|o| &o["value"]),
         Some(&json!("done"))
     );
-    let made: Vec<i64> = recorder
-        .records()
-        .iter()
-        .map(|r| r["n"].as_i64().unwrap())
-        .collect();
-    assert_eq!(made, [1, 2], "each write once: {:?}", recorder.records());
+    assert_eq!(
+        written(&recorder),
+        [1, 2],
+        "each write once: {:?}",
+        recorder.records()
+    );
     let stderr = served.stderr().join("\n");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
@@ -604,24 +620,9 @@ fn a_tenants_run_is_taken_over_only_by_an_instance_that_serves_the_tenant() {
     if !crate::support::node_available() {
         return;
     }
-    let recorder = crate::leases::Recorder::new(0);
+    let (recorder, manifest) = slow_run_tools();
     let dir = recorder.dir.path();
-    let manifest = dir.join("all.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "{}\n[[tool]]\nname = \"wait\"\neffect = \"read\"\nlatency_ms = 1500\ninput = {{ type = \"object\" }}\nscript = '1'\n",
-            std::fs::read_to_string(&recorder.manifest).unwrap()
-        ),
-    )
-    .unwrap();
-    let sha = |token: &str| -> String {
-        use sha2::Digest;
-        sha2::Sha256::digest(token.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
+    let sha = crate::support::sha256;
     let auth = dir.join("auth.toml");
     std::fs::write(
         &auth,
@@ -702,12 +703,12 @@ fn a_tenants_run_is_taken_over_only_by_an_instance_that_serves_the_tenant() {
     }
     let done = run();
     assert_eq!(done.tenant.as_deref(), Some("acme"));
-    let made: Vec<i64> = recorder
-        .records()
-        .iter()
-        .map(|r| r["n"].as_i64().unwrap())
-        .collect();
-    assert_eq!(made, [1, 2], "each write once: {:?}", recorder.records());
+    assert_eq!(
+        written(&recorder),
+        [1, 2],
+        "each write once: {:?}",
+        recorder.records()
+    );
     let id = json!({"run_id": done.run_id});
     let answer = call_on(&second.addr, Some("acme-token"), "resume_run", id.clone()).unwrap();
     assert_eq!(answer["value"], "done", "{answer}");
