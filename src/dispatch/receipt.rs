@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::json::{
@@ -278,6 +279,9 @@ pub(crate) struct Draft {
 pub(crate) struct ReceiptLog {
     run_id: String,
     chain: Mutex<Chain>,
+    /// Speculative receipts not yet final, under a lock of their own: the scout's calls leave
+    /// theirs here while the executor seals, and never wait for it.
+    pending: Mutex<Pending>,
     /// Set once the sink failed: read at every call, without the chain's lock.
     broken: AtomicBool,
 }
@@ -288,10 +292,6 @@ struct Chain {
     /// The chain this run's receipts continue (a resumed run's file): its last hash and the
     /// next receipt's `seq`.
     base: Option<(String, u64)>,
-    /// Speculative receipts not yet final, by their claim flag (a speculative call and the
-    /// calls nested in it share one), each with its place in the order of arrival.
-    pending: std::collections::HashMap<usize, Vec<(u64, Draft)>>,
-    arrivals: u64,
     sink: Option<Sink>,
     /// Why the sink failed, once it has: the run makes no further call.
     failed: Option<String>,
@@ -300,6 +300,15 @@ struct Chain {
     line: Vec<u8>,
     /// The buffer a receipt's JCS text is written into to be hashed, reused likewise.
     text: Vec<u8>,
+}
+
+/// Speculative receipts not yet final, by their claim flag (a speculative call and the calls
+/// nested in it share one; most have one receipt, kept without an allocation of its own), each
+/// with its place in the order of arrival.
+#[derive(Debug, Default)]
+struct Pending {
+    by_flag: std::collections::HashMap<usize, SmallVec<[(u64, Draft); 1]>>,
+    arrivals: u64,
 }
 
 /// Where receipts are appended as they become final.
@@ -382,6 +391,7 @@ impl ReceiptLog {
                 sink,
                 ..Chain::default()
             }),
+            pending: Mutex::default(),
             broken: AtomicBool::new(false),
         }
     }
@@ -394,29 +404,39 @@ impl ReceiptLog {
         lock(&self.chain)
     }
 
+    /// A call's receipt: sealed now, or, for a speculative call not yet claimed, when the
+    /// executor claims it or the run ends.
     pub(crate) fn append(&self, draft: Draft) {
-        let mut chain = self.lock();
-        let unsettled = draft
-            .claimed
-            .as_ref()
-            .is_some_and(|claimed| !claimed.load(Ordering::SeqCst));
-        if let (true, Some(claimed)) = (unsettled, &draft.claimed) {
-            let key = Arc::as_ptr(claimed) as usize;
-            let arrival = chain.arrivals;
-            chain.arrivals += 1;
-            chain.pending.entry(key).or_default().push((arrival, draft));
-        } else {
-            self.seal(&mut chain, draft);
+        if let Some(claimed) = draft.claimed.clone() {
+            // The flag is looked at under the lock `release` takes after setting it: a receipt
+            // is either sealed here or found there, never left behind.
+            let mut pending = lock(&self.pending);
+            if !claimed.load(Ordering::SeqCst) {
+                let arrival = pending.arrivals;
+                pending.arrivals += 1;
+                let key = Arc::as_ptr(&claimed) as usize;
+                pending
+                    .by_flag
+                    .entry(key)
+                    .or_default()
+                    .push((arrival, draft));
+                return;
+            }
         }
+        self.seal(&mut self.lock(), draft);
     }
 
-    /// The executor claimed the speculative call(s) whose flag is `claimed`: their receipts are
-    /// final.
+    /// The executor claimed the speculative call(s) whose flag is `claimed` (set before this is
+    /// called): their receipts are final.
     pub(crate) fn release(&self, claimed: &Arc<AtomicBool>) {
-        let mut chain = self.lock();
-        let released = chain.pending.remove(&(Arc::as_ptr(claimed) as usize));
-        for (_, draft) in released.unwrap_or_default() {
-            self.seal(&mut chain, draft);
+        let released = lock(&self.pending)
+            .by_flag
+            .remove(&(Arc::as_ptr(claimed) as usize));
+        if let Some(released) = released {
+            let mut chain = self.lock();
+            for (_, draft) in released {
+                self.seal(&mut chain, draft);
+            }
         }
     }
 
@@ -431,10 +451,8 @@ impl ReceiptLog {
     /// The run's receipts, every pending one sealed.
     pub(crate) fn take(&self) -> Vec<Receipt> {
         let mut chain = self.lock();
-        let mut pending: Vec<(u64, Draft)> = std::mem::take(&mut chain.pending)
-            .into_values()
-            .flatten()
-            .collect();
+        let pending = std::mem::take(&mut lock(&self.pending).by_flag);
+        let mut pending: Vec<(u64, Draft)> = pending.into_values().flatten().collect();
         pending.sort_by_key(|(arrival, _)| *arrival);
         for (_, draft) in pending {
             self.seal(&mut chain, draft);
