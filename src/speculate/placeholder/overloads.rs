@@ -1,15 +1,21 @@
 //! What the scout's engine registers for placeholders: their accessors, their text, the list
 //! functions that would otherwise answer confidently about values not known yet, operators,
 //! the functions the rewritten script calls, and the fallback that applies any other built-in
-//! function to values once they are known. Every function that resolves a value is given the
+//! function to values once they are known. Every function that resolves a value reports to the
 //! pass's [`PassLog`], so that what it waited for and what it guessed is the pass's.
+//!
+//! All but the fallback are built once per process into one module that every pass's engine
+//! shares (building them took a pass about 40 µs, more than many passes' reads): they find the
+//! pass's log as the log of the thread they run on, since every pass has a thread of its own
+//! and its engine runs on it alone.
 
 use std::any::TypeId;
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
 
 use rhai::{
-    Array, Dynamic, Engine, EvalAltResult, FnPtr, ImmutableString, Module, NativeCallContext,
-    FUNC_TO_STRING, INT,
+    Array, Dynamic, Engine, EvalAltResult, FnPtr, FuncRegistration, ImmutableString, Module,
+    NativeCallContext, Shared, FUNC_TO_STRING, INT,
 };
 
 use super::deferred::lookup;
@@ -118,87 +124,127 @@ pub(super) fn assignment_key(container: &mut Dynamic, key: Dynamic, log: &PassLo
     }
 }
 
+thread_local! {
+    /// The log of the pass that runs on this thread.
+    static PASS_LOG: RefCell<Option<Arc<PassLog>>> = const { RefCell::new(None) };
+}
+
+/// Calls `f` with the log of the pass running on this thread (a log nobody reads outside one).
+fn with_log<R>(f: impl FnOnce(&PassLog) -> R) -> R {
+    match PASS_LOG.with(|log| log.borrow().clone()) {
+        Some(log) => f(&log),
+        None => f(&PassLog::default()),
+    }
+}
+
 /// Registers, on a pass's engine, the placeholder type, its accessors and operators, the
 /// functions the rewritten script calls, and the fallback that applies built-in functions to
-/// known values; each reports to the pass's `log`. `reserved` names the functions the
-/// fallback leaves alone (tools, the script's own functions).
+/// known values; each reports to `log`, which becomes the log of this thread's pass: the
+/// engine must run on this thread alone. `reserved` names the functions the fallback leaves
+/// alone (tools, the script's own functions).
 pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>, log: &Arc<PassLog>) {
+    PASS_LOG.with(|current| *current.borrow_mut() = Some(Arc::clone(log)));
     engine.register_type_with_name::<Placeholder>("Placeholder");
-    register_accessors(engine, log);
-    register_text(engine, log);
-    register_lists(engine, log);
-    register_operators(engine, log);
-    register_wrappers(engine, log);
+    engine.register_global_module(shared());
     register_fallback(engine, reserved, log);
 }
 
+/// The functions every pass registers but the fallback, built on first use.
+fn shared() -> Shared<Module> {
+    static SHARED: OnceLock<Shared<Module>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let mut module = Module::new();
+            accessors(&mut module);
+            text(&mut module);
+            lists(&mut module);
+            operators(&mut module);
+            wrappers(&mut module);
+            module.into()
+        })
+        .clone()
+}
+
+/// Registers `f` in `module` under `name`, as `Engine::register_fn` does in an engine's.
+fn set<A: 'static, const N: usize, const X: bool, R: rhai::Variant + Clone, const F: bool>(
+    module: &mut Module,
+    name: &str,
+    f: impl rhai::RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
+) {
+    FuncRegistration::new(name)
+        .in_global_namespace()
+        .set_into_module(module, f);
+}
+
 /// Fields and indexes of a placeholder, read and written, and `for` over one.
-fn register_accessors(engine: &mut Engine, log: &Arc<PassLog>) {
-    let l = Arc::clone(log);
-    engine.register_indexer_get(move |p: &mut Placeholder, key: ImmutableString| {
-        derive(p, &Dynamic::from(key), &l)
+fn accessors(module: &mut Module) {
+    module.set_indexer_get_fn(|p: &mut Placeholder, key: ImmutableString| {
+        Ok(with_log(|l| derive(p, &Dynamic::from(key), l)))
     });
-    let l = Arc::clone(log);
-    engine.register_indexer_get(move |p: &mut Placeholder, key: INT| {
-        derive(p, &Dynamic::from(key), &l)
+    module.set_indexer_get_fn(|p: &mut Placeholder, key: INT| {
+        Ok(with_log(|l| derive(p, &Dynamic::from(key), l)))
     });
-    let l = Arc::clone(log);
-    engine.register_indexer_get(move |p: &mut Placeholder, key: Placeholder| {
-        match shallow(&Dynamic::from(key), &l) {
-            Resolved::Value(key) => derive(p, &key, &l),
+    module.set_indexer_get_fn(|p: &mut Placeholder, key: Placeholder| {
+        Ok(with_log(|l| match shallow(&Dynamic::from(key), l) {
+            Resolved::Value(key) => derive(p, &key, l),
             _ => Placeholder::unknown(),
-        }
+        }))
     });
     // A write into a value the scout does not have is kept, to be applied once it arrives.
-    engine.register_indexer_set(|p: &mut Placeholder, key: ImmutableString, v: Dynamic| {
-        p.write(key.into(), v)
+    module.set_indexer_set_fn(|p: &mut Placeholder, key: ImmutableString, v: Dynamic| {
+        p.write(key.into(), v);
+        Ok(())
     });
-    engine.register_indexer_set(|p: &mut Placeholder, key: INT, v: Dynamic| p.write(key.into(), v));
-    engine.register_indexer_set(|p: &mut Placeholder, key: Placeholder, v: Dynamic| {
-        p.write(Dynamic::from(key), v)
+    module.set_indexer_set_fn(|p: &mut Placeholder, key: INT, v: Dynamic| {
+        p.write(key.into(), v);
+        Ok(())
+    });
+    module.set_indexer_set_fn(|p: &mut Placeholder, key: Placeholder, v: Dynamic| {
+        p.write(Dynamic::from(key), v);
+        Ok(())
     });
     // A list not known yet is guessed empty, and noted: the next pass iterates the real one.
-    let l = Arc::clone(log);
-    let mut iterators = Module::new();
-    iterators.set_iter(TypeId::of::<Placeholder>(), move |value: Dynamic| {
-        let items = match l.known(&value).map(Dynamic::into_array) {
+    module.set_iter(TypeId::of::<Placeholder>(), |value: Dynamic| {
+        let items = match with_log(|l| l.known(&value)).map(Dynamic::into_array) {
             Ok(Ok(items)) => items,
             Ok(Err(_)) | Err(()) => Vec::new(),
         };
         Box::new(items.into_iter())
     });
-    engine.register_global_module(iterators.into());
 }
 
 /// The text of a placeholder: interpolations, `to_string` and `to_debug`.
-fn register_text(engine: &mut Engine, log: &Arc<PassLog>) {
-    let l = Arc::clone(log);
-    engine.register_fn(INTERPOLATE, move |ctx: NativeCallContext, items: Array| {
-        interpolate(&ctx, items, &l)
+fn text(module: &mut Module) {
+    set(
+        module,
+        INTERPOLATE,
+        |ctx: NativeCallContext, items: Array| with_log(|l| interpolate(&ctx, items, l)),
+    );
+    set(module, "to_string", |p: &mut Placeholder| {
+        with_log(|l| match p.state(l) {
+            Resolved::Value(v) => v.to_string(),
+            _ => PENDING_TEXT.to_string(),
+        })
     });
-    let l = Arc::clone(log);
-    engine.register_fn("to_string", move |p: &mut Placeholder| match p.state(&l) {
-        Resolved::Value(v) => v.to_string(),
-        _ => PENDING_TEXT.to_string(),
-    });
-    let l = Arc::clone(log);
-    engine.register_fn("to_debug", move |p: &mut Placeholder| match p.state(&l) {
-        Resolved::Value(v) => format!("{v:?}"),
-        _ => PENDING_TEXT.to_string(),
+    set(module, "to_debug", |p: &mut Placeholder| {
+        with_log(|l| match p.state(l) {
+            Resolved::Value(v) => format!("{v:?}"),
+            _ => PENDING_TEXT.to_string(),
+        })
     });
 }
 
 /// The array functions that would answer confidently about a value not known yet.
-fn register_lists(engine: &mut Engine, log: &Arc<PassLog>) {
+fn lists(module: &mut Module) {
     // Rhai's array functions that take any value compare it with each item themselves, and an
     // unknown comparison is false to them: `x in list` on a value not known yet would be a
     // confident `false` instead of an unknown.
     for name in ["contains", "index_of"] {
-        let l = Arc::clone(log);
-        engine.register_fn(
+        set(
+            module,
             name,
             move |ctx: NativeCallContext, list: &mut Array, p: Placeholder| -> RhaiResult {
-                match l.known(&Dynamic::from(p)) {
+                match with_log(|l| l.known(&Dynamic::from(p))) {
                     Ok(mut value) => {
                         let mut list = Dynamic::from_array(list.clone());
                         ctx.call_native_fn_raw(name, false, &mut [&mut list, &mut value])
@@ -217,20 +263,22 @@ fn register_lists(engine: &mut Engine, log: &Arc<PassLog>) {
     // the others' reads. The scout's `all` guesses such a predicate holds, goes on, and is an
     // unknown itself unless an item's predicate is known to fail. (`some`, `filter` and `find`
     // already go on past a predicate that is not `true`.)
-    let l = Arc::clone(log);
-    engine.register_fn(
+    set(
+        module,
         "all",
-        move |ctx: NativeCallContext, array: &mut Array, predicate: FnPtr| -> RhaiResult {
-            all(&ctx, array, &predicate, &l)
+        |ctx: NativeCallContext, array: &mut Array, predicate: FnPtr| -> RhaiResult {
+            with_log(|l| all(&ctx, array, &predicate, l))
         },
     );
-    let l = Arc::clone(log);
-    engine.register_fn(
+    set(
+        module,
         "sort",
-        move |ctx: NativeCallContext,
-              array: &mut Array,
-              comparer: FnPtr|
-              -> Result<(), Box<EvalAltResult>> { sort(&ctx, array, &comparer, &l) },
+        |ctx: NativeCallContext,
+         array: &mut Array,
+         comparer: FnPtr|
+         -> Result<(), Box<EvalAltResult>> {
+            with_log(|l| sort(&ctx, array, &comparer, l))
+        },
     );
 }
 
@@ -304,30 +352,30 @@ fn sort(
 }
 
 /// Operators with a placeholder on either side, and unary ones on a placeholder.
-fn register_operators(engine: &mut Engine, log: &Arc<PassLog>) {
+fn operators(module: &mut Module) {
     for &op in BINARY_OPERATORS {
-        let l = Arc::clone(log);
-        engine.register_fn(
+        set(
+            module,
             op,
             move |ctx: NativeCallContext, a: Placeholder, b: Dynamic| {
-                binary(&ctx, op, &Dynamic::from(a), &b, &l)
+                with_log(|l| binary(&ctx, op, &Dynamic::from(a), &b, l))
             },
         );
-        let l = Arc::clone(log);
-        engine.register_fn(
+        set(
+            module,
             op,
             move |ctx: NativeCallContext, a: Dynamic, b: Placeholder| {
-                binary(&ctx, op, &a, &Dynamic::from(b), &l)
+                with_log(|l| binary(&ctx, op, &a, &Dynamic::from(b), l))
             },
         );
     }
     for op in ["-", "+", "!"] {
-        let l = Arc::clone(log);
-        engine.register_fn(
+        set(
+            module,
             op,
             move |ctx: NativeCallContext, a: Placeholder| -> RhaiResult {
                 let a = Dynamic::from(a);
-                match l.known(&a) {
+                match with_log(|l| l.known(&a)) {
                     Ok(mut a) => ctx.call_native_fn_raw(op, false, &mut [&mut a]),
                     Err(()) => Ok(Placeholder::operator(op, &[&a])),
                 }
@@ -337,7 +385,7 @@ fn register_operators(engine: &mut Engine, log: &Arc<PassLog>) {
 }
 
 /// The functions the rewritten script calls (`speculate::rewrite`), but the interpolation's.
-fn register_wrappers(engine: &mut Engine, log: &Arc<PassLog>) {
+fn wrappers(module: &mut Module) {
     // An unknown condition is guessed true: the branch that does more work is the one worth
     // starting reads for, and a wrong guess only wastes reads. The guard of a branch that
     // leaves is guessed not taken. A loose guess (an operand that does not decide its
@@ -348,44 +396,39 @@ fn register_wrappers(engine: &mut Engine, log: &Arc<PassLog>) {
         (COND_LOOSE, true, false),
         (UNLIKELY_LOOSE, false, false),
     ] {
-        let l = Arc::clone(log);
-        engine.register_fn(name, move |value: Dynamic| {
-            l.decide(&value, guessed, recorded)
+        set(module, name, move |value: Dynamic| {
+            with_log(|l| l.decide(&value, guessed, recorded))
         });
     }
-    let l = Arc::clone(log);
-    engine.register_fn(MARK, move || l.guesses_made());
-    let l = Arc::clone(log);
-    engine.register_fn(SETTLE, move |mark: INT, value: Dynamic| {
-        if l.guesses_made() > mark {
+    set(module, MARK, || with_log(PassLog::guesses_made));
+    set(module, SETTLE, |mark: INT, value: Dynamic| {
+        if with_log(PassLog::guesses_made) > mark {
             Placeholder::unknown()
         } else {
             value
         }
     });
-    let l = Arc::clone(log);
-    engine.register_fn(VALUE, move |value: Dynamic| {
-        l.known(&value).unwrap_or(value)
+    set(module, VALUE, |value: Dynamic| {
+        with_log(|l| l.known(&value)).unwrap_or(value)
     });
-    let l = Arc::clone(log);
-    engine.register_fn(
+    set(
+        module,
         INDEX,
-        move |container: &mut Dynamic, key: Dynamic| -> Dynamic {
-            match l.known(&key) {
+        |container: &mut Dynamic, key: Dynamic| -> Dynamic {
+            with_log(|l| match l.known(&key) {
                 Ok(key) if is_placeholder(container) => {
                     match container.read_lock::<Placeholder>() {
-                        Some(p) => derive(&p, &key, &l),
+                        Some(p) => derive(&p, &key, l),
                         None => Placeholder::unknown(),
                     }
                 }
-                Ok(key) => index_known(container, &key, &l),
-                Err(()) => lookup(container, key, &l),
-            }
+                Ok(key) => index_known(container, &key, l),
+                Err(()) => lookup(container, key, l),
+            })
         },
     );
-    let l = Arc::clone(log);
-    engine.register_fn(KEY, move |container: &mut Dynamic, key: Dynamic| {
-        assignment_key(container, key, &l)
+    set(module, KEY, |container: &mut Dynamic, key: Dynamic| {
+        with_log(|l| assignment_key(container, key, l))
     });
 }
 

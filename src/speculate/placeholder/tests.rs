@@ -395,6 +395,34 @@ fn deferred_comparisons_resolve_to_what_the_run_computes() {
     assert!(matches!(resolve_deep(&sum), Resolution::Never));
 }
 
+/// Every pass's engine shares one module of the placeholder functions, built once, and each
+/// pass's functions still report to that pass's log: two passes on two threads, both engines
+/// made before either runs, each guessing on its own read.
+#[test]
+fn passes_on_two_threads_at_once_report_to_their_own_logs() {
+    let made = Arc::new(std::sync::Barrier::new(2));
+    let passes: Vec<_> = [1, 3]
+        .into_iter()
+        .map(|n| {
+            let made = Arc::clone(&made);
+            std::thread::spawn(move || {
+                let (engine, mut scope, cell, log) = scout_engine();
+                made.wait();
+                for _ in 0..n {
+                    let script = format!("if {COND}(u.a) {{}}");
+                    engine.run_with_scope(&mut scope, &script).unwrap();
+                }
+                made.wait();
+                (n, log.guesses_over(std::slice::from_ref(&cell)).len())
+            })
+        })
+        .collect();
+    for pass in passes {
+        let (made, logged) = pass.join().unwrap();
+        assert_eq!(logged, made);
+    }
+}
+
 #[test]
 fn a_decisive_guess_is_kept_by_the_reads_it_waited_for_until_it_is_proved() {
     let (engine, mut scope, cell, log) = scout_engine();
