@@ -13,6 +13,8 @@
 //! A third argument runs the script that many times in the process and prints the median wall
 //! time of a run, and of a call, to stderr: how the cost of a call changes with the run's length
 //! (`dispatch_calls spec-read 10000 20`).
+//! A fourth adds that many more tools to the registry, none of them called: what a catalog's
+//! size costs a run (`dispatch_calls read 1 200 500`).
 
 use serde_json::Value;
 use toolscript::{Effect, Mode, Registry, RunOptions, Runtime, Tool};
@@ -22,12 +24,18 @@ fn main() {
     let what = args.next().unwrap_or_else(|| "read".to_string());
     let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(2000);
     let runs: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+    let more: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(0);
     let echo = Tool::builder("echo", Effect::Read).handler(|args: Value| async move { Ok(args) });
     let record =
         Tool::builder("record", Effect::Write).handler(|args: Value| async move { Ok(args) });
+    let others = (0..more).map(|i| {
+        Tool::builder(format!("other_{i}"), Effect::Read)
+            .handler(|args: Value| async move { Ok(args) })
+    });
     let registry = Registry::builder()
         .tool(echo)
         .tool(record)
+        .tools(others)
         .build()
         .expect("valid tools");
     let mut budget = toolscript::Limits::default();

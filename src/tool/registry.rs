@@ -108,9 +108,13 @@ impl RegisteredTool {
 /// A validated, immutable set of tools. Build one with [`Registry::builder`].
 #[derive(Clone, Default)]
 pub struct Registry {
-    tools: Vec<Arc<RegisteredTool>>,
+    /// Shared by the registry's clones (every engine's diagnosis of a caught error holds one).
+    tools: Arc<[Arc<RegisteredTool>]>,
     /// Names and aliases, to positions in `tools`.
-    index: crate::sync::FastMap<String, usize>,
+    index: Arc<crate::sync::FastMap<String, usize>>,
+    /// The tools as script functions, built once for every engine that calls them (see
+    /// `engine::register_tool_functions`).
+    functions: Arc<std::sync::OnceLock<rhai::Shared<rhai::Module>>>,
     /// What every call of these tools may touch.
     guard: Guard,
     /// The secrets these tools may use.
@@ -269,6 +273,14 @@ impl Registry {
         error
     }
 
+    /// The tools as script functions, built by `build` the first time an engine asks.
+    pub(crate) fn functions(
+        &self,
+        build: impl FnOnce() -> rhai::Shared<rhai::Module>,
+    ) -> rhai::Shared<rhai::Module> {
+        self.functions.get_or_init(build).clone()
+    }
+
     /// The existing name closest to `name`, if one is close enough to be a likely typo.
     pub(crate) fn suggest(&self, name: &str) -> Option<&str> {
         let limit = (name.chars().count() / 3).max(2);
@@ -409,7 +421,8 @@ impl RegistryBuilder {
                 .iter()
                 .any(|t| !t.redact.is_empty() || t.nested_redacts),
             tools: tools.into_iter().map(Arc::new).collect(),
-            index,
+            index: Arc::new(index),
+            functions: Arc::default(),
             guard: self.guard,
             secrets: self.secrets,
         })

@@ -435,3 +435,22 @@ async fn results_of_reads_are_ordinary_values() {
         &json!({"active": ["user2", "user4", "user6"], "orders": [50, 51], "count": 2})
     );
 }
+
+/// A tool named like one of the engine's own functions (`timestamp()`, which refuses to read
+/// the clock) is the tool in a script, in both modes, as are tools named like nothing else:
+/// the tools' functions are built once per registry and shared by every engine, and such a
+/// tool's are registered on the engine itself too, over the engine's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_named_like_an_engine_function_is_the_tool() {
+    let tools = [
+        Tool::builder("timestamp", Effect::Read).handler(|_| async { Ok(json!(42)) }),
+        Tool::builder("lookup", Effect::Read).handler(|args| async move { Ok(args) }),
+    ];
+    let runtime = Runtime::new(Registry::builder().tools(tools).build().unwrap());
+    let script = "[timestamp(), timestamp(#{}), lookup(#{a: 1}).a, tool(\"lookup\", #{a: 2}).a]";
+    for mode in [Mode::Sequential, Mode::Speculative] {
+        let outcome = run_in(&runtime, script, mode).await;
+        assert_eq!(value_of(&outcome), &json!([42, 42, 1, 2]), "{mode:?}");
+        assert_eq!(outcome.stats.tool_calls, 4, "{mode:?}");
+    }
+}
