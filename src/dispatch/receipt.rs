@@ -280,7 +280,8 @@ pub(crate) struct ReceiptLog {
     run_id: String,
     chain: Mutex<Chain>,
     /// Speculative receipts not yet final, under a lock of their own: the scout's calls leave
-    /// theirs here while the executor seals, and never wait for it.
+    /// theirs here while the executor seals, and never wait for it. Taken after `chain` when
+    /// both are, never the other way round.
     pending: Mutex<Pending>,
     /// Set once the sink failed: read at every call, without the chain's lock.
     broken: AtomicBool,
@@ -429,14 +430,14 @@ impl ReceiptLog {
     /// The executor claimed the speculative call(s) whose flag is `claimed` (set before this is
     /// called): their receipts are final.
     pub(crate) fn release(&self, claimed: &Arc<AtomicBool>) {
+        // The chain first, as `take` does: the released receipts are sealed before any that
+        // became final after them (a nested call of the claimed composite ending now).
+        let mut chain = self.lock();
         let released = lock(&self.pending)
             .by_flag
             .remove(&(Arc::as_ptr(claimed) as usize));
-        if let Some(released) = released {
-            let mut chain = self.lock();
-            for (_, draft) in released {
-                self.seal(&mut chain, draft);
-            }
+        for (_, draft) in released.into_iter().flatten() {
+            self.seal(&mut chain, draft);
         }
     }
 
