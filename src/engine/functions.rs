@@ -5,14 +5,16 @@ use std::sync::Arc;
 
 use rhai::{
     Dynamic, Engine, EvalAltResult, FuncRegistration, ImmutableString, Map, Module,
-    NativeCallContext, Position, Shared,
+    NativeCallContext, Position,
 };
 
-use crate::tool::Registry;
+use crate::tool::{Registry, ToolFunctions};
 
 /// What a script's tool functions call: the call site, the tool's name, the argument map.
-pub(crate) type ToolCall =
-    Arc<dyn Fn(Position, &str, &Dynamic) -> Result<Dynamic, Box<EvalAltResult>> + Send + Sync>;
+pub(crate) type ToolCall = Arc<dyn Fn(Position, &str, &Dynamic) -> CallResult + Send + Sync>;
+
+/// What a tool function gives the script: the call's value, or its error.
+type CallResult = Result<Dynamic, Box<EvalAltResult>>;
 
 /// What an engine's tool functions call, carried as the engine's tag: the functions are built
 /// once per registry and shared by every engine (a catalog of hundreds of tools took a run and
@@ -37,32 +39,28 @@ pub(crate) fn register_tool_functions(engine: &mut Engine, registry: &Registry, 
     // A caught error's diagnosis names the tools.
     super::catch::register(engine, Some(registry.clone()));
     *engine.default_tag_mut() = Dynamic::from(Calls(call));
-    engine.register_global_module(registry.functions(|| functions_of(registry)));
-    let own = super::diagnose::engine_functions();
-    for tool in registry.iter() {
-        let function = tool.function_name();
-        if own.contains(function) {
-            register_tool(engine, function, &tool.spec.name);
-        }
+    let functions = registry.functions(|| functions_of(registry));
+    engine.register_global_module(functions.module.clone());
+    for (function, name) in &functions.shadowing {
+        let (with_args, without) = tool_functions(name);
+        engine.register_fn(function, with_args);
+        engine.register_fn(function, without);
     }
 }
 
-/// The module of `registry`'s tools as script functions.
-fn functions_of(registry: &Registry) -> Shared<Module> {
+/// `registry`'s tools as script functions.
+fn functions_of(registry: &Registry) -> ToolFunctions {
+    let own = super::diagnose::engine_functions();
     let mut module = Module::new();
+    let mut shadowing = Vec::new();
     for tool in registry.iter() {
-        let (function, name) = (tool.function_name(), tool.spec.name.clone());
-        let with_args = name.clone();
-        FuncRegistration::new(function).set_into_module(
-            &mut module,
-            move |ctx: NativeCallContext, args: Dynamic| {
-                call_of(&ctx)?(ctx.call_position(), &with_args, &args)
-            },
-        );
-        FuncRegistration::new(function)
-            .set_into_module(&mut module, move |ctx: NativeCallContext| {
-                call_of(&ctx)?(ctx.call_position(), &name, &empty())
-            });
+        let (function, name) = (tool.function_name(), &tool.spec.name);
+        let (with_args, without) = tool_functions(name);
+        FuncRegistration::new(function).set_into_module(&mut module, with_args);
+        FuncRegistration::new(function).set_into_module(&mut module, without);
+        if own.contains(function) {
+            shadowing.push((function.to_string(), name.clone()));
+        }
     }
     FuncRegistration::new("tool").set_into_module(
         &mut module,
@@ -76,19 +74,26 @@ fn functions_of(registry: &Registry) -> Shared<Module> {
             call_of(&ctx)?(ctx.call_position(), &name, &empty())
         },
     );
-    module.into()
+    ToolFunctions {
+        module: module.into(),
+        shadowing,
+    }
 }
 
-/// The tool `name`'s functions, on the engine itself.
-fn register_tool(engine: &mut Engine, function: &str, name: &str) {
-    let with_args = name.to_string();
-    engine.register_fn(function, move |ctx: NativeCallContext, args: Dynamic| {
-        call_of(&ctx)?(ctx.call_position(), &with_args, &args)
-    });
-    let name = name.to_string();
-    engine.register_fn(function, move |ctx: NativeCallContext| {
-        call_of(&ctx)?(ctx.call_position(), &name, &empty())
-    });
+/// The two functions of the tool `name`: given its argument map, and given none.
+fn tool_functions(
+    name: &str,
+) -> (
+    impl Fn(NativeCallContext, Dynamic) -> CallResult + Send + Sync + 'static,
+    impl Fn(NativeCallContext) -> CallResult + Send + Sync + 'static,
+) {
+    let (with_args, without) = (name.to_string(), name.to_string());
+    (
+        move |ctx: NativeCallContext, args: Dynamic| {
+            call_of(&ctx)?(ctx.call_position(), &with_args, &args)
+        },
+        move |ctx: NativeCallContext| call_of(&ctx)?(ctx.call_position(), &without, &empty()),
+    )
 }
 
 fn empty() -> Dynamic {

@@ -114,7 +114,7 @@ pub struct Registry {
     index: Arc<crate::sync::FastMap<String, usize>>,
     /// The tools as script functions, built once for every engine that calls them (see
     /// `engine::register_tool_functions`).
-    functions: Arc<std::sync::OnceLock<rhai::Shared<rhai::Module>>>,
+    functions: Arc<std::sync::OnceLock<ToolFunctions>>,
     /// What every call of these tools may touch.
     guard: Guard,
     /// The secrets these tools may use.
@@ -274,11 +274,8 @@ impl Registry {
     }
 
     /// The tools as script functions, built by `build` the first time an engine asks.
-    pub(crate) fn functions(
-        &self,
-        build: impl FnOnce() -> rhai::Shared<rhai::Module>,
-    ) -> rhai::Shared<rhai::Module> {
-        self.functions.get_or_init(build).clone()
+    pub(crate) fn functions(&self, build: impl FnOnce() -> ToolFunctions) -> &ToolFunctions {
+        self.functions.get_or_init(build)
     }
 
     /// The existing name closest to `name`, if one is close enough to be a likely typo.
@@ -292,6 +289,15 @@ impl Registry {
             .min_by_key(|(d, _)| *d)
             .map(|(_, candidate)| candidate)
     }
+}
+
+/// A registry's tools as script functions (see `engine::register_tool_functions`).
+pub(crate) struct ToolFunctions {
+    /// Every tool's functions, shared by every engine.
+    pub(crate) module: rhai::Shared<rhai::Module>,
+    /// The tools whose function name is one of the engine's own, as (function name, tool):
+    /// registered on each engine too, over its own.
+    pub(crate) shadowing: Vec<(String, String)>,
 }
 
 /// Collects tools; [`RegistryBuilder::build`] validates them all.
