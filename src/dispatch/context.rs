@@ -459,6 +459,11 @@ impl RunContext {
         self.started.elapsed()
     }
 
+    /// The time from the run's start to `now`.
+    pub(crate) fn elapsed_at(&self, now: tokio::time::Instant) -> Duration {
+        now.saturating_duration_since(self.started)
+    }
+
     /// Calls that entered the dispatch path.
     pub(crate) fn dispatched(&self) -> u64 {
         self.dispatched.load(Ordering::Relaxed)

@@ -56,9 +56,11 @@ pub(crate) use fixture::{Fixtures, Recorder};
 pub(crate) use receipt::Sink;
 pub(crate) use schema::check_input;
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use futures::FutureExt;
 use serde_json::Value;
@@ -68,7 +70,7 @@ use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
 use crate::guard::Decision;
-use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json};
+use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json, key_json_shared};
 use crate::secrets::Side;
 use crate::store::ReadAt;
 use crate::sync::lock;
@@ -208,7 +210,7 @@ impl Call {
     pub(crate) fn new(tool: impl Into<Arc<str>>, args: Value, caller: Caller) -> Call {
         Call {
             tool: tool.into(),
-            args_key: key_json(&args).into(),
+            args_key: key_json_shared(&args),
             args,
             caller,
             seq: None,
@@ -350,11 +352,10 @@ impl InProgress {
         if let Some(i) = self.effect_index {
             self.ctx.set_effect_outcome(i, effect_ok(result));
         }
+        let now = Instant::now();
         // 10. Record the outcome in the breaker; a speculative call leaves it to the claim.
         if let (Some(admission), Some(health)) = (self.admission, health) {
-            self.ctx
-                .breakers
-                .record(&self.tool, admission, health, Instant::now());
+            self.ctx.breakers.record(&self.tool, admission, health, now);
         }
         if let Some(speculation) = &self.speculation {
             match self.nested_index {
@@ -382,7 +383,7 @@ impl InProgress {
             }),
             error_kind: result.as_ref().err().map(|e| e.kind_name().to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
-            duration_ms: (self.ctx.elapsed() - self.started).as_secs_f64() * 1e3,
+            duration_ms: (self.ctx.elapsed_at(now) - self.started).as_secs_f64() * 1e3,
             attempt: self.attempts,
             cached_age_ms: self.cached_age_ms,
             blocked: self.blocked,
@@ -541,7 +542,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         return Err(receipts_failed(&why));
     }
     // 1. Resolve the tool.
-    let Some(tool) = ctx.registry.get(&call.tool).cloned() else {
+    let Some(tool) = ctx.registry.get(&call.tool) else {
         return Err(ctx.registry.unknown_tool(&call.tool));
     };
     let mut call = call;
@@ -549,21 +550,22 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     if !tool.redact.is_empty() {
         tool.mask_redacted(Side::Args, &call.args, &ctx.mask);
     }
-    let mut flight = InProgress::start(ctx, &tool, &call);
+    let mut flight = InProgress::start(ctx, tool, &call);
     let span = tracing::debug_span!(
         "tool_call",
         tool = %tool.spec.name,
         call_id = flight.call_id,
         speculative = flight.speculation.is_some()
     );
-    let result = steps(ctx, &tool, &mut call, &mut flight)
-        .instrument(span)
-        .await
-        .map_err(|e| e.for_tool(&tool.spec.name));
+    let result = {
+        // Pinned where it is made, so that the call's future holds it once.
+        let steps = std::pin::pin!(steps(ctx, tool, &mut call, &mut flight).instrument(span));
+        steps.await.map_err(|e| e.for_tool(&tool.spec.name))
+    };
     // A plan keeps the script's non-read calls the dispatch path refused, as refused.
     if let (Some(planning), Some(seq), Err(e)) = (ctx.planning(), call.seq, &result) {
         if !planning.has(seq) {
-            let (shown, _) = shown_args(ctx, &tool, &call);
+            let (shown, _) = shown_args(ctx, tool, &call);
             planning.refuse(seen(&tool.spec, seq, shown), e);
         }
     }
@@ -686,7 +688,8 @@ async fn steps(
     }
     // The cache: a hit answers the call, charged as a call, before the breaker.
     if let Some(lookup) = cache::lookup_of(ctx, spec, call) {
-        if let Some(hit) = cache::find(ctx, &lookup).await {
+        // Boxed, as the other steps that only some runs take: the call's future stays small.
+        if let Some(hit) = Box::pin(cache::find(ctx, &lookup)).await {
             flight.cached_age_ms = Some(hit.age_ms);
             match &speculation {
                 None => ctx.cache.iter().for_each(|c| c.count_hits(1)),
@@ -714,7 +717,8 @@ async fn steps(
     // threads) within the run's deadline but outside the call's timeout, which measures the
     // tool's own work; then run the body under its timeout, catching panics, retrying where
     // the policy allows.
-    let work = async {
+    // Pinned where it is made: moved into `select!` or awaited, it would be kept twice.
+    let mut work = std::pin::pin!(async {
         // A free slot is taken at once; only a wait for one needs the deadline's timer. The
         // executor's calls go first: a speculative call never keeps one waiting for a slot.
         let speculative = speculation.is_some();
@@ -725,10 +729,10 @@ async fn steps(
                 {
                     speculation.waited.store(true, Ordering::SeqCst);
                 }
-                let slot = tokio::time::timeout(
+                let slot = Box::pin(tokio::time::timeout(
                     ctx.budget.remaining(Instant::now()),
                     tool.slots.take(speculative),
-                );
+                ));
                 let Ok(slot) = slot.await else {
                     return Err(ctx.budget.past_deadline());
                 };
@@ -741,7 +745,7 @@ async fn steps(
         // crash from here on leaves the call ambiguous, never forgotten.
         if let (Some(journal), Some(seq)) = (ctx.journal.as_ref(), call.seq) {
             let args = journal.args_form(ctx.masks(), &call.args_key, tool.redacts(Side::Args));
-            if let Err(why) = journal.intent(seq, &spec.name, &args).await {
+            if let Err(why) = Box::pin(journal.intent(seq, &spec.name, &args)).await {
                 return Err(ToolError::internal(format!(
                     "the run's journal could not be written ({why}); the call was not made"
                 ))
@@ -761,12 +765,12 @@ async fn steps(
         }
         flight.stage = Stage::Running;
         run_body(ctx, tool, call, flight, &slot).await
-    };
+    });
     let result = match speculation {
         // A speculative call ends early when the run no longer needs it.
         Some(_) => {
             tokio::select! {
-                result = work => result,
+                result = &mut work => result,
                 () = ctx.speculation.cancelled() => Err(ToolError::new(
                     ErrorKind::Cancelled,
                     "the run ended before this speculative read was needed",
@@ -831,8 +835,7 @@ async fn run_body(
     let parent = call.caller.cancellation(ctx);
     let own = spec.is_composite().then(|| parent.child_token());
     let _cancel_on_drop = own.clone().map(CancellationToken::drop_guard);
-    let cancel = own.clone().unwrap_or_else(|| parent.clone());
-    let nested = own.map(|own| {
+    let nested = own.clone().map(|own| {
         nested::NestedCalls::handle(
             ctx,
             spec,
@@ -842,11 +845,12 @@ async fn run_body(
             own,
         )
     });
+    let cancel = own.as_ref().unwrap_or(parent);
     let policy = RetryPolicy::of(spec);
     loop {
         flight.attempts += 1;
-        let remaining = ctx.budget.remaining(Instant::now());
-        let limit = spec.timeout.min(remaining);
+        let started = Instant::now();
+        let limit = spec.timeout.min(ctx.budget.remaining(started));
         let context = ToolContext::new(
             &spec.name,
             flight.call_id,
@@ -866,7 +870,15 @@ async fn run_body(
             call.args.clone()
         };
         let body = AssertUnwindSafe(async { (tool.body)(args, context).await }).catch_unwind();
-        let result = match tokio::time::timeout(limit, body).await {
+        let mut body = std::pin::pin!(body);
+        // A body that answers at its first poll (a native tool) needs no timer: the timer
+        // starts with the body all the same, and fires only at a poll that waits.
+        let first = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await;
+        let answer = match first {
+            Poll::Ready(answer) => Ok(answer),
+            Poll::Pending => tokio::time::timeout_at(started + limit, body).await,
+        };
+        let result = match answer {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => Err(ToolError::internal(format!(
                 "the tool panicked: {}",

@@ -17,6 +17,8 @@
 //!   JSON number. Receipt format 2 hashes with it, so that any JCS implementation recomputes a
 //!   receipt's hashes.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -35,6 +37,22 @@ pub(crate) fn key_json(value: &Value) -> String {
     let mut out = String::with_capacity(64);
     write_canonical(value, &mut out);
     out
+}
+
+/// [`key_json`], shared: written into this thread's buffer, then copied once into its `Arc`
+/// (a `String` made into an `Arc<str>` is copied anyway, and its buffer freed).
+pub(crate) fn key_json_shared(value: &Value) -> Arc<str> {
+    TEXT.with_borrow_mut(|out| {
+        out.clear();
+        write_canonical(value, out);
+        Arc::from(out.as_str())
+    })
+}
+
+thread_local! {
+    /// The buffer the key form is written into when only a copy of it or its digest is kept
+    /// (a call's key, a result's digest): kept from one call to the next.
+    static TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 /// SHA-256, as lowercase hex, of `value` in the receipt form of canonical JSON: RFC 8785 (JCS),
@@ -295,7 +313,11 @@ pub fn jcs_value_sha256(value: &Value) -> String {
     // character from U+E000 up (below it, UTF-8 and UTF-16 sort alike), and it is written
     // several times faster: most arguments and results are such values.
     if key_form_is_jcs(value) {
-        sha256_hex(key_json(value))
+        TEXT.with_borrow_mut(|out| {
+            out.clear();
+            write_canonical(value, out);
+            sha256_hex(out.as_str())
+        })
     } else {
         jcs_sha256(value)
     }

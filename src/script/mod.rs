@@ -524,9 +524,7 @@ impl Executor {
     /// Runs the dispatch path and blocks this thread until it is done.
     fn dispatch(&self, call: Call) -> Result<Value, ToolError> {
         let ctx = Arc::clone(&self.ctx);
-        // Boxed, the future is handed to the runtime as a pointer rather than copied at each
-        // step on the way in.
-        let call = Box::pin(async move { dispatch(&ctx, call).await });
+        let call = async move { dispatch(&ctx, call).await };
         block_on(&self.handle, call).unwrap_or_else(|| {
             Err(ToolError::internal(
                 "the call was abandoned because the async runtime shut down",

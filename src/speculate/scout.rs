@@ -22,7 +22,7 @@ use super::placeholder::{self, resolve_deep, PassLog, Placeholder, Resolution};
 use crate::dispatch::{dispatch, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
-use crate::json::key_json;
+use crate::json::{key_json, key_json_shared};
 use crate::ledger::{made_again, Launch, OutcomeSlot, ReadKey, RunLedger};
 use crate::sync::lock;
 use crate::tool::Effect;
@@ -415,7 +415,7 @@ impl Scout {
         match resolve_deep(&args, log) {
             Resolution::Never => Ok(Placeholder::unknown()),
             Resolution::Ready(args) => {
-                let first = ReadKey::first(epoch, Arc::clone(&tool.name), key_json(&args).into());
+                let first = ReadKey::first(epoch, Arc::clone(&tool.name), key_json_shared(&args));
                 let key = state.occurrence(&first);
                 let n = key.n;
                 // A read a person would be asked about may pause the run there: the pass
@@ -600,7 +600,7 @@ impl Scout {
         // them: a call down a branch the run does not take would only be wasted.
         let ready = ready.filter(|_| !guesses.iter().any(|g| g.proved_wrong()));
         let cell = ready.and_then(|args| {
-            let first = ReadKey::first(epoch, tool, key_json(&args).into());
+            let first = ReadKey::first(epoch, tool, key_json_shared(&args));
             let key = occurrence_in(&occurrences, &first);
             self.launch(key, args, &mut Pass::default())
         });
