@@ -20,7 +20,7 @@ use crate::script::{self, Awaiting, Problem};
 use crate::speculate::{self, Scout};
 
 use crate::store::{
-    Journal, PendingCall, RunRecord, RunStatus, Store, StoredEnd, TakeDecision, TakeRefused,
+    Fence, Journal, PendingCall, RunRecord, RunStatus, Store, StoredEnd, TakeDecision, TakeRefused,
     Verdict,
 };
 use crate::sync::lock;
@@ -761,9 +761,9 @@ impl Runtime {
             return RunOutcome::before_running(why);
         }
         let run_id = new_run_id();
-        let journal = match (&self.store, options.no_store) {
+        let held = match (&self.store, options.no_store) {
             (Some(store), false) => match self.record_run(store, script, &options, &run_id).await {
-                Ok(journal) => Some(journal),
+                Ok(held) => Some(held),
                 Err(e) => {
                     return RunOutcome::before_running(RunError::new(
                         ErrorKind::Internal,
@@ -773,7 +773,7 @@ impl Runtime {
             },
             _ => None,
         };
-        self.execute(script, options, run_id, journal).await
+        self.execute(script, options, run_id, held).await
     }
 
     /// Whether a new run may start: not while other runs share a process that already holds
@@ -787,14 +787,15 @@ impl Runtime {
         })
     }
 
-    /// Records the new run `run_id` of `script` in `store`, and opens its journal.
+    /// Records the new run `run_id` of `script` in `store`, and opens its journal; what it
+    /// gives records the run's end should it be dropped before the run ends.
     async fn record_run(
         &self,
         store: &Arc<dyn Store>,
         script: &Script,
         options: &RunOptions,
         run_id: &str,
-    ) -> Result<Arc<Journal>, crate::Error> {
+    ) -> Result<InterruptOnDrop, crate::Error> {
         let mut record = RunRecord::new(
             run_id.to_string(),
             options.script_name.clone().unwrap_or_else(|| "-".into()),
@@ -812,10 +813,16 @@ impl Runtime {
         // This process holds the new run's lease (token 1; the store sets its times).
         let claim = crate::store::Claim::this_process();
         record.lease = Some(crate::store::Lease::new(&claim, 1, 0, 0));
-        let fence = Some(crate::store::Fence::new(claim.owner, 1));
-        store.create_run(record).await?;
-        let journal = Journal::open(Arc::clone(store), run_id, self.keyed(), fence).await?;
-        Ok(leased(journal))
+        let fence = Some(Fence::new(claim.owner, 1));
+        let creating = {
+            let store = Arc::clone(store);
+            async move {
+                store.create_run(record).await?;
+                Ok(Ok::<_, std::convert::Infallible>(((), fence)))
+            }
+        };
+        let Ok(((), held)) = own(store, run_id, self.keyed(), creating).await?;
+        Ok(held)
     }
 
     /// Plans a script: it runs with real reads (speculated as `options.mode` says), and no
@@ -955,8 +962,8 @@ impl Runtime {
         options.no_store = false;
         options.input = plan.input.clone().map(Arc::new);
         options.script_name = Some(plan.script_name.clone());
-        let journal = match self.record_run(store, &script, &options, &run_id).await {
-            Ok(journal) => journal,
+        let held = match self.record_run(store, &script, &options, &run_id).await {
+            Ok(held) => held,
             Err(e) => {
                 let _ = store.release_plan(plan_id, &run_id).await;
                 return Err(e);
@@ -964,7 +971,7 @@ impl Runtime {
         };
         let key = store.digest_key().await?;
         options.plan = Some(Arc::new(PlanBook::applying(Arc::new(plan), Some(key))));
-        Ok(self.execute(&script, options, run_id, Some(journal)).await)
+        Ok(self.execute(&script, options, run_id, Some(held)).await)
     }
 
     /// Whether a plan may be applied under this runtime's catalog: the one it was made under.
@@ -1063,7 +1070,18 @@ impl Runtime {
             (None, _) => None,
         };
         let asked = take.as_ref().map(|t| t.seq);
-        let record = store.take_run(run_id, claim, take).await?.map_err(|e| match e {
+        let taking = {
+            let (store, run_id) = (Arc::clone(store), run_id.to_string());
+            async move {
+                let taken = store.take_run(&run_id, claim, take).await?;
+                Ok(taken.map(|record| {
+                    let fence = record.lease.as_ref().map(crate::store::Lease::fence);
+                    (record, fence)
+                }))
+            }
+        };
+        let taken = own(store, run_id, self.keyed(), taking).await?;
+        let (record, held) = taken.map_err(|e| match e {
             TakeRefused::Unknown => refuse("the store has no such run".into()),
             TakeRefused::Ended(r) => refuse(format!("the run has already {}", r.status.as_str())),
             TakeRefused::Busy(lease) => refuse(busy_with(&lease)),
@@ -1079,8 +1097,6 @@ impl Runtime {
                 .set_catalog(run_id, self.catalog_sha256.clone(), self.catalog.clone())
                 .await?;
         }
-        let fence = record.lease.as_ref().map(crate::store::Lease::fence);
-        let journal = leased(Journal::open(Arc::clone(store), run_id, self.keyed(), fence).await?);
         let mut options = options;
         options.mode = record.mode;
         options.input = record.input.map(Arc::new);
@@ -1099,7 +1115,7 @@ impl Runtime {
             .compile(&record.script)
             .map_err(|e| refuse(format!("its stored script no longer compiles: {e}")))?;
         Ok(self
-            .execute(&script, options, run_id.to_string(), Some(journal))
+            .execute(&script, options, run_id.to_string(), Some(held))
             .await)
     }
 
@@ -1128,15 +1144,15 @@ impl Runtime {
         ))
     }
 
-    /// Runs `script` as run `run_id`, journaled in `journal` when it is durable.
+    /// Runs `script` as run `run_id`, journaled in `held`'s journal when it is durable.
     async fn execute(
         &self,
         script: &Script,
         options: RunOptions,
         run_id: String,
-        journal: Option<Arc<Journal>>,
+        held: Option<InterruptOnDrop>,
     ) -> RunOutcome {
-        let mut run = Run::start(self, script, options, run_id, journal, None);
+        let mut run = Run::start(self, script, options, run_id, held, None);
         let joined = run.join().await;
         run.finish(self, joined).await
     }
@@ -1190,22 +1206,17 @@ struct Joined {
 
 impl Run {
     /// Starts the run: its context and ledger, the scout (speculative runs), and the script on
-    /// a thread of its own, all under one deadline from now.
+    /// a thread of its own, all under one deadline from now. `held` is a durable run's.
     fn start(
         runtime: &Runtime,
         script: &Script,
         options: RunOptions,
         run_id: String,
-        journal: Option<Arc<Journal>>,
+        held: Option<InterruptOnDrop>,
         prepared: Option<Prepared>,
     ) -> Run {
-        let interrupt = InterruptOnDrop {
-            store: runtime.store.clone().filter(|_| journal.is_some()),
-            journal: journal.clone(),
-            run_id: run_id.clone(),
-            script_done: CancellationToken::new(),
-            active: journal.as_ref().map(|_| Active::enter(&run_id)),
-        };
+        let mut interrupt = held.unwrap_or_else(InterruptOnDrop::not_durable);
+        let journal = interrupt.journal.clone();
         let span = tracing::info_span!("run", run_id = %run_id);
         let entered = span.enter();
         let started = std::time::Instant::now();
@@ -1252,7 +1263,7 @@ impl Run {
             relief,
             ..engine::RunControls::default()
         };
-        let done = interrupt.script_done.clone().drop_guard();
+        let done = interrupt.script.take();
         let script = Run::start_script(script, &ctx, &ledger, &runtime.limits, watch, done);
         drop(entered);
         Run {
@@ -1337,7 +1348,7 @@ impl Run {
         ledger: &Arc<RunLedger>,
         limits: &Limits,
         watch: engine::RunControls,
-        done: tokio_util::sync::DropGuard,
+        done: Option<tokio_util::sync::DropGuard>,
     ) -> Option<tokio::sync::oneshot::Receiver<script::Execution>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (ast, ctx, ledger) = (Arc::clone(&script.ast), Arc::clone(ctx), Arc::clone(ledger));
@@ -1774,6 +1785,45 @@ fn leased(journal: Journal) -> Arc<Journal> {
     journal
 }
 
+/// Makes the run `run_id` this process's in `store` and opens its journal, in a task that a
+/// caller going away does not cut short: `take` creates the run, or takes it for a resume (or
+/// is refused), giving what it took and the fence of this process's lease.
+///
+/// From the moment the store holds the run as `running` under that lease, the guard this gives
+/// must exist: a caller dropped in between (a client that hung up while the store wrote the
+/// run) would otherwise leave it `running` under a lease no one renews, until another process
+/// takes it over. A guard its caller is no longer there to take is dropped, which records the
+/// run as interrupted.
+async fn own<T: Send + 'static, R: Send + 'static>(
+    store: &Arc<dyn Store>,
+    run_id: &str,
+    keyed: bool,
+    take: impl std::future::Future<Output = Result<Result<(T, Option<Fence>), R>, crate::Error>>
+        + Send
+        + 'static,
+) -> Result<Result<(T, InterruptOnDrop), R>, crate::Error> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (owner, id) = (Arc::clone(store), run_id.to_string());
+    tokio::spawn(async move {
+        let owned = async {
+            let (taken, fence) = match take.await? {
+                Ok(taken) => taken,
+                Err(refused) => return Ok(Err(refused)),
+            };
+            let journal = leased(Journal::open(Arc::clone(&owner), &id, keyed, fence).await?);
+            Ok(Ok((taken, InterruptOnDrop::new(owner, journal))))
+        };
+        let _ = tx.send(owned.await);
+    });
+    rx.await.unwrap_or_else(|_| {
+        Err(crate::Error::store(
+            &store.location(),
+            "the task that records the run stopped",
+            None,
+        ))
+    })
+}
+
 /// Why a run under a live lease cannot be taken: who holds it, and until when.
 fn busy_with(lease: &crate::store::Lease) -> String {
     format!(
@@ -1806,15 +1856,47 @@ impl Drop for StopOnDrop {
 /// recorded (its caller went away: a client that disconnected, a server stopping), so that a
 /// resume, here or in another process, takes it. It waits for the script thread to stop first
 /// (the run's token stops it at its next operation; a call it was making ends, and its outcome
-/// is journaled), and keeps the run marked as running in this process until then.
+/// is journaled), and keeps the run marked as running in this process until then. It exists
+/// from the moment the store holds the run as this process's ([`own`]), before the run starts.
 struct InterruptOnDrop {
     /// The run's store; `None` once the run's end is recorded (or for a run without one).
     store: Option<Arc<dyn Store>>,
     journal: Option<Arc<Journal>>,
     run_id: String,
-    /// Cancelled when the script thread has ended.
+    /// Cancelled when the script thread has ended, or never started.
     script_done: CancellationToken,
+    /// Cancels `script_done` when dropped: the script thread holds it once it starts.
+    script: Option<tokio_util::sync::DropGuard>,
     active: Option<Active>,
+}
+
+impl InterruptOnDrop {
+    /// The guard of the durable run whose journal is `journal`, this process's from now on.
+    fn new(store: Arc<dyn Store>, journal: Arc<Journal>) -> InterruptOnDrop {
+        let run_id = journal.run_id().to_string();
+        let script_done = CancellationToken::new();
+        InterruptOnDrop {
+            store: Some(store),
+            journal: Some(journal),
+            active: Some(Active::enter(&run_id)),
+            run_id,
+            script: Some(script_done.clone().drop_guard()),
+            script_done,
+        }
+    }
+
+    /// The guard of a run without a store, which records nothing.
+    fn not_durable() -> InterruptOnDrop {
+        let script_done = CancellationToken::new();
+        InterruptOnDrop {
+            store: None,
+            journal: None,
+            run_id: String::new(),
+            script: Some(script_done.clone().drop_guard()),
+            script_done,
+            active: None,
+        }
+    }
 }
 
 impl Drop for InterruptOnDrop {
@@ -1826,6 +1908,8 @@ impl Drop for InterruptOnDrop {
             return;
         };
         let (done, active) = (self.script_done.clone(), self.active.take());
+        // A run dropped before its script started has no script to wait for.
+        drop(self.script.take());
         let run_id = std::mem::take(&mut self.run_id);
         handle.spawn(async move {
             done.cancelled().await;

@@ -119,10 +119,10 @@ impl Runtime {
         let Some(prepared) = phase.prepared.take() else {
             unreachable!("the run is prepared until it starts");
         };
-        let journal = match (&self.store, options.no_store) {
+        let held = match (&self.store, options.no_store) {
             (Some(store), false) => {
                 match self.record_run(store, &script, &options, &run_id).await {
-                    Ok(journal) => Some(journal),
+                    Ok(held) => Some(held),
                     Err(e) => {
                         phase.prepared = Some(prepared);
                         let why = RunError::new(
@@ -135,12 +135,12 @@ impl Runtime {
             }
             _ => None,
         };
-        if let Some(journal) = &journal {
+        if let Some(journal) = held.as_ref().and_then(|h| h.journal.as_ref()) {
             prepared.ctx.journal.set(Arc::clone(journal));
         }
         // The run's own deadline starts now, as a run of the whole text's would.
         prepared.ctx.restart_deadline(self.limits.timeout);
-        let mut run = Run::start(self, &script, options, run_id, journal, Some(prepared));
+        let mut run = Run::start(self, &script, options, run_id, held, Some(prepared));
         let joined = run.join().await;
         let outcome = run.finish(self, joined).await;
         phase.finish_scouts().await;

@@ -1,7 +1,7 @@
 //! Durable runs at their edges: decisions racing each other over a busy store, a run whose
-//! future is dropped mid-call, a composite that a resume would make again, another program's
-//! SQLite file given as the store, a read-only store, a run id of a megabyte, a decision given
-//! to a run that is still running.
+//! future is dropped mid-call or while it is recorded, a composite that a resume would make
+//! again, another program's SQLite file given as the store, a read-only store, a run id of a
+//! megabyte, a decision given to a run that is still running.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -11,9 +11,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
+use toolscript::stores::{
+    Claim, Fence, JournalRows, Renewed, StoreFuture, StoredEnd, TakeDecision, TakeRefused,
+};
 use toolscript::{
-    Approval, Decision, Effect, Error, ErrorKind, Registry, RunOptions, RunQuery, RunStatus,
-    Runtime, SqliteStore, Tool, ToolError,
+    Approval, CatalogPrint, Decision, Effect, Error, ErrorKind, PruneRule, Pruned, Registry,
+    RunOptions, RunPage, RunQuery, RunRecord, RunStatus, Runtime, SqliteStore, Store,
+    StoredArtifact, Tool, ToolError,
 };
 
 /// The calls whose bodies ran, as `tool:n`.
@@ -332,6 +336,146 @@ async fn a_write_cut_short_by_a_dropped_run_is_asked_about_not_replayed_as_an_er
             ["put:1", "put:2"],
             "{kind:?}: each write made once"
         );
+    }
+}
+
+/// A store that holds the first `create_run` or `load_journal` (`at`) once the inner store has
+/// done it, until `open` is notified: a run's future can be dropped just after the store took
+/// the run as `running` under this process's lease, and before the run started.
+#[derive(Debug)]
+struct Held {
+    inner: SqliteStore,
+    at: &'static str,
+    armed: AtomicBool,
+    reached: tokio::sync::Notify,
+    open: tokio::sync::Notify,
+}
+
+impl Held {
+    /// `done`, then, the first time `call` is `at`, a wait until `open`.
+    fn hold<'a, T: Send + 'a>(
+        &'a self,
+        call: &'static str,
+        done: StoreFuture<'a, T>,
+    ) -> StoreFuture<'a, T> {
+        Box::pin(async move {
+            let out = done.await;
+            if call == self.at && self.armed.swap(false, Ordering::SeqCst) {
+                self.reached.notify_one();
+                self.open.notified().await;
+            }
+            out
+        })
+    }
+}
+
+impl Store for Held {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn create_run(&self, record: RunRecord) -> StoreFuture<'_, ()> {
+        self.hold("create_run", self.inner.create_run(record))
+    }
+    fn run<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Option<RunRecord>> {
+        self.inner.run(run_id)
+    }
+    fn list_runs(&self, query: RunQuery) -> StoreFuture<'_, RunPage> {
+        self.inner.list_runs(query)
+    }
+    fn prune(&self, rule: PruneRule) -> StoreFuture<'_, Pruned> {
+        self.inner.prune(rule)
+    }
+    fn renew_lease<'a>(&'a self, run_id: &'a str, fence: &'a Fence) -> StoreFuture<'a, Renewed> {
+        self.inner.renew_lease(run_id, fence)
+    }
+    fn set_catalog<'a>(
+        &'a self,
+        run_id: &'a str,
+        catalog_sha256: String,
+        catalog: CatalogPrint,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.set_catalog(run_id, catalog_sha256, catalog)
+    }
+    fn take_run<'a>(
+        &'a self,
+        run_id: &'a str,
+        claim: Claim,
+        decision: Option<TakeDecision>,
+    ) -> StoreFuture<'a, Result<RunRecord, TakeRefused>> {
+        self.inner.take_run(run_id, claim, decision)
+    }
+    fn finish_run<'a>(&'a self, run_id: &'a str, end: StoredEnd) -> StoreFuture<'a, ()> {
+        self.inner.finish_run(run_id, end)
+    }
+    fn load_journal<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, JournalRows> {
+        self.hold("load_journal", self.inner.load_journal(run_id))
+    }
+    fn append<'a>(&'a self, run_id: &'a str, rows: JournalRows) -> StoreFuture<'a, ()> {
+        self.inner.append(run_id, rows)
+    }
+    fn put_artifact<'a>(&'a self, id: &'a str, artifact: StoredArtifact) -> StoreFuture<'a, ()> {
+        self.inner.put_artifact(id, artifact)
+    }
+    fn artifact<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StoredArtifact>> {
+        self.inner.artifact(id)
+    }
+}
+
+/// A durable run whose future is dropped after the store took it as `running` under this
+/// process's lease and before its script started (a client that hung up while the run was
+/// being recorded, or its journal opened): the store records it as `interrupted`, not
+/// `running` under a lease no one renews, and a resume makes its write once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dropped_while_it_is_recorded_is_left_interrupted_not_running() {
+    for at in ["create_run", "load_journal"] {
+        let dir = TempDir::new().unwrap();
+        let made: Made = Arc::default();
+        let put = {
+            let made = Arc::clone(&made);
+            Tool::builder("put", Effect::Write).handler(move |args| {
+                made.lock().unwrap().push(format!("put:{}", args["n"]));
+                async move { Ok(args) }
+            })
+        };
+        let store = Arc::new(Held {
+            inner: SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap(),
+            at,
+            armed: AtomicBool::new(true),
+            reached: tokio::sync::Notify::new(),
+            open: tokio::sync::Notify::new(),
+        });
+        let registry = Registry::builder().tool(put).build().unwrap();
+        let runtime = Runtime::builder(registry).store(store.clone()).build();
+        {
+            let run = runtime.run("put(#{n: 1}).n");
+            tokio::pin!(run);
+            tokio::select! {
+                outcome = &mut run => panic!("{at}: the run ended before it was held: {:?}", outcome.result),
+                () = store.reached.notified() => {}
+            }
+            // The run's future is dropped here: the store holds it as running.
+        }
+        store.open.notify_one();
+        let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
+        assert_eq!(runs.len(), 1, "{at}");
+        let id = runs[0].run_id.clone();
+        // Waits (not a timed assertion: up to a minute) for the run's end to be recorded.
+        let mut status = runs[0].status;
+        for _ in 0..6000 {
+            status = store.run(&id).await.unwrap().unwrap().status;
+            if status != RunStatus::Running {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(status.as_str(), "interrupted", "{at}");
+        assert!(made.lock().unwrap().is_empty(), "{at}: nothing was made");
+        let done = runtime
+            .resume(&id, None, RunOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(done.result.unwrap(), json!(1), "{at}");
+        assert_eq!(made.lock().unwrap().clone(), ["put:1"], "{at}");
     }
 }
 
