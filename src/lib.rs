@@ -145,7 +145,7 @@ pub mod receipts {
     pub use crate::dispatch::{
         verify_receipts, verify_receipts_to, write_receipts, Receipt, Status, RECEIPT_VERSION,
     };
-    pub use crate::json::{jcs as canonical_json, jcs_value_sha256 as canonical_sha256};
+    pub use crate::json::{jcs as canonical_json, jcs_value_sha256 as canonical_sha256, Hex};
 }
 
 /// What a backend of [`Store`] implements against: the futures it returns, the rows of a

@@ -544,7 +544,7 @@ impl RunOutcome {
             effects_artifact: bounded.and_then(|b| b.effects_artifact.clone()),
             stats: Some(self.stats.clone()),
             receipts: ReceiptChain {
-                head: self.receipts.last().map(|r| r.hash.clone()),
+                head: self.receipts.last().map(|r| r.hash.to_string()),
                 count: self.receipts.len(),
             },
             artifacts: self.artifacts[..artifacts_shown].to_vec(),

@@ -70,7 +70,7 @@ use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
 use crate::guard::Decision;
-use crate::json::{jcs_value_sha256, jcs_value_sha256_keyed, key_json, key_json_shared};
+use crate::json::{jcs_value_digest, jcs_value_digest_keyed, key_json, key_json_shared, Hex};
 use crate::secrets::Side;
 use crate::store::ReadAt;
 use crate::sync::lock;
@@ -259,7 +259,7 @@ struct InProgress {
     effect: Effect,
     parent: Option<u64>,
     speculation: Option<Arc<Speculation>>,
-    args_sha256: String,
+    args_sha256: Hex,
     /// Its tool redacts values of its results: the receipt's digest of one is keyed.
     redacts_result: bool,
     started: std::time::Duration,
@@ -310,9 +310,9 @@ impl InProgress {
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
             args_sha256: if tool.redacts(Side::Args) || ctx.masks().holds_text(&call.args_key) {
-                ctx.keyed_digest(&call.args_key)
+                Hex::from(ctx.keyed_digest(&call.args_key))
             } else {
-                jcs_value_sha256_keyed(&call.args, &call.args_key)
+                jcs_value_digest_keyed(&call.args, &call.args_key)
             },
             redacts_result: tool.redacts(Side::Result),
             started: ctx.elapsed(),
@@ -376,9 +376,9 @@ impl InProgress {
             args_sha256: std::mem::take(&mut self.args_sha256),
             result_sha256: result.as_ref().ok().map(|value| {
                 if self.redacts_result || self.ctx.masks().holds(value) {
-                    self.ctx.keyed_digest(&key_json(value))
+                    Hex::from(self.ctx.keyed_digest(&key_json(value)))
                 } else {
-                    jcs_value_sha256(value)
+                    jcs_value_digest(value)
                 }
             }),
             error_kind: result.as_ref().err().map(|e| e.kind_name().to_string()),

@@ -32,7 +32,8 @@ use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::json::{
-    jcs_sha256, jcs_value_sha256, key_json, push_jcs_string, push_jcs_thousandths, sha256_hex,
+    jcs_sha256, jcs_value_sha256, key_json, push_jcs_string, push_jcs_thousandths, sha256_digest,
+    sha256_hex, Hex,
 };
 use crate::sync::lock;
 use crate::tool::Effect;
@@ -71,7 +72,7 @@ pub enum Status {
 #[non_exhaustive]
 pub struct Receipt {
     /// SHA-256 of the arguments' canonical JSON (RFC 8785, exact integers).
-    pub args_sha256: String,
+    pub args_sha256: Hex,
     /// Attempts made (0 when the call was refused before its body ran, or the cache answered
     /// it).
     pub attempt: u32,
@@ -93,14 +94,14 @@ pub struct Receipt {
     /// The error's kind, on error.
     pub error_kind: Option<String>,
     /// SHA-256 of this receipt's canonical JSON without `hash`.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub hash: String,
+    #[serde(skip_serializing_if = "Hex::is_empty")]
+    pub hash: Hex,
     /// The composite call this one is nested in.
     pub parent: Option<u64>,
     /// The previous receipt's `hash`; `None` for the first.
-    pub prev: Option<String>,
+    pub prev: Option<Hex>,
     /// SHA-256 of the result's canonical JSON (RFC 8785, exact integers); `None` on error.
-    pub result_sha256: Option<String>,
+    pub result_sha256: Option<Hex>,
     /// The run this call belongs to.
     pub run_id: String,
     /// The receipt's position in its run, from 0.
@@ -219,7 +220,7 @@ impl Receipt {
     /// The hash this receipt should carry, in its own version's canonical form.
     pub fn compute_hash(&self) -> String {
         let unsealed = Receipt {
-            hash: String::new(),
+            hash: Hex::default(),
             ..self.clone()
         };
         if self.v == RECEIPT_VERSION_1 {
@@ -256,8 +257,8 @@ pub(crate) struct Draft {
     pub(crate) speculative: bool,
     /// Set by the executor when it claims a speculative outcome, possibly after the call ended.
     pub(crate) claimed: Option<Arc<AtomicBool>>,
-    pub(crate) args_sha256: String,
-    pub(crate) result_sha256: Option<String>,
+    pub(crate) args_sha256: Hex,
+    pub(crate) result_sha256: Option<Hex>,
     pub(crate) error_kind: Option<String>,
     pub(crate) started_ms: f64,
     pub(crate) duration_ms: f64,
@@ -292,7 +293,7 @@ struct Chain {
     receipts: Vec<Receipt>,
     /// The chain this run's receipts continue (a resumed run's file): its last hash and the
     /// next receipt's `seq`.
-    base: Option<(String, u64)>,
+    base: Option<(Hex, u64)>,
     sink: Option<Sink>,
     /// Why the sink failed, once it has: the run makes no further call.
     failed: Option<String>,
@@ -318,7 +319,7 @@ pub(crate) struct Sink {
     path: std::path::PathBuf,
     file: std::fs::File,
     /// The chain the file already holds: its last hash and the next `seq`.
-    base: Option<(String, u64)>,
+    base: Option<(Hex, u64)>,
 }
 
 impl Sink {
@@ -491,15 +492,15 @@ impl ReceiptLog {
                 Some(last) => Some(last.hash.clone()),
                 None => chain.base.as_ref().map(|(hash, _)| hash.clone()),
             },
-            hash: String::new(),
+            hash: Hex::default(),
         };
         // The hash covers the receipt as it is now, without a hash, written as JCS.
         let mut text = std::mem::take(&mut chain.text);
         text.clear();
         receipt.hash = if receipt.push_jcs(&mut text) {
-            sha256_hex(&text)
+            sha256_digest(&text)
         } else {
-            jcs_sha256(&receipt)
+            Hex::from(jcs_sha256(&receipt))
         };
         chain.text = text;
         if let Some(sink) = &mut chain.sink {
@@ -594,7 +595,7 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
         line,
         message,
     };
-    let mut prev: Option<String> = None;
+    let mut prev: Option<Hex> = None;
     let mut count = 0;
     // The version of the last receipt: a chain may move from version 1 to 2, never back.
     let mut version = RECEIPT_VERSION_1;
@@ -644,7 +645,7 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
         prev = Some(receipt.hash);
         count += 1;
     }
-    Ok((count, prev))
+    Ok((count, prev.map(String::from)))
 }
 
 #[cfg(test)]
@@ -712,8 +713,8 @@ mod tests {
                         effect,
                         speculative,
                         claimed,
-                        args_sha256,
-                        result_sha256,
+                        args_sha256: args_sha256.into(),
+                        result_sha256: result_sha256.map(Hex::from),
                         status,
                         error_kind,
                         started_ms,
@@ -721,10 +722,10 @@ mod tests {
                         attempt,
                         cached,
                         cached_age_ms,
-                        prev,
-                        hash: String::new(),
+                        prev: prev.map(Hex::from),
+                        hash: Hex::default(),
                     };
-                    receipt.hash = receipt.compute_hash();
+                    receipt.hash = receipt.compute_hash().into();
                     receipt
                 },
             )
@@ -735,7 +736,7 @@ mod tests {
         /// text of the receipt's value: any strings, floats, options, with a hash or without.
         #[test]
         fn the_hand_written_text_is_the_general_writer_s(receipt in any_receipt()) {
-            for receipt in [Receipt { hash: String::new(), ..receipt.clone() }, receipt] {
+            for receipt in [Receipt { hash: Hex::default(), ..receipt.clone() }, receipt] {
                 let general = crate::json::jcs(&serde_json::to_value(&receipt).unwrap()).unwrap();
                 let mut text = Vec::new();
                 if receipt.push_jcs(&mut text) {
@@ -789,7 +790,7 @@ mod tests {
             cached: false,
             cached_age_ms: None,
             prev: None,
-            hash: String::new(),
+            hash: Hex::default(),
         };
         let jcs = r#"{"args_sha256":"a","attempt":1,"call_id":1,"claimed":false,"duration_ms":2,"effect":"read","error_kind":null,"parent":null,"prev":null,"result_sha256":null,"run_id":"r","seq":0,"speculative":false,"started_ms":0,"status":"ok","tool":"t","v":2}"#;
         assert_eq!(receipt.compute_hash(), sha256_hex(jcs));
@@ -818,7 +819,7 @@ mod tests {
         // So the hash written without checking the order is the checked one.
         assert_eq!(receipt.compute_hash(), receipt.hash);
         assert!(crate::json::streams_in_jcs_order(&Receipt {
-            hash: String::new(),
+            hash: Hex::default(),
             ..receipt
         }));
     }
@@ -905,7 +906,7 @@ mod tests {
             prev: Some(newer.hash.clone()),
             ..newer.clone()
         };
-        older.hash = older.compute_hash();
+        older.hash = older.compute_hash().into();
         let path = dir.path().join("back.jsonl");
         write_receipts(&path, &[newer, older]).unwrap();
         let (line, message) = first_bad_line(&path);
@@ -950,8 +951,8 @@ mod tests {
             effect: Effect::Read,
             speculative: false,
             claimed: None,
-            args_sha256: sha256_hex("{}"),
-            result_sha256: Some(sha256_hex("1")),
+            args_sha256: sha256_hex("{}").into(),
+            result_sha256: Some(sha256_hex("1").into()),
             error_kind: None,
             started_ms: 1.23456,
             duration_ms: 2.0,

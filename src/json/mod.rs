@@ -20,6 +20,9 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+
+mod hex;
+pub use hex::Hex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -309,6 +312,11 @@ impl serde_json::ser::Formatter for InOrder {
 /// SHA-256, as lowercase hex, of `value` in the receipt form of canonical JSON: a receipt's
 /// `args_sha256` of its call's arguments, its `result_sha256` of the result.
 pub fn jcs_value_sha256(value: &Value) -> String {
+    jcs_value_digest(value).into()
+}
+
+/// [`jcs_value_sha256`], kept inline (a receipt's result digest).
+pub(crate) fn jcs_value_digest(value: &Value) -> Hex {
     // The key form's text is the receipt form's when the value has no float and no key with a
     // character from U+E000 up (below it, UTF-8 and UTF-16 sort alike), and it is written
     // several times faster: most arguments and results are such values.
@@ -316,20 +324,20 @@ pub fn jcs_value_sha256(value: &Value) -> String {
         TEXT.with_borrow_mut(|out| {
             out.clear();
             write_canonical(value, out);
-            sha256_hex(out.as_str())
+            sha256_digest(out.as_str())
         })
     } else {
-        jcs_sha256(value)
+        Hex::from(jcs_sha256(value))
     }
 }
 
 /// As [`jcs_value_sha256`], for a value whose key form is already written (`key`, which must
 /// be [`key_json`] of `value`): a call's arguments, whose key form identifies the call.
-pub(crate) fn jcs_value_sha256_keyed(value: &Value, key: &str) -> String {
+pub(crate) fn jcs_value_digest_keyed(value: &Value, key: &str) -> Hex {
     if key_form_is_jcs(value) {
-        sha256_hex(key)
+        sha256_digest(key)
     } else {
-        jcs_sha256(value)
+        Hex::from(jcs_sha256(value))
     }
 }
 
@@ -539,12 +547,37 @@ pub(crate) fn hmac_sha256_hex(key: &[u8; 32], text: impl AsRef<[u8]>) -> String 
 
 /// 32 bytes as lowercase hex.
 fn hex32(bytes: [u8; 32]) -> String {
+    hex_digits(bytes).to_owned()
+}
+
+/// [`sha256_hex`], kept inline (a receipt's digests).
+pub(crate) fn sha256_digest(text: impl AsRef<[u8]>) -> Hex {
+    Hex::new(hex_digits(Sha256::digest(text.as_ref()).into()).as_ref())
+}
+
+/// 32 bytes as lowercase hex, in a buffer.
+fn hex_digits(bytes: [u8; 32]) -> HexDigits {
     let mut digits = [0u8; 64];
     for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
         pair.copy_from_slice(&HEX_PAIRS[usize::from(b)]);
     }
-    // Hex digits are ASCII: always UTF-8.
-    std::str::from_utf8(&digits).unwrap_or_default().to_owned()
+    HexDigits(digits)
+}
+
+/// The 64 hex digits of 32 bytes.
+struct HexDigits([u8; 64]);
+
+impl AsRef<str> for HexDigits {
+    fn as_ref(&self) -> &str {
+        // Hex digits are ASCII: always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl HexDigits {
+    fn to_owned(&self) -> String {
+        AsRef::<str>::as_ref(self).to_string()
+    }
 }
 
 /// The two lowercase hex digits of every byte, looked up once rather than computed twice a
@@ -698,7 +731,7 @@ mod tests {
             let text = jcs(value).unwrap();
             assert_eq!(jcs_value_sha256(value), sha256_hex(&text), "{value}");
             let key = key_json(value);
-            assert_eq!(jcs_value_sha256_keyed(value, &key), sha256_hex(&text));
+            assert_eq!(jcs_value_digest_keyed(value, &key), sha256_hex(&text));
             assert_eq!(jcs_sha256(value), sha256_hex(&text), "{value}");
         }
         assert!(key_form_is_jcs(&values[0]) && !key_form_is_jcs(&values[1]));

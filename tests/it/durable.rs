@@ -1647,10 +1647,7 @@ async fn a_run_paused_with_version_1_receipts_goes_on_in_version_2() {
     assert_eq!(done.status(), RunStatus::Completed);
     assert!(!done.receipts.is_empty());
     assert_eq!(done.receipts[0].v, toolscript::receipts::RECEIPT_VERSION);
-    assert_eq!(
-        done.receipts[0].prev.as_ref(),
-        prev.as_str().map(String::from).as_ref()
-    );
+    assert_eq!(done.receipts[0].prev.as_deref(), prev.as_str());
     let head = done.receipts.last().unwrap().hash.clone();
     assert_eq!(
         toolscript::receipts::verify_receipts_to(&file, &head).unwrap(),

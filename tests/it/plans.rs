@@ -717,7 +717,7 @@ fn top_calls(
         .receipts
         .iter()
         .filter(|r| r.parent.is_none() && r.effect != Effect::Read && keep(r))
-        .map(|r| (r.tool.clone(), r.args_sha256.clone()))
+        .map(|r| (r.tool.clone(), r.args_sha256.to_string()))
         .collect()
 }
 
