@@ -24,13 +24,22 @@
 //! The same figures under `spec/` against those under `seq/` give what speculation adds per call
 //! when there is no latency to hide (the scout's pass, placeholders, the prefetch table).
 //!
+//! The `with/` group measures what each optional step adds to a sequential read when it is
+//! used, against `with/a_none` (the same runtime without it, measured in the same group): a
+//! guard with one rule for the tool (`b_guard_rule`), the same rule with a condition over the
+//! arguments (`c_guard_condition`), a redaction path on the arguments (`d_redaction`), and the
+//! cache of reads across runs (`e_cache_hit`: in memory, without a store; the first run fills
+//! it, so every measured read is answered from it and its tool is not reached). Per call,
+//! `(with/x - with/a_none) / 200`.
+//!
 //! Run with `cargo bench --bench dispatch` (add `-- --quick` for a rough figure).
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::Value;
-use toolscript::{Effect, Mode, Registry, RunOptions, Runtime, Script, Tool};
+use toolscript::guard::{Guard, Rule, Ruling};
+use toolscript::{Effect, Mode, Registry, RunOptions, Runtime, Script, Tool, ToolBuilder};
 
 /// The number of loop iterations in every script.
 const N: u64 = 200;
@@ -114,5 +123,79 @@ fn dispatch(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, dispatch);
+/// A runtime whose one read, `echo`, is built by `echo` and whose registry has `guard`.
+fn runtime_with(echo: impl FnOnce(ToolBuilder) -> ToolBuilder, guard: Option<Guard>) -> Runtime {
+    let echo =
+        echo(Tool::builder("echo", Effect::Read)).handler(|args: Value| async move { Ok(args) });
+    let mut registry = Registry::builder().tool(echo);
+    if let Some(guard) = guard {
+        registry = registry.guard(guard);
+    }
+    Runtime::new(registry.build().expect("the benchmark's tools are valid"))
+}
+
+/// A guard over the temporary directory with one rule that allows `echo`, under `condition`.
+fn guard(condition: Option<&str>) -> Guard {
+    let rule =
+        Rule::new(["echo"], Ruling::Allow, "echo reads nothing private").expect("a valid rule");
+    let rule = match condition {
+        Some(condition) => rule.when(condition).expect("a valid condition"),
+        None => rule,
+    };
+    Guard::builder(std::env::temp_dir())
+        .rule(rule)
+        .build()
+        .expect("a valid guard")
+}
+
+fn optional_steps(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let runtimes = [
+        ("a_none", runtime_with(|b| b, None)),
+        ("b_guard_rule", runtime_with(|b| b, Some(guard(None)))),
+        (
+            "c_guard_condition",
+            runtime_with(|b| b, Some(guard(Some("args.i >= 0")))),
+        ),
+        ("d_redaction", runtime_with(|b| b.redact(["args.i"]), None)),
+        (
+            "e_cache_hit",
+            runtime_with(|b| b.cache_ttl(Duration::from_secs(3600)), None),
+        ),
+    ];
+    let options = RunOptions::with_mode(Mode::Sequential);
+    let mut group = c.benchmark_group("with");
+    group
+        .throughput(Throughput::Elements(N))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    for (name, runtime) in &runtimes {
+        let script = compile(
+            runtime,
+            "let s = 0; for i in 0..200 { s += echo(#{i: i}).i } s",
+        );
+        let outcome = rt.block_on(runtime.run_script(&script, options.clone()));
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&Value::from(SUM)),
+            "{name}: {:?}",
+            outcome.result
+        );
+        if *name == "e_cache_hit" {
+            // The runs measured are answered by the cache the first one filled.
+            let again = rt.block_on(runtime.run_script(&script, options.clone()));
+            assert!(again.receipts.iter().all(|r| r.cached), "{name}");
+        }
+        group.bench_function(*name, |b| {
+            b.iter(|| rt.block_on(runtime.run_script(&script, options.clone())))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, dispatch, optional_steps);
 criterion_main!(benches);
