@@ -171,6 +171,45 @@ async fn a_write_that_times_out_has_an_unknown_outcome() {
     assert_eq!(ctx.take_effects()[0].ok, None);
 }
 
+/// A body's timeout counts from the body's start, whether or not it answers at its first poll:
+/// a body that works 300 ms before it first waits, then waits 300 ms, misses a 450 ms timeout
+/// (a timer started at its first wait would have let it finish); one that answers at its first
+/// poll is not cut short, as no timer fires without a poll that waits.
+#[tokio::test]
+async fn a_body_s_timeout_counts_from_its_start_past_its_first_poll() {
+    let ms = Duration::from_millis;
+    let late = Tool::builder("late", Effect::Read)
+        .timeout(ms(450))
+        .handler(move |args| async move {
+            std::thread::sleep(ms(300));
+            tokio::time::sleep(ms(300)).await;
+            Ok(args)
+        });
+    let busy =
+        Tool::builder("busy", Effect::Read)
+            .timeout(ms(20))
+            .handler(move |args| async move {
+                std::thread::sleep(ms(60));
+                Ok(args)
+            });
+    let registry = Registry::builder().tool(late).tool(busy).build().unwrap();
+    let ctx = Arc::new(RunContext::new(
+        Arc::new(registry),
+        Arc::new(Breakers::new(BreakerConfig::default())),
+        Budget::default(),
+        Duration::from_secs(60),
+        "run".into(),
+        Arc::default(),
+        None,
+    ));
+    let e = dispatch(&ctx, Call::top_level("late", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{}", e.message);
+    let answered = dispatch(&ctx, Call::top_level("busy", json!({"n": 1}))).await;
+    assert_eq!(answered.unwrap(), json!({"n": 1}));
+}
+
 #[test]
 fn panic_messages_are_recovered() {
     assert_eq!(panic_message(&"static"), "static");
