@@ -252,10 +252,11 @@ impl Call {
 /// timeout dropped a nested call, a client went away), the guard writes it with the outcome such
 /// a call has — `cancelled` for a read or a call whose body never started, `ambiguous_outcome`
 /// for a non-read call whose body had started (it may have taken effect).
-struct InProgress {
-    ctx: Arc<RunContext>,
+struct InProgress<'a> {
+    /// Borrowed, as the tool's name: the call's future holds the run's context throughout.
+    ctx: &'a RunContext,
     call_id: u64,
-    tool: Arc<str>,
+    tool: &'a str,
     effect: Effect,
     parent: Option<u64>,
     speculation: Option<Arc<Speculation>>,
@@ -298,14 +299,14 @@ enum Stage {
     Running,
 }
 
-impl InProgress {
-    /// Opens the call. The receipt names the tool by its own name (the registry's, shared).
-    fn start(ctx: &Arc<RunContext>, tool: &RegisteredTool, call: &Call) -> InProgress {
+impl<'a> InProgress<'a> {
+    /// Opens the call. The receipt names the tool by its own name (the registry's).
+    fn start(ctx: &'a RunContext, tool: &'a RegisteredTool, call: &Call) -> InProgress<'a> {
         ctx.call_opened();
         InProgress {
-            ctx: Arc::clone(ctx),
+            ctx,
             call_id: ctx.next_call_id(),
-            tool: Arc::clone(&tool.name),
+            tool: &tool.name,
             effect: tool.spec.effect,
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
@@ -355,7 +356,7 @@ impl InProgress {
         let now = Instant::now();
         // 10. Record the outcome in the breaker; a speculative call leaves it to the claim.
         if let (Some(admission), Some(health)) = (self.admission, health) {
-            self.ctx.breakers.record(&self.tool, admission, health, now);
+            self.ctx.breakers.record(self.tool, admission, health, now);
         }
         if let Some(speculation) = &self.speculation {
             match self.nested_index {
@@ -369,7 +370,7 @@ impl InProgress {
         self.ctx.receipts.append(receipt::Draft {
             call_id: self.call_id,
             parent: self.parent,
-            tool: Arc::clone(&self.tool),
+            tool: self.tool.to_string(),
             effect: self.effect,
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
@@ -393,14 +394,14 @@ impl InProgress {
     }
 }
 
-impl Drop for InProgress {
+impl Drop for InProgress<'_> {
     fn drop(&mut self) {
         if self.finished {
             return;
         }
         let error = if self.stage == Stage::Running && self.effect != Effect::Read {
             ambiguous(
-                &self.tool,
+                self.tool,
                 "its call was abandoned while the tool was running",
             )
         } else {
@@ -411,7 +412,7 @@ impl Drop for InProgress {
         };
         let health = (self.stage != Stage::Refused).then_some(Health::Unknown);
         self.settle(&Err(error), health);
-        cache::invalidate_abandoned(&self.ctx, std::mem::take(&mut self.drops));
+        cache::invalidate_abandoned(self.ctx, std::mem::take(&mut self.drops));
     }
 }
 
@@ -586,7 +587,7 @@ async fn steps(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
     call: &mut Call,
-    flight: &mut InProgress,
+    flight: &mut InProgress<'_>,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
     let speculation = call.caller.speculation().cloned();
@@ -825,7 +826,7 @@ async fn run_body(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
     call: &mut Call,
-    flight: &mut InProgress,
+    flight: &mut InProgress<'_>,
     slot: &Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;

@@ -252,7 +252,7 @@ fn hash_of_line(version: u32, value: &mut Value) -> String {
 pub(crate) struct Draft {
     pub(crate) call_id: u64,
     pub(crate) parent: Option<u64>,
-    pub(crate) tool: Arc<str>,
+    pub(crate) tool: String,
     pub(crate) effect: Effect,
     pub(crate) speculative: bool,
     /// Set by the executor when it claims a speculative outcome, possibly after the call ended.
@@ -470,7 +470,7 @@ impl ReceiptLog {
             seq: chain.base.as_ref().map_or(0, |(_, next)| *next) + chain.receipts.len() as u64,
             call_id: draft.call_id,
             parent: draft.parent,
-            tool: String::from(&*draft.tool),
+            tool: draft.tool,
             effect: draft.effect,
             speculative: draft.speculative,
             claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
