@@ -20,11 +20,11 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 mod hex;
 pub use hex::Hex;
-use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// Writes `value` in the key form of canonical JSON: object keys sorted by their UTF-8 bytes,
 /// no insignificant whitespace, numbers as `serde_json` writes them.
@@ -45,17 +45,31 @@ pub(crate) fn key_json(value: &Value) -> String {
 /// [`key_json`], shared: written into this thread's buffer, then copied once into its `Arc`
 /// (a `String` made into an `Arc<str>` is copied anyway, and its buffer freed).
 pub(crate) fn key_json_shared(value: &Value) -> Arc<str> {
-    TEXT.with_borrow_mut(|out| {
-        out.clear();
-        write_canonical(value, out);
-        Arc::from(out.as_str())
-    })
+    with_key_form(value, |text| Arc::from(text))
 }
 
 thread_local! {
     /// The buffer the key form is written into when only a copy of it or its digest is kept
     /// (a call's key, a result's digest): kept from one call to the next.
     static TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The most this thread's buffer keeps between calls: a large value's text is freed after use,
+/// so that it does not stay allocated (and counted against the memory budget) for the life
+/// of a long-lived thread.
+const KEPT_TEXT: usize = 16 << 10;
+
+/// `f` of `value`'s key form, written into this thread's buffer.
+fn with_key_form<T>(value: &Value, f: impl FnOnce(&str) -> T) -> T {
+    TEXT.with_borrow_mut(|out| {
+        out.clear();
+        write_canonical(value, out);
+        let result = f(out);
+        if out.capacity() > KEPT_TEXT {
+            *out = String::new();
+        }
+        result
+    })
 }
 
 /// SHA-256, as lowercase hex, of `value` in the receipt form of canonical JSON: RFC 8785 (JCS),
@@ -321,11 +335,7 @@ pub(crate) fn jcs_value_digest(value: &Value) -> Hex {
     // character from U+E000 up (below it, UTF-8 and UTF-16 sort alike), and it is written
     // several times faster: most arguments and results are such values.
     if key_form_is_jcs(value) {
-        TEXT.with_borrow_mut(|out| {
-            out.clear();
-            write_canonical(value, out);
-            sha256_digest(out.as_str())
-        })
+        with_key_form(value, |text| sha256_digest(text))
     } else {
         Hex::from(jcs_sha256(value))
     }
@@ -607,6 +617,19 @@ pub(crate) fn seconds(d: std::time::Duration) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A value's digest and shared key form through the thread's buffer are those of its key
+    /// form written afresh; a large one's text is not kept by the thread afterwards.
+    #[test]
+    fn the_thread_s_buffer_gives_the_key_form_and_keeps_no_large_text() {
+        let small = json!({"b": [1, 2], "a": "x"});
+        let large = json!({ "text": "y".repeat(100_000), "n": 7 });
+        for value in [&small, &large, &small] {
+            assert_eq!(&*key_json_shared(value), key_json(value));
+            assert_eq!(jcs_value_digest(value), sha256_hex(key_json(value)));
+            assert!(TEXT.with_borrow(String::capacity) <= KEPT_TEXT);
+        }
+    }
 
     /// `value` as `canon-json`'s own formatter writes it (sorting every object).
     fn crate_jcs(value: &impl Serialize) -> String {
