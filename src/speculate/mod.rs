@@ -10,4 +10,5 @@ mod rhai_facts;
 mod scout;
 
 pub(crate) use functions::ScoutScript;
+pub(crate) use placeholder::prepare;
 pub(crate) use scout::Scout;

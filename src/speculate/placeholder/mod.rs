@@ -29,7 +29,7 @@ use crate::engine::to_dynamic;
 use crate::ledger::OutcomeSlot;
 
 use deferred::{lookup_state, text_state, Edits, Op};
-pub(crate) use overloads::register;
+pub(crate) use overloads::{prepare, register};
 pub(crate) use pass::{Guess, PassLog};
 
 /// What `to_string` of a pending placeholder gives. A read whose arguments contain it cannot be

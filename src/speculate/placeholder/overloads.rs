@@ -150,6 +150,14 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>, log: &Arc<P
 }
 
 /// The functions every pass registers but the fallback, built on first use.
+/// Builds the placeholder functions now, if no pass has yet: a runtime does so when it is
+/// built, so that the module (some 30 KB, kept for the life of the process) is held whether or
+/// not a run speculates, and a speculative run does not meet a memory budget a sequential one
+/// fits (`lossless::random_scripts_that_fit_the_memory_budget_sequentially_fit_it_speculatively`).
+pub(crate) fn prepare() {
+    let _ = shared();
+}
+
 fn shared() -> Shared<Module> {
     static SHARED: OnceLock<Shared<Module>> = OnceLock::new();
     SHARED
