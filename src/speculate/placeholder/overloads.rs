@@ -149,7 +149,6 @@ pub(crate) fn register(engine: &mut Engine, reserved: Arc<[String]>, log: &Arc<P
     register_fallback(engine, reserved, log);
 }
 
-/// The functions every pass registers but the fallback, built on first use.
 /// Builds the placeholder functions now, if no pass has yet: a runtime does so when it is
 /// built, so that the module (some 30 KB, kept for the life of the process) is held whether or
 /// not a run speculates, and a speculative run does not meet a memory budget a sequential one
@@ -158,6 +157,7 @@ pub(crate) fn prepare() {
     let _ = shared();
 }
 
+/// The functions every pass registers but the fallback, built on first use.
 fn shared() -> Shared<Module> {
     static SHARED: OnceLock<Shared<Module>> = OnceLock::new();
     SHARED
