@@ -36,7 +36,8 @@
 
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use serde_json::Value;
 use toolscript::guard::{Guard, Rule, Ruling};
 use toolscript::{Effect, Mode, Registry, RunOptions, Runtime, Script, Tool, ToolBuilder};
@@ -61,6 +62,23 @@ fn runtime() -> Runtime {
     Runtime::new(registry)
 }
 
+/// The multi-thread tokio runtime every benchmark runs on.
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Every group's settings: throughput in loop iterations, 20 samples of 3 s after 1 s.
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
+    group
+        .throughput(Throughput::Elements(N))
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+}
+
 fn compile(runtime: &Runtime, source: &str) -> Script {
     runtime
         .compile(source)
@@ -68,10 +86,7 @@ fn compile(runtime: &Runtime, source: &str) -> Script {
 }
 
 fn dispatch(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let rt = tokio_runtime();
     let runtime = runtime();
     let scripts = [
         (
@@ -99,11 +114,7 @@ fn dispatch(c: &mut Criterion) {
     for (group_name, mode) in [("seq", Mode::Sequential), ("spec", Mode::Speculative)] {
         let options = RunOptions::with_mode(mode);
         let mut group = c.benchmark_group(group_name);
-        group
-            .throughput(Throughput::Elements(N))
-            .sample_size(20)
-            .measurement_time(Duration::from_secs(3))
-            .warm_up_time(Duration::from_secs(1));
+        configure(&mut group);
         for (name, source, expected) in scripts {
             let script = compile(&runtime, source);
             // One checked run up front makes sure the benchmark measures successful runs, not a
@@ -149,10 +160,7 @@ fn guard(condition: Option<&str>) -> Guard {
 }
 
 fn optional_steps(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let rt = tokio_runtime();
     let runtimes = [
         ("a_none", runtime_with(|b| b, None)),
         ("b_guard_rule", runtime_with(|b| b, Some(guard(None)))),
@@ -168,11 +176,7 @@ fn optional_steps(c: &mut Criterion) {
     ];
     let options = RunOptions::with_mode(Mode::Sequential);
     let mut group = c.benchmark_group("with");
-    group
-        .throughput(Throughput::Elements(N))
-        .sample_size(20)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
+    configure(&mut group);
     for (name, runtime) in &runtimes {
         let script = compile(
             runtime,

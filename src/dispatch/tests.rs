@@ -5,6 +5,19 @@ use serde_json::json;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+/// A run's context over `registry`, under `budget`, with a minute to go.
+fn run_over(registry: Registry, budget: Budget) -> Arc<RunContext> {
+    Arc::new(RunContext::new(
+        Arc::new(registry),
+        Arc::new(Breakers::new(BreakerConfig::default())),
+        budget,
+        Duration::from_secs(60),
+        "run".into(),
+        Arc::default(),
+        None,
+    ))
+}
+
 fn context(budget: Budget) -> (Arc<RunContext>, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&runs);
@@ -23,16 +36,7 @@ fn context(budget: Budget) -> (Arc<RunContext>, Arc<AtomicUsize>) {
         .tools([write, read, slow_write, slow_read])
         .build()
         .unwrap();
-    let ctx = RunContext::new(
-        Arc::new(registry),
-        Arc::new(Breakers::new(BreakerConfig::default())),
-        budget,
-        Duration::from_secs(60),
-        "run".into(),
-        Arc::default(),
-        None,
-    );
-    (Arc::new(ctx), runs)
+    (run_over(registry, budget), runs)
 }
 
 fn nested(tool: &str) -> Call {
@@ -148,15 +152,7 @@ async fn a_write_that_times_out_has_an_unknown_outcome() {
         .timeout(Duration::from_millis(10))
         .handler(|_| async { futures::future::pending().await });
     let registry = Registry::builder().tool(slow).build().unwrap();
-    let ctx = Arc::new(RunContext::new(
-        Arc::new(registry),
-        Arc::new(Breakers::new(BreakerConfig::default())),
-        Budget::default(),
-        Duration::from_secs(60),
-        "run".into(),
-        Arc::default(),
-        None,
-    ));
+    let ctx = run_over(registry, Budget::default());
     let e = dispatch(&ctx, Call::top_level("slow", json!({})))
         .await
         .unwrap_err();
@@ -193,15 +189,7 @@ async fn a_body_s_timeout_counts_from_its_start_past_its_first_poll() {
                 Ok(args)
             });
     let registry = Registry::builder().tool(late).tool(busy).build().unwrap();
-    let ctx = Arc::new(RunContext::new(
-        Arc::new(registry),
-        Arc::new(Breakers::new(BreakerConfig::default())),
-        Budget::default(),
-        Duration::from_secs(60),
-        "run".into(),
-        Arc::default(),
-        None,
-    ));
+    let ctx = run_over(registry, Budget::default());
     let e = dispatch(&ctx, Call::top_level("late", json!({})))
         .await
         .unwrap_err();

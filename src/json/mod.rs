@@ -557,7 +557,7 @@ pub(crate) fn hmac_sha256_hex(key: &[u8; 32], text: impl AsRef<[u8]>) -> String 
 
 /// 32 bytes as lowercase hex.
 fn hex32(bytes: [u8; 32]) -> String {
-    hex_digits(bytes).to_owned()
+    String::from(hex_digits(bytes).as_ref())
 }
 
 /// [`sha256_hex`], kept inline (a receipt's digests).
@@ -581,12 +581,6 @@ impl AsRef<str> for HexDigits {
     fn as_ref(&self) -> &str {
         // Hex digits are ASCII: always UTF-8.
         std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
-impl HexDigits {
-    fn to_owned(&self) -> String {
-        AsRef::<str>::as_ref(self).to_string()
     }
 }
 

@@ -20,6 +20,8 @@ use toolscript::{
     StoredArtifact, Tool, ToolError,
 };
 
+use crate::support::the_run_once_ended;
+
 /// The calls whose bodies ran, as `tool:n`.
 type Made = Arc<Mutex<Vec<String>>>;
 
@@ -234,18 +236,7 @@ async fn a_dropped_run_future_leaves_the_run_interrupted_and_resumable() {
         // The run's future is dropped here, mid-call.
     }
     let store = runtime.store().unwrap();
-    let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
-    assert_eq!(runs.len(), 1);
-    let id = runs[0].run_id.clone();
-    // Waits (not a timed assertion: up to a minute) for the run's end to be recorded.
-    let mut status = runs[0].status;
-    for _ in 0..6000 {
-        status = store.run(&id).await.unwrap().unwrap().status;
-        if status != RunStatus::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (id, status) = the_run_once_ended(store.as_ref()).await;
     assert_eq!(status.as_str(), "interrupted");
     assert_eq!(
         made.lock().unwrap().clone(),
@@ -456,18 +447,7 @@ async fn a_run_dropped_while_it_is_recorded_is_left_interrupted_not_running() {
             // The run's future is dropped here: the store holds it as running.
         }
         store.open.notify_one();
-        let runs = store.list_runs(RunQuery::first(10)).await.unwrap().runs;
-        assert_eq!(runs.len(), 1, "{at}");
-        let id = runs[0].run_id.clone();
-        // Waits (not a timed assertion: up to a minute) for the run's end to be recorded.
-        let mut status = runs[0].status;
-        for _ in 0..6000 {
-            status = store.run(&id).await.unwrap().unwrap().status;
-            if status != RunStatus::Running {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (id, status) = the_run_once_ended(store.as_ref()).await;
         assert_eq!(status.as_str(), "interrupted", "{at}");
         assert!(made.lock().unwrap().is_empty(), "{at}: nothing was made");
         let done = runtime

@@ -587,22 +587,7 @@ async fn an_interrupted_apply_resumes_and_makes_each_planned_call_once() {
         // The apply's future is dropped here, mid-call.
     }
     let store = s.runtime.store().unwrap();
-    let runs = store
-        .list_runs(toolscript::RunQuery::first(10))
-        .await
-        .unwrap()
-        .runs;
-    assert_eq!(runs.len(), 1);
-    let id = runs[0].run_id.clone();
-    let mut status = runs[0].status;
-    // Waits (up to a minute, not a timed assertion) for the run's end to be recorded.
-    for _ in 0..6000 {
-        status = store.run(&id).await.unwrap().unwrap().status;
-        if status != RunStatus::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (id, status) = crate::support::the_run_once_ended(store.as_ref()).await;
     assert_eq!(status, RunStatus::Interrupted);
     s.world.lock().unwrap().started = None;
     let done = s

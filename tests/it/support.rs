@@ -294,3 +294,25 @@ pub fn user_version(path: &std::path::Path) -> i64 {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap()
 }
+
+/// The one run `store` holds, once its end is recorded: its id and status. Waits (not a timed
+/// assertion: up to a minute) while it is still `running`, as a dropped run's end is recorded
+/// in the background.
+pub async fn the_run_once_ended(store: &dyn toolscript::Store) -> (String, toolscript::RunStatus) {
+    let runs = store
+        .list_runs(toolscript::RunQuery::first(10))
+        .await
+        .unwrap()
+        .runs;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let id = runs[0].run_id.clone();
+    let mut status = runs[0].status;
+    for _ in 0..6000 {
+        status = store.run(&id).await.unwrap().unwrap().status;
+        if status != toolscript::RunStatus::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (id, status)
+}
