@@ -32,8 +32,8 @@ use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::json::{
-    jcs_sha256, jcs_value_sha256, key_json, push_jcs_string, push_jcs_thousandths, sha256_digest,
-    sha256_hex, Hex,
+    jcs_sha256, jcs_value_sha256, key_json, push_jcs_hex, push_jcs_string, push_jcs_thousandths,
+    sha256_digest, sha256_hex, Hex,
 };
 use crate::sync::lock;
 use crate::tool::Effect;
@@ -139,9 +139,9 @@ impl Receipt {
         fn integer(n: impl itoa::Integer, out: &mut Vec<u8>) {
             out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         }
-        fn optional(text: Option<&str>, out: &mut Vec<u8>) {
-            match text {
-                Some(text) => push_jcs_string(text, out),
+        fn optional(hex: Option<&Hex>, out: &mut Vec<u8>) {
+            match hex {
+                Some(hex) => push_jcs_hex(hex, out),
                 None => out.extend_from_slice(b"null"),
             }
         }
@@ -157,7 +157,7 @@ impl Receipt {
             out.extend_from_slice(if b { b"true" } else { b"false" });
         }
         out.extend_from_slice(b"{\"args_sha256\":");
-        push_jcs_string(&self.args_sha256, out);
+        push_jcs_hex(&self.args_sha256, out);
         out.extend_from_slice(b",\"attempt\":");
         integer(self.attempt, out);
         if self.cached {
@@ -180,10 +180,13 @@ impl Receipt {
         out.extend_from_slice(b",\"effect\":\"");
         out.extend_from_slice(self.effect.as_str().as_bytes());
         out.extend_from_slice(b"\",\"error_kind\":");
-        optional(self.error_kind.as_deref(), out);
+        match &self.error_kind {
+            Some(kind) => push_jcs_string(kind, out),
+            None => out.extend_from_slice(b"null"),
+        }
         if !self.hash.is_empty() {
             out.extend_from_slice(b",\"hash\":");
-            push_jcs_string(&self.hash, out);
+            push_jcs_hex(&self.hash, out);
         }
         out.extend_from_slice(b",\"parent\":");
         match self.parent {
@@ -191,9 +194,9 @@ impl Receipt {
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"prev\":");
-        optional(self.prev.as_deref(), out);
+        optional(self.prev.as_ref(), out);
         out.extend_from_slice(b",\"result_sha256\":");
-        optional(self.result_sha256.as_deref(), out);
+        optional(self.result_sha256.as_ref(), out);
         out.extend_from_slice(b",\"run_id\":");
         push_jcs_string(&self.run_id, out);
         out.extend_from_slice(b",\"seq\":");

@@ -19,7 +19,12 @@ pub struct Hex(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, bytes: [u8; INLINE] },
+    /// `plain`: no byte of the text needs escaping in a JSON string (always so for a digest).
+    Inline {
+        len: u8,
+        plain: bool,
+        bytes: [u8; INLINE],
+    },
     Heap(Box<str>),
 }
 
@@ -30,9 +35,42 @@ impl Hex {
             Ok(len) if text.len() <= INLINE => {
                 let mut bytes = [0u8; INLINE];
                 bytes[..text.len()].copy_from_slice(text.as_bytes());
-                Hex(Repr::Inline { len, bytes })
+                Hex(Repr::Inline {
+                    len,
+                    plain: super::is_plain(text.as_bytes()),
+                    bytes,
+                })
             }
             _ => Hex(Repr::Heap(text.into())),
+        }
+    }
+
+    /// 32 bytes (a SHA-256) as lowercase hex, written in place.
+    pub(crate) fn digest(bytes: &[u8; 32], pairs: &[[u8; 2]; 256]) -> Hex {
+        let mut digits = [0u8; INLINE];
+        for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
+            pair.copy_from_slice(&pairs[usize::from(*b)]);
+        }
+        Hex(Repr::Inline {
+            len: 64,
+            plain: true,
+            bytes: digits,
+        })
+    }
+
+    /// The text's bytes, without the check of their being UTF-8 that [`Hex::as_str`] makes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes, .. } => &bytes[..usize::from(*len)],
+            Repr::Heap(text) => text.as_bytes(),
+        }
+    }
+
+    /// Whether no byte of the text needs escaping in a JSON string: known when it was made.
+    pub(crate) fn is_plain(&self) -> bool {
+        match &self.0 {
+            Repr::Inline { plain, .. } => *plain,
+            Repr::Heap(text) => super::is_plain(text.as_bytes()),
         }
     }
 
@@ -40,7 +78,7 @@ impl Hex {
     pub fn as_str(&self) -> &str {
         match &self.0 {
             // Only ever copied from a `str`, whole: always UTF-8.
-            Repr::Inline { len, bytes } => {
+            Repr::Inline { len, bytes, .. } => {
                 std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
             }
             Repr::Heap(text) => text,
@@ -49,7 +87,7 @@ impl Hex {
 
     /// Whether it is empty (a receipt's `hash` before the receipt is sealed).
     pub fn is_empty(&self) -> bool {
-        self.as_str().is_empty()
+        self.as_bytes().is_empty()
     }
 }
 
@@ -202,5 +240,22 @@ mod tests {
         }
         assert_ne!(Hex::new("a"), Hex::new("b"));
         assert!(Hex::default().is_empty());
+    }
+
+    /// A digest written in place is the hex `sha256_hex` writes; a text's JSON string, as a
+    /// receipt writes it, is `serde_json`'s whether or not the text needs escaping, inline or
+    /// not.
+    #[test]
+    fn digests_and_texts_are_written_as_json_strings() {
+        for text in ["", "abc", "a\"b", "tab\t", &"x".repeat(80), &"\"".repeat(80)] {
+            let digest = crate::json::sha256_digest(text);
+            assert_eq!(digest, crate::json::sha256_hex(text));
+            assert!(digest.is_plain());
+            let hex = Hex::new(text);
+            let mut out = Vec::new();
+            crate::json::push_jcs_hex(&hex, &mut out);
+            assert_eq!(out, serde_json::to_vec(text).unwrap(), "{text:?}");
+            assert_eq!(hex.as_bytes(), text.as_bytes());
+        }
     }
 }

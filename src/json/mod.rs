@@ -355,13 +355,29 @@ pub(crate) fn jcs_value_digest_keyed(value: &Value, key: &str) -> Hex {
 /// escaping, else escaped as `serde_json` escapes (JCS's escapes).
 pub(crate) fn push_jcs_string(text: &str, out: &mut Vec<u8>) {
     if is_plain(text.as_bytes()) {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
+        push_quoted(text.as_bytes(), out);
     } else {
         // Writing into a `Vec` cannot fail, and a `str` always serialises.
         let _ = serde_json::to_writer(&mut *out, text);
     }
+}
+
+/// [`push_jcs_string`] of a digest, known to need no escaping when it was made, and written
+/// without its bytes being checked again (a digest's hex digits are most of a receipt's text).
+pub(crate) fn push_jcs_hex(hex: &Hex, out: &mut Vec<u8>) {
+    if hex.is_plain() {
+        push_quoted(hex.as_bytes(), out);
+    } else {
+        push_jcs_string(hex, out);
+    }
+}
+
+/// `text` between quotes.
+fn push_quoted(text: &[u8], out: &mut Vec<u8>) {
+    out.reserve(text.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(text);
+    out.push(b'"');
 }
 
 /// Appends JCS's text of `value` when it is a whole number of thousandths below 2^42 in size
@@ -483,11 +499,22 @@ fn write_canonical(value: &Value, out: &mut String) {
             out.push(']');
         }
         Value::String(text) => write_string(text, out),
-        scalar => {
-            use std::fmt::Write;
-            // `Value`'s `Display` is its JSON; written in place, without a string of its own.
-            let _ = write!(out, "{scalar}");
+        Value::Number(n) => {
+            // Integers (most numbers of arguments and results) by `itoa`, as `serde_json`
+            // writes them, without going through `fmt`.
+            if let Some(n) = n.as_u64() {
+                out.push_str(itoa::Buffer::new().format(n));
+            } else if let Some(n) = n.as_i64() {
+                out.push_str(itoa::Buffer::new().format(n));
+            } else {
+                use std::fmt::Write;
+                // `Number`'s `Display` is its JSON; written in place, without a string of
+                // its own.
+                let _ = write!(out, "{n}");
+            }
         }
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.push_str("null"),
     }
 }
 
@@ -518,7 +545,7 @@ fn write_string(text: &str, out: &mut String) {
 /// Whether no byte of `text` needs escaping in a JSON string (a control character, `"` or
 /// `\`). Eight bytes are looked at a time, as one word: a string of a receipt or a call's
 /// arguments is mostly digests and names, and byte by byte this was 2 k instructions a call.
-fn is_plain(text: &[u8]) -> bool {
+pub(super) fn is_plain(text: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     const fn has_zero(w: u64) -> bool {
@@ -562,7 +589,7 @@ fn hex32(bytes: [u8; 32]) -> String {
 
 /// [`sha256_hex`], kept inline (a receipt's digests).
 pub(crate) fn sha256_digest(text: impl AsRef<[u8]>) -> Hex {
-    Hex::new(hex_digits(Sha256::digest(text.as_ref()).into()).as_ref())
+    Hex::digest(&Sha256::digest(text.as_ref()).into(), &HEX_PAIRS)
 }
 
 /// 32 bytes as lowercase hex, in a buffer.
@@ -649,6 +676,21 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Numbers, booleans and null are written as `serde_json` writes them: integers of
+        /// every size and sign, and floats, through their own paths.
+        #[test]
+        fn scalars_are_written_as_serde_json_writes_them(
+            unsigned in proptest::num::u64::ANY,
+            signed in proptest::num::i64::ANY,
+            float in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,
+            flag in proptest::bool::ANY,
+        ) {
+            let value = json!([unsigned, signed, float, flag, null, u64::MAX, i64::MIN, -0.0]);
+            proptest::prop_assert_eq!(key_json(&value), serde_json::to_string(&value).unwrap());
         }
     }
 
