@@ -247,7 +247,14 @@ mod tests {
     /// not.
     #[test]
     fn digests_and_texts_are_written_as_json_strings() {
-        for text in ["", "abc", "a\"b", "tab\t", &"x".repeat(80), &"\"".repeat(80)] {
+        for text in [
+            "",
+            "abc",
+            "a\"b",
+            "tab\t",
+            &"x".repeat(80),
+            &"\"".repeat(80),
+        ] {
             let digest = crate::json::sha256_digest(text);
             assert_eq!(digest, crate::json::sha256_hex(text));
             assert!(digest.is_plain());
