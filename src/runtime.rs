@@ -112,8 +112,10 @@ impl RuntimeBuilder {
     /// Builds the runtime. With a store, the registry gains `ts_artifact`, the read that gives
     /// a script an artifact of an earlier run (or one of its pages).
     pub fn build(mut self) -> Runtime {
-        // What every speculative run shares is built with the runtime, so that it counts
-        // against a run's memory budget the same in both modes.
+        // What every run's engine and every speculative run share is built with the
+        // runtime, so that it counts against a run's memory budget the same in both modes and
+        // in the first run as in later ones.
+        crate::engine::prepare();
         crate::speculate::prepare();
         if let Some(store) = &self.store {
             match self

@@ -131,6 +131,20 @@ pub(crate) fn run_scope(ctx: &crate::dispatch::RunContext) -> rhai::Scope<'stati
     scope
 }
 
+/// The standard library: building it is most of what `Engine::new` costs, so it is built
+/// once and shared by every engine of the process.
+fn standard() -> Shared<rhai::Module> {
+    static STANDARD: OnceLock<Shared<rhai::Module>> = OnceLock::new();
+    STANDARD
+        .get_or_init(|| StandardPackage::new().as_shared_module())
+        .clone()
+}
+
+/// Builds the modules every engine shares, if no engine has yet (see [`new_engine`]).
+pub(crate) fn prepare() {
+    let _ = (standard(), helpers::module());
+}
+
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
 pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
     let RunControls {
@@ -140,12 +154,9 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         skip_sleep,
         relief,
     } = watch;
-    // Building the standard library is most of what `Engine::new` costs; it is built once and
-    // shared by every engine of the process.
-    static STANDARD: OnceLock<Shared<rhai::Module>> = OnceLock::new();
-    let standard = STANDARD.get_or_init(|| StandardPackage::new().as_shared_module());
     let mut engine = Engine::new_raw();
-    engine.register_global_module(standard.clone());
+    engine.register_global_module(standard());
+    engine.register_global_module(helpers::module());
     engine.disable_symbol("eval");
     engine.disable_symbol("import");
     engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
@@ -165,7 +176,6 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
     let max_memory =
         usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     memory::register_checked_builtins(&mut engine, max_memory);
-    helpers::register(&mut engine);
     crate::rhai_ast::decode_marked_strings(&mut engine);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});
