@@ -46,10 +46,10 @@ impl Hex {
     }
 
     /// 32 bytes (a SHA-256) as lowercase hex, written in place.
-    pub(crate) fn digest(bytes: &[u8; 32], pairs: &[[u8; 2]; 256]) -> Hex {
+    pub(crate) fn digest(bytes: &[u8; 32]) -> Hex {
         let mut digits = [0u8; INLINE];
         for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
-            pair.copy_from_slice(&pairs[usize::from(*b)]);
+            pair.copy_from_slice(&super::HEX_PAIRS[usize::from(*b)]);
         }
         Hex(Repr::Inline {
             len: 64,

@@ -584,36 +584,17 @@ pub(crate) fn hmac_sha256_hex(key: &[u8; 32], text: impl AsRef<[u8]>) -> String 
 
 /// 32 bytes as lowercase hex.
 fn hex32(bytes: [u8; 32]) -> String {
-    String::from(hex_digits(bytes).as_ref())
+    String::from(Hex::digest(&bytes))
 }
 
 /// [`sha256_hex`], kept inline (a receipt's digests).
 pub(crate) fn sha256_digest(text: impl AsRef<[u8]>) -> Hex {
-    Hex::digest(&Sha256::digest(text.as_ref()).into(), &HEX_PAIRS)
-}
-
-/// 32 bytes as lowercase hex, in a buffer.
-fn hex_digits(bytes: [u8; 32]) -> HexDigits {
-    let mut digits = [0u8; 64];
-    for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
-        pair.copy_from_slice(&HEX_PAIRS[usize::from(b)]);
-    }
-    HexDigits(digits)
-}
-
-/// The 64 hex digits of 32 bytes.
-struct HexDigits([u8; 64]);
-
-impl AsRef<str> for HexDigits {
-    fn as_ref(&self) -> &str {
-        // Hex digits are ASCII: always UTF-8.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
+    Hex::digest(&Sha256::digest(text.as_ref()).into())
 }
 
 /// The two lowercase hex digits of every byte, looked up once rather than computed twice a
-/// byte (three digests a call go through [`hex32`]).
-static HEX_PAIRS: [[u8; 2]; 256] = {
+/// byte (every digest goes through [`Hex::digest`]).
+pub(super) static HEX_PAIRS: [[u8; 2]; 256] = {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut pairs = [[0u8; 2]; 256];
     let mut i = 0;
