@@ -27,7 +27,7 @@
 
 use std::sync::OnceLock;
 
-use rhai::{Dynamic, Engine, Map, NativeCallContext, Position, AST};
+use rhai::{Dynamic, Engine, Map, Module, NativeCallContext, Position, Shared, AST};
 
 use super::diagnose::{Fault, Known};
 use super::errors::error_map;
@@ -117,14 +117,33 @@ fn caught(ctx: &NativeCallContext, registry: Option<&Registry>, value: Dynamic) 
     error_map(&error).into()
 }
 
-/// Registers [`CAUGHT`] and [`THROWN`] on an engine; with a registry, a diagnosis names its
-/// tools. Every engine has them (so that `check` knows them); an engine that calls tools
-/// registers them again with its registry.
-pub(crate) fn register(engine: &mut Engine, registry: Option<Registry>) {
-    engine.register_fn(THROWN, |ctx: NativeCallContext, value: Dynamic| {
-        thrown(ctx.call_position(), value)
-    });
+/// [`CAUGHT`] and [`THROWN`], as a module every engine shares (so that `check` knows them),
+/// built once: a diagnosis of [`CAUGHT`] there names no tool. An engine that calls tools
+/// registers [`CAUGHT`] again with its registry ([`register`]), on itself, where it comes
+/// before the module's.
+pub(crate) fn module() -> Shared<Module> {
+    static MODULE: OnceLock<Shared<Module>> = OnceLock::new();
+    MODULE
+        .get_or_init(|| {
+            let mut module = Module::new();
+            super::set(
+                &mut module,
+                THROWN,
+                |ctx: NativeCallContext, value: Dynamic| thrown(ctx.call_position(), value),
+            );
+            super::set(
+                &mut module,
+                CAUGHT,
+                |ctx: NativeCallContext, value: Dynamic| caught(&ctx, None, value),
+            );
+            module.into()
+        })
+        .clone()
+}
+
+/// Registers [`CAUGHT`] on an engine that calls `registry`'s tools: a diagnosis names them.
+pub(crate) fn register(engine: &mut Engine, registry: Registry) {
     engine.register_fn(CAUGHT, move |ctx: NativeCallContext, value: Dynamic| {
-        caught(&ctx, registry.as_ref(), value)
+        caught(&ctx, Some(&registry), value)
     });
 }

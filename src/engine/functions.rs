@@ -37,7 +37,7 @@ fn call_of(ctx: &NativeCallContext) -> Result<ToolCall, Box<EvalAltResult>> {
 /// where it overrides that function, as a function registered after it does.
 pub(crate) fn register_tool_functions(engine: &mut Engine, registry: &Registry, call: ToolCall) {
     // A caught error's diagnosis names the tools.
-    super::catch::register(engine, Some(registry.clone()));
+    super::catch::register(engine, registry.clone());
     *engine.default_tag_mut() = Dynamic::from(Calls(call));
     let functions = registry.functions(|| functions_of(registry));
     engine.register_global_module(functions.module.clone());

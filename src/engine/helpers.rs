@@ -15,9 +15,9 @@ use std::collections::HashSet;
 
 use std::sync::OnceLock;
 
+use super::set;
 use rhai::{
-    Array, Dynamic, EvalAltResult, FnPtr, FuncRegistration, ImmutableString, Map, Module,
-    NativeCallContext, Shared,
+    Array, Dynamic, EvalAltResult, FnPtr, ImmutableString, Map, Module, NativeCallContext, Shared,
 };
 
 type RhaiResult<T = Dynamic> = Result<T, Box<EvalAltResult>>;
@@ -44,17 +44,6 @@ pub(crate) fn module() -> Shared<Module> {
             module.into()
         })
         .clone()
-}
-
-/// Registers `f` in `module` under `name`, as `Engine::register_fn` does in an engine's.
-fn set<A: 'static, const N: usize, const X: bool, R: rhai::Variant + Clone, const F: bool>(
-    module: &mut Module,
-    name: &str,
-    f: impl rhai::RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
-) {
-    FuncRegistration::new(name)
-        .in_global_namespace()
-        .set_into_module(module, f);
 }
 
 fn register(module: &mut Module) {

@@ -10,9 +10,10 @@
 //!   instead of the process aborting when memory runs out.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext};
+use super::set;
+use rhai::{Dynamic, EvalAltResult, ImmutableString, Module, NativeCallContext, Shared};
 
 static PROBE: OnceLock<fn() -> usize> = OnceLock::new();
 
@@ -136,8 +137,31 @@ fn add_json_size(
 /// (`replace` with a long replacement), or that allocate as much as they are asked for in one
 /// step (`pad`, `blob`): what they would allocate is checked against the engine's size limits
 /// and against what is left of the memory budget of `max_memory` bytes first.
-pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) {
-    engine.register_fn(
+///
+/// As a module, built once for each budget and shared by every engine with that budget (the
+/// last [`KEPT_BUDGETS`] budgets are kept; most processes have one).
+pub(crate) fn checked_builtins(max_memory: usize) -> Shared<Module> {
+    static KEPT: Mutex<Vec<(usize, Shared<Module>)>> = Mutex::new(Vec::new());
+    let mut kept = crate::sync::lock(&KEPT);
+    if let Some((_, module)) = kept.iter().find(|(budget, _)| *budget == max_memory) {
+        return module.clone();
+    }
+    let mut module = Module::new();
+    register_checked_builtins(&mut module, max_memory);
+    let module: Shared<Module> = module.into();
+    if kept.len() >= KEPT_BUDGETS {
+        kept.remove(0);
+    }
+    kept.push((max_memory, module.clone()));
+    module
+}
+
+/// How many budgets' built-ins [`checked_builtins`] keeps.
+const KEPT_BUDGETS: usize = 8;
+
+fn register_checked_builtins(module: &mut Module, max_memory: usize) {
+    set(
+        module,
         "replace",
         move |ctx: NativeCallContext,
               text: &mut ImmutableString,
@@ -147,7 +171,8 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
             checked_replace(&ctx, text, &find, &with, max_memory)
         },
     );
-    engine.register_fn(
+    set(
+        module,
         "replace",
         move |ctx: NativeCallContext,
               text: &mut ImmutableString,
@@ -157,7 +182,8 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
             checked_replace(&ctx, text, &find.to_string(), &with, max_memory)
         },
     );
-    engine.register_fn(
+    set(
+        module,
         "pad",
         move |ctx: NativeCallContext,
               text: &mut ImmutableString,
@@ -167,7 +193,8 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
             pad_string(&ctx, text, len, &with.to_string(), max_memory)
         },
     );
-    engine.register_fn(
+    set(
+        module,
         "pad",
         move |ctx: NativeCallContext,
               text: &mut ImmutableString,
@@ -177,7 +204,8 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
             pad_string(&ctx, text, len, &with, max_memory)
         },
     );
-    engine.register_fn(
+    set(
+        module,
         "pad",
         move |ctx: NativeCallContext,
               array: &mut rhai::Array,
@@ -203,7 +231,8 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
             Ok(())
         },
     );
-    engine.register_fn(
+    set(
+        module,
         "pad",
         move |ctx: NativeCallContext,
               blob: &mut rhai::Blob,
@@ -242,10 +271,12 @@ pub(crate) fn register_checked_builtins(engine: &mut Engine, max_memory: usize) 
         )?;
         Ok(vec![(value & 0xff) as u8; len])
     };
-    engine.register_fn("blob", blob);
-    engine.register_fn("blob", move |ctx: NativeCallContext, len: rhai::INT| {
-        blob(ctx, len, 0)
-    });
+    set(module, "blob", blob);
+    set(
+        module,
+        "blob",
+        move |ctx: NativeCallContext, len: rhai::INT| blob(ctx, len, 0),
+    );
 }
 
 /// Whether a value of `size` (in the unit `max` counts; 0: no limit) taking `bytes` more fits

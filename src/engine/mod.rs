@@ -140,9 +140,31 @@ fn standard() -> Shared<rhai::Module> {
         .clone()
 }
 
+/// Registers `f` in `module` under `name`, as `Engine::register_fn` does in an engine's: for
+/// the modules built once and shared by every engine.
+pub(crate) fn set<
+    A: 'static,
+    const N: usize,
+    const X: bool,
+    R: rhai::Variant + Clone,
+    const F: bool,
+>(
+    module: &mut rhai::Module,
+    name: &str,
+    f: impl rhai::RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
+) {
+    rhai::FuncRegistration::new(name)
+        .in_global_namespace()
+        .set_into_module(module, f);
+}
+
 /// Builds the modules every engine shares, if no engine has yet (see [`new_engine`]).
 pub(crate) fn prepare() {
-    let _ = (standard(), helpers::module());
+    let max_memory = usize::try_from(Limits::default().max_memory_mb.saturating_mul(1 << 20));
+    let _ = (standard(), helpers::module(), catch::module());
+    if let Ok(max_memory) = max_memory {
+        let _ = memory::checked_builtins(max_memory);
+    }
 }
 
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
@@ -155,8 +177,14 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         relief,
     } = watch;
     let mut engine = Engine::new_raw();
+    let max_memory =
+        usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    // Searched in the reverse of this order: the size-checked built-ins come before the
+    // standard library's functions of the same signatures.
     engine.register_global_module(standard());
     engine.register_global_module(helpers::module());
+    engine.register_global_module(catch::module());
+    engine.register_global_module(memory::checked_builtins(max_memory));
     engine.disable_symbol("eval");
     engine.disable_symbol("import");
     engine.set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
@@ -172,10 +200,6 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
     engine.set_max_map_size(maps);
     engine.set_max_functions(limits.max_functions);
     engine.set_max_variables(limits.max_variables);
-    catch::register(&mut engine, None);
-    let max_memory =
-        usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-    memory::register_checked_builtins(&mut engine, max_memory);
     crate::rhai_ast::decode_marked_strings(&mut engine);
     engine.on_print(|_| {});
     engine.on_debug(|_, _, _| {});

@@ -14,8 +14,8 @@ use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 use rhai::{
-    Array, Dynamic, Engine, EvalAltResult, FnPtr, FuncRegistration, ImmutableString, Module,
-    NativeCallContext, Shared, FUNC_TO_STRING, INT,
+    Array, Dynamic, Engine, EvalAltResult, FnPtr, ImmutableString, Module, NativeCallContext,
+    Shared, FUNC_TO_STRING, INT,
 };
 
 use super::deferred::lookup;
@@ -23,6 +23,7 @@ use super::{
     derive, index_known, is_derived, is_placeholder, is_text, shallow, PassLog, Placeholder,
     Resolved, PENDING_TEXT,
 };
+use crate::engine::set;
 use crate::speculate::rewrite::{
     COND, COND_LOOSE, INDEX, INTERPOLATE, KEY, MARK, SETTLE, UNLIKELY, UNLIKELY_LOOSE, VALUE,
 };
@@ -171,17 +172,6 @@ fn shared() -> Shared<Module> {
             module.into()
         })
         .clone()
-}
-
-/// Registers `f` in `module` under `name`, as `Engine::register_fn` does in an engine's.
-fn set<A: 'static, const N: usize, const X: bool, R: rhai::Variant + Clone, const F: bool>(
-    module: &mut Module,
-    name: &str,
-    f: impl rhai::RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
-) {
-    FuncRegistration::new(name)
-        .in_global_namespace()
-        .set_into_module(module, f);
 }
 
 /// Fields and indexes of a placeholder, read and written, and `for` over one.
