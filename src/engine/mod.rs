@@ -160,11 +160,13 @@ pub(crate) fn set<
 
 /// Builds the modules every engine shares, if no engine has yet (see [`new_engine`]).
 pub(crate) fn prepare() {
-    let max_memory = usize::try_from(Limits::default().max_memory_mb.saturating_mul(1 << 20));
     let _ = (standard(), helpers::module(), catch::module());
-    if let Ok(max_memory) = max_memory {
-        let _ = memory::checked_builtins(max_memory);
-    }
+    let _ = memory::checked_builtins(memory_budget(&Limits::default()));
+}
+
+/// The memory budget of `limits`, in bytes.
+fn memory_budget(limits: &Limits) -> usize {
+    usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
 }
 
 /// An engine with the limits applied, printing to nowhere until the caller says otherwise.
@@ -177,8 +179,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         relief,
     } = watch;
     let mut engine = Engine::new_raw();
-    let max_memory =
-        usize::try_from(limits.max_memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    let max_memory = memory_budget(limits);
     // Searched in the reverse of this order: the size-checked built-ins come before the
     // standard library's functions of the same signatures.
     engine.register_global_module(standard());
