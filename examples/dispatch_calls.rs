@@ -74,11 +74,12 @@ fn main() {
         );
         let stats = &outcome.stats;
         eprintln!(
-            "  last run: {} scout passes ({} operations), {} reads speculated, {} claimed",
+            "  last run: {} scout passes ({} operations), {} reads speculated, {} claimed, {} left to the executor",
             stats.scout_passes,
             stats.scout_operations,
             stats.speculative_launched,
-            stats.speculative_claimed
+            stats.speculative_claimed,
+            stats.speculative_held
         );
     }
     println!("{:?}", outcome.result);

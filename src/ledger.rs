@@ -10,7 +10,7 @@
 //! own, so that a retry loop a model writes retries.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
@@ -200,6 +200,10 @@ struct Entry {
     /// The executor has taken its outcome as its own call's (made it, claimed it, or took it
     /// from the journal): a later identical read is answered by it, or is the next occurrence.
     used: bool,
+    /// A read the scout held rather than started ([`RunLedger::hold`]), with its arguments:
+    /// the executor makes it when it gets there, or the scout starts it when the executor
+    /// waits.
+    held: Option<Value>,
 }
 
 impl Entry {
@@ -239,6 +243,10 @@ pub struct SpeculationLimits {
     /// Let the scout take a read still in flight to return what the identical read returned in
     /// one of the last few epochs, until it lands (a guess: it only steers which reads start).
     pub predict: bool,
+    /// Leave the reads of a tool that answers at once to the executor while it is running,
+    /// rather than start them early: they have no latency to hide, and the executor would
+    /// only wait for the scout's copies (docs/internals.md, "The scout in detail").
+    pub hold_quick: bool,
 }
 
 impl Default for SpeculationLimits {
@@ -249,6 +257,7 @@ impl Default for SpeculationLimits {
             max_passes: 64,
             max_deferred_per_pass: 2_048,
             predict: true,
+            hold_quick: true,
         }
     }
 }
@@ -266,6 +275,10 @@ struct Book {
     in_flight_per_tool: HashMap<Arc<str>, u64>,
     /// Reads the executor had to dispatch itself.
     misses: u64,
+    /// The reads the scout held, some since made by the executor or started.
+    held: Vec<ReadKey>,
+    /// Held reads the executor made itself.
+    held_made: u64,
     /// Guess reads in flight from earlier epochs ([`Prediction`]).
     predict: bool,
     /// How each tool's guesses have fared.
@@ -333,6 +346,7 @@ impl Book {
                 speculation: None,
                 replayed: true,
                 used,
+                held: None,
             },
         );
         cell
@@ -371,6 +385,7 @@ impl Book {
             speculation: None,
             replayed: false,
             used: true,
+            held: None,
         };
         self.entries.insert(key.clone(), entry);
         self.misses += 1;
@@ -418,6 +433,34 @@ pub(crate) enum Launch {
     Busy,
 }
 
+/// What the scout may do with a read of a quick tool.
+pub(crate) enum Hold {
+    /// Held (or already there): its outcome will be in this cell.
+    Held(Arc<OutcomeSlot>),
+    /// Not held: launch it, with these arguments.
+    Launch(Value),
+}
+
+/// A held read started: the scout dispatches it with this speculation into its cell, then
+/// calls [`RunLedger::landed`].
+pub(crate) struct HeldRead {
+    pub(crate) key: ReadKey,
+    pub(crate) args: Value,
+    pub(crate) cell: Arc<OutcomeSlot>,
+    pub(crate) speculation: Arc<Speculation>,
+}
+
+/// The executor waits while this lives ([`RunLedger::executor_waits`]).
+pub(crate) struct Waiting<'a>(Option<&'a RunLedger>);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(ledger) = self.0 {
+            ledger.executor_runs();
+        }
+    }
+}
+
 /// The ledger of one run.
 pub(crate) struct RunLedger {
     ctx: Arc<RunContext>,
@@ -426,6 +469,11 @@ pub(crate) struct RunLedger {
     /// Bumped whenever the executor completes a non-read call or misses, or a speculative read
     /// lands: what a waiting scout watches.
     progress: watch::Sender<u64>,
+    /// The executor is evaluating the script, not waiting for a call: the scout holds the
+    /// reads of quick tools ([`RunLedger::hold`]).
+    running: AtomicBool,
+    /// Starts the reads the scout held, when the executor is about to wait: the run's scout.
+    starter: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl RunLedger {
@@ -439,6 +487,8 @@ impl RunLedger {
             limits,
             book: Mutex::new(book),
             progress: watch::channel(0).0,
+            running: AtomicBool::new(false),
+            starter: OnceLock::new(),
         }
     }
 
@@ -485,6 +535,15 @@ impl RunLedger {
                     self.bump();
                     return Read::Dispatch(cell);
                 }
+                // A read the scout held: the executor makes it, into the cell the scout's
+                // placeholders wait on (which is news enough to the scout: no miss, no bump).
+                Some(entry) if entry.held.is_some() => {
+                    entry.held = None;
+                    entry.used = true;
+                    let cell = Arc::clone(&entry.cell);
+                    book.held_made += 1;
+                    return Read::Dispatch(cell);
+                }
                 // The executor's own earlier occurrence: it waited for it, so it has landed.
                 Some(entry) if entry.used => {
                     let outcome = entry.cell.wait_blocking();
@@ -509,7 +568,13 @@ impl RunLedger {
             }
         };
         drop(book);
-        let outcome = cell.wait_blocking();
+        let outcome = match cell.get() {
+            Some(outcome) => outcome,
+            None => {
+                let _waiting = self.executor_waits(true);
+                cell.wait_blocking()
+            }
+        };
         match self.ctx.claim(&key.tool, &speculation, &outcome) {
             Claim::Taken => {
                 let mut book = self.lock();
@@ -666,12 +731,130 @@ impl RunLedger {
                 speculation: Some(Arc::clone(&speculation)),
                 replayed: false,
                 used: false,
+                held: None,
             },
         );
         book.launched += 1;
         book.in_flight += 1;
         *book.in_flight_per_tool.entry(key.tool.clone()).or_default() += 1;
         Launch::Start(cell, speculation)
+    }
+
+    /// The scout asks to hold the read `key` of a quick tool ([`crate::tool::Pace`]) rather
+    /// than start it: held while the executor is running, it is the executor's to make when it
+    /// gets there (a read that answers at once has nothing to hide, and the executor would
+    /// only wait for the scout's copy of it), and the scout's to start if the executor waits
+    /// first ([`RunLedger::executor_waits`]). [`Hold::Launch`] gives the arguments back when
+    /// the read is not held: the executor is waiting, or the read is one [`RunLedger::launch`]
+    /// decides on (already there, refused, answered by the journal).
+    pub(crate) fn hold(&self, key: &ReadKey, args: Value) -> Hold {
+        let mut book = self.lock();
+        // Read under the lock that `executor_waits` takes after clearing it: a read is either
+        // held before the executor looks at the held reads, or not held at all.
+        if !self.limits.hold_quick
+            || !self.running.load(Ordering::SeqCst)
+            || book.closed
+            || key.epoch != book.epoch()
+            || book.entries.contains_key(key)
+            || !book.may_start(key)
+            || self.ctx.journal.as_ref().is_some()
+        {
+            return Hold::Launch(args);
+        }
+        let cell = OutcomeSlot::with(0, book.prediction(key));
+        book.entries.insert(
+            key.clone(),
+            Entry {
+                cell: Arc::clone(&cell),
+                speculation: None,
+                replayed: false,
+                used: false,
+                held: Some(args),
+            },
+        );
+        book.held.push(key.clone());
+        Hold::Held(cell)
+    }
+
+    /// The reads held so far that may start now, started as [`RunLedger::launch`] starts a
+    /// read (within the caps and the speculative budget; the others stay held). The scout
+    /// dispatches them.
+    pub(crate) fn start_held(&self) -> Vec<HeldRead> {
+        let mut book = self.lock();
+        let mut started = Vec::new();
+        let keys = std::mem::take(&mut book.held);
+        let mut kept = Vec::new();
+        for key in keys {
+            if book.closed || key.epoch != book.epoch() {
+                // Never claimed now: the executor left its epoch, or the run is over.
+                continue;
+            }
+            if book.entries.get(&key).is_none_or(|e| e.held.is_none()) {
+                // The executor made it.
+                continue;
+            }
+            let per_tool = book
+                .in_flight_per_tool
+                .get(&*key.tool)
+                .copied()
+                .unwrap_or(0);
+            if book.in_flight >= self.limits.max_in_flight
+                || per_tool >= self.limits.max_in_flight_per_tool
+                || !self.ctx.reserve_speculative()
+            {
+                kept.push(key);
+                continue;
+            }
+            let Some(entry) = book.entries.get_mut(&key) else {
+                continue;
+            };
+            let speculation = Arc::new(Speculation::default());
+            let args = entry.held.take().unwrap_or_default();
+            entry.speculation = Some(Arc::clone(&speculation));
+            let cell = Arc::clone(&entry.cell);
+            book.launched += 1;
+            book.in_flight += 1;
+            *book.in_flight_per_tool.entry(key.tool.clone()).or_default() += 1;
+            started.push(HeldRead {
+                key,
+                args,
+                cell,
+                speculation,
+            });
+        }
+        book.held = kept;
+        started
+    }
+
+    /// Sets what starts the held reads when the executor waits: the run's scout, once.
+    pub(crate) fn set_starter(&self, starter: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.starter.set(starter);
+    }
+
+    /// The executor is evaluating the script from now on (until it waits).
+    pub(crate) fn executor_runs(&self) {
+        self.running.store(true, Ordering::SeqCst);
+    }
+
+    /// The executor is about to wait for a call: the scout holds nothing more and, when the
+    /// call is a read (`start`), starts what it held, whose values may be what the scout
+    /// needs to go on while the executor waits. (A non-read call ends the epoch of every read
+    /// held: those it passed are made, the others never will be.) The executor runs again
+    /// when the guard is dropped.
+    pub(crate) fn executor_waits(&self, start: bool) -> Waiting<'_> {
+        let Some(starter) = self.starter.get() else {
+            return Waiting(None);
+        };
+        self.running.store(false, Ordering::SeqCst);
+        if start && !self.lock().held.is_empty() {
+            starter();
+        }
+        Waiting(Some(self))
+    }
+
+    /// Held reads the executor made itself.
+    pub(crate) fn held_made(&self) -> u64 {
+        self.lock().held_made
     }
 
     /// A speculative read that [`RunLedger::launch`] started has finished.
@@ -790,6 +973,149 @@ mod tests {
         );
         assert_eq!(ledger.counts(), (1, 1));
         assert_eq!(ledger.misses(), 0);
+    }
+
+    /// A ledger whose starter counts its calls, with the executor running.
+    fn holding_ledger(
+        limits: SpeculationLimits,
+        max_speculative_calls: u64,
+    ) -> (RunLedger, Arc<AtomicU32>) {
+        let ledger = ledger(limits, max_speculative_calls);
+        let started = Arc::new(AtomicU32::new(0));
+        let count = Arc::clone(&started);
+        ledger.set_starter(Box::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        }));
+        ledger.executor_runs();
+        (ledger, started)
+    }
+
+    #[test]
+    fn a_held_read_is_made_by_the_executor_into_the_scout_s_cell() {
+        let (ledger, starts) = holding_ledger(SpeculationLimits::default(), 10);
+        let Hold::Held(held) = ledger.hold(&key(0, "a"), json!({"x": 1})) else {
+            panic!("expected a hold while the executor runs");
+        };
+        // A later pass joins it, as it joins a read in flight.
+        assert!(
+            matches!(ledger.launch(&key(0, "a")), Launch::Existing(c) if Arc::ptr_eq(&c, &held))
+        );
+        assert!(matches!(
+            ledger.hold(&key(0, "a"), json!(1)),
+            Hold::Launch(_)
+        ));
+        let Read::Dispatch(mine) = ledger.read(&mut key(0, "a")) else {
+            panic!("the executor makes a held read itself");
+        };
+        assert!(
+            Arc::ptr_eq(&mine, &held),
+            "into the cell the scout waits on"
+        );
+        mine.set(Ok(json!(3)));
+        assert_eq!(held.get().as_deref(), Some(&Ok(json!(3))));
+        assert!(matches!(ledger.read(&mut key(0, "a")), Read::Repeat(o) if *o == Ok(json!(3))));
+        // Nothing was started or spent: the read is the executor's own.
+        assert_eq!(ledger.counts(), (0, 0));
+        assert_eq!(ledger.held_made(), 1);
+        assert!(ledger.start_held().is_empty(), "nothing is left to start");
+        assert_eq!(starts.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn held_reads_start_when_the_executor_waits_and_are_claimed() {
+        let (ledger, starts) = holding_ledger(SpeculationLimits::default(), 10);
+        let Hold::Held(held) = ledger.hold(&key(0, "a"), json!({"x": 1})) else {
+            panic!("expected a hold");
+        };
+        {
+            let _waiting = ledger.executor_waits(true);
+            assert_eq!(starts.load(Ordering::SeqCst), 1, "the starter is called");
+            assert!(
+                matches!(ledger.hold(&key(0, "b"), json!(2)), Hold::Launch(v) if v == json!(2)),
+                "nothing is held while the executor waits"
+            );
+            let started = ledger.start_held();
+            assert_eq!(started.len(), 1);
+            assert_eq!(started[0].args, json!({"x": 1}));
+            assert!(Arc::ptr_eq(&started[0].cell, &held));
+        }
+        assert!(
+            matches!(ledger.hold(&key(0, "b"), json!(2)), Hold::Held(_)),
+            "it runs again"
+        );
+        held.set(Ok(json!(4)));
+        ledger.landed("a");
+        assert!(matches!(ledger.read(&mut key(0, "a")), Read::Claimed(o) if *o == Ok(json!(4))));
+        assert_eq!(ledger.counts(), (1, 1));
+        assert_eq!(ledger.held_made(), 0);
+    }
+
+    #[test]
+    fn held_reads_start_only_within_the_caps_and_the_speculative_budget() {
+        let limits = SpeculationLimits {
+            max_in_flight: 1,
+            ..SpeculationLimits::default()
+        };
+        let (ledger, _) = holding_ledger(limits, 10);
+        let Launch::Start(first, _) = ledger.launch(&key(0, "a")) else {
+            panic!("expected a start");
+        };
+        assert!(matches!(ledger.hold(&key(0, "b"), json!(1)), Hold::Held(_)));
+        assert!(
+            ledger.start_held().is_empty(),
+            "one read is in flight already"
+        );
+        first.set(Ok(json!(1)));
+        ledger.landed("a");
+        assert_eq!(
+            ledger.start_held().len(),
+            1,
+            "kept, it starts once there is room"
+        );
+
+        // Out of speculative budget: held, it stays the executor's.
+        let (ledger, _) = holding_ledger(SpeculationLimits::default(), 0);
+        assert!(matches!(ledger.hold(&key(0, "a"), json!(1)), Hold::Held(_)));
+        assert!(ledger.start_held().is_empty());
+        assert!(matches!(ledger.read(&mut key(0, "a")), Read::Dispatch(_)));
+    }
+
+    #[test]
+    fn nothing_is_held_for_another_epoch_a_closed_run_or_an_idle_executor() {
+        let (ledger, _) = holding_ledger(SpeculationLimits::default(), 10);
+        assert!(matches!(
+            ledger.hold(&key(1, "a"), json!(1)),
+            Hold::Launch(_)
+        ));
+        let Hold::Held(_) = ledger.hold(&key(0, "b"), json!(1)) else {
+            panic!("expected a hold");
+        };
+        ledger.record_write(write());
+        assert!(
+            ledger.start_held().is_empty(),
+            "a read held in an epoch the executor left never starts"
+        );
+        ledger.close();
+        assert!(matches!(
+            ledger.hold(&key(1, "a"), json!(1)),
+            Hold::Launch(_)
+        ));
+
+        // Without a starter (a sequential run, or a scout of a streamed prefix) the executor
+        // is never marked as running.
+        let idle = self::ledger(SpeculationLimits::default(), 10);
+        assert!(matches!(idle.hold(&key(0, "a"), json!(1)), Hold::Launch(_)));
+
+        // Nor when the runtime says so.
+        let off = SpeculationLimits {
+            hold_quick: false,
+            ..SpeculationLimits::default()
+        };
+        let (never, _) = holding_ledger(off, 10);
+        assert!(matches!(
+            never.hold(&key(0, "a"), json!(1)),
+            Hold::Launch(_)
+        ));
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct Stats {
     pub speculative_claimed: u64,
     /// Of those, reads nobody needed.
     pub speculative_wasted: u64,
+    /// Reads the scout met and left to the executor rather than start early: their tool
+    /// answers at once, and the executor was running (docs/speculation.md).
+    #[serde(default)]
+    pub speculative_held: u64,
     /// Reads answered by an identical read earlier in the same epoch.
     pub deduplicated: u64,
     /// Non-read calls the script made.

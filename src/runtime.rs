@@ -1249,6 +1249,10 @@ impl Run {
                 deadline,
                 tokio::runtime::Handle::current(),
             );
+            // The executor runs from now on (until it first waits): the scout may hold reads
+            // for it from its first pass.
+            ledger.executor_runs();
+            scout.starts_held_reads();
             (Arc::clone(&scout), tokio::spawn(scout.drive()))
         });
         let stop = StopOnDrop {
@@ -1538,6 +1542,7 @@ impl Run {
             speculative_launched: launched,
             speculative_claimed: claimed,
             speculative_wasted: launched - claimed,
+            speculative_held: self.ledger.held_made(),
             deduplicated: execution.counts.deduplicated,
             effectful_calls: execution.counts.effectful_calls,
             replayed: execution.counts.replayed,

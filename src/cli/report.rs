@@ -173,6 +173,13 @@ fn print_human(outcome: &RunOutcome) {
         s.wall_ms,
         match s.mode {
             Mode::Sequential => s.mode.as_str().to_string(),
+            _ if s.speculative_held > 0 => format!(
+                "speculative: {} reads started early, {} claimed, {} wasted, {} left to the executor",
+                s.speculative_launched,
+                s.speculative_claimed,
+                s.speculative_wasted,
+                s.speculative_held
+            ),
             _ => format!(
                 "speculative: {} reads started early, {} claimed, {} wasted",
                 s.speculative_launched, s.speculative_claimed, s.speculative_wasted

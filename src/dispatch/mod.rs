@@ -266,6 +266,10 @@ struct InProgress<'a> {
     started: std::time::Duration,
     /// Attempts of the body made so far.
     attempts: u32,
+    /// Whether the last attempt's body answered at its first poll (`None` before a body ran).
+    answered_at_once: Option<bool>,
+    /// Its tool's pace, which the call's outcome updates.
+    pace: &'a crate::tool::Pace,
     /// How far the call got.
     stage: Stage,
     /// The call's entry in the effect log, for a non-read call whose body started.
@@ -318,6 +322,8 @@ impl<'a> InProgress<'a> {
             redacts_result: tool.redacts(Side::Result),
             started: ctx.elapsed(),
             attempts: 0,
+            answered_at_once: None,
+            pace: &tool.pace,
             stage: Stage::Refused,
             effect_index: None,
             admission: None,
@@ -365,6 +371,11 @@ impl<'a> InProgress<'a> {
                 None => {}
             }
         }
+        let duration = self.ctx.elapsed_at(now) - self.started;
+        if let Some(at_once) = self.answered_at_once {
+            self.pace
+                .note(at_once && duration < crate::tool::Pace::QUICK);
+        }
         tracing::debug!(tool = %self.tool, call_id = self.call_id, ok = result.is_ok(), "tool call finished");
         // 11. Write the receipt.
         self.ctx.receipts.append(receipt::Draft {
@@ -384,7 +395,7 @@ impl<'a> InProgress<'a> {
             }),
             error_kind: result.as_ref().err().map(|e| e.kind_name().to_string()),
             started_ms: self.started.as_secs_f64() * 1e3,
-            duration_ms: (self.ctx.elapsed_at(now) - self.started).as_secs_f64() * 1e3,
+            duration_ms: duration.as_secs_f64() * 1e3,
             attempt: self.attempts,
             cached_age_ms: self.cached_age_ms,
             blocked: self.blocked,
@@ -875,6 +886,7 @@ async fn run_body(
         // A body that answers at its first poll (a native tool) needs no timer: the timer
         // starts with the body all the same, and fires only at a poll that waits.
         let first = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await;
+        flight.answered_at_once = Some(first.is_ready());
         let answer = match first {
             Poll::Ready(answer) => Ok(answer),
             Poll::Pending => tokio::time::timeout_at(started + limit, body).await,

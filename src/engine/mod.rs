@@ -28,7 +28,7 @@ pub(crate) use errors::{from_rhai, thrown_error, to_rhai, Thrown};
 pub(crate) use functions::{register_tool_functions, ToolCall};
 #[cfg(feature = "manifest")]
 pub(crate) use threads::ScriptPool;
-pub(crate) use threads::{block_on, poll_once, run_behind, spawn_script_thread};
+pub(crate) use threads::{block_on, block_on_noting, poll_once, run_behind, spawn_script_thread};
 
 #[cfg(test)]
 mod tests;

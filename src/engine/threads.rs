@@ -63,6 +63,16 @@ pub(crate) fn block_on<T: Send + 'static>(
     handle: &tokio::runtime::Handle,
     future: impl Future<Output = T> + Send + 'static,
 ) -> Option<T> {
+    block_on_noting(handle, future, || ())
+}
+
+/// [`block_on`], calling `waits` when the future cannot finish at once, before this thread
+/// waits for it; what `waits` returns is dropped when the wait is over.
+pub(crate) fn block_on_noting<T: Send + 'static, G>(
+    handle: &tokio::runtime::Handle,
+    future: impl Future<Output = T> + Send + 'static,
+    waits: impl FnOnce() -> G,
+) -> Option<T> {
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
         let mut future = std::pin::pin!(future);
         let first = {
@@ -73,6 +83,7 @@ pub(crate) fn block_on<T: Send + 'static>(
         return match first {
             Ok(std::task::Poll::Ready(output)) => Some(output),
             Ok(std::task::Poll::Pending) => {
+                let _waiting = waits();
                 catch_unwind(AssertUnwindSafe(|| handle.block_on(future.as_mut()))).ok()
             }
             Err(_) => None,
@@ -82,6 +93,7 @@ pub(crate) fn block_on<T: Send + 'static>(
     handle.spawn(async move {
         let _ = tx.send(future.await);
     });
+    let _waiting = waits();
     rx.blocking_recv().ok()
 }
 

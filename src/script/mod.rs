@@ -20,7 +20,7 @@ use rhai::{Dynamic, Engine, AST};
 use serde_json::Value;
 
 use crate::dispatch::{dispatch, Call, RunContext};
-use crate::engine::{self, block_on, Limits, RunControls, ToolCall};
+use crate::engine::{self, block_on_noting, Limits, RunControls, ToolCall};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Outcome, Read, ReadKey, RunLedger, WriteRecord};
 use crate::policy::ResultPolicy;
@@ -107,7 +107,7 @@ impl Executor {
         };
         let Some(tool) = self.ctx.registry.get(name) else {
             // The dispatch path refuses it (`unknown_tool`) and counts it.
-            return Arc::new(self.dispatch(Call::top_level(name, args)));
+            return Arc::new(self.dispatch(Call::top_level(name, args), false));
         };
         let (shared, effect, polling, policy) = (
             Arc::clone(&tool.name),
@@ -206,7 +206,7 @@ impl Executor {
                 }
             }
         }
-        let result = self.dispatch(call.clone());
+        let result = self.dispatch(call.clone(), false);
         if let Some(applying) = self.ctx.applying().filter(|_| call.planned) {
             applying.made(&result);
         }
@@ -514,18 +514,21 @@ impl Executor {
             .fixture_at(fixture);
         // Only the guard pauses a read: without one, the call is not kept for a pause.
         let kept = self.ctx.registry.guard().is_active().then(|| call.clone());
-        let result = self.dispatch(call);
+        let result = self.dispatch(call, true);
         match (kept, &result) {
             (Some(call), Err(e)) if e.kind == ErrorKind::Paused => Err(self.pause_read(&call)),
             _ => Ok(result),
         }
     }
 
-    /// Runs the dispatch path and blocks this thread until it is done.
-    fn dispatch(&self, call: Call) -> Result<Value, ToolError> {
+    /// Runs the dispatch path and blocks this thread until it is done. While it waits, the
+    /// scout starts the reads it held for this one, a `read`, to reach: not for a non-read
+    /// call, which ends the epoch they belong to.
+    fn dispatch(&self, call: Call, read: bool) -> Result<Value, ToolError> {
         let ctx = Arc::clone(&self.ctx);
         let call = async move { dispatch(&ctx, call).await };
-        block_on(&self.handle, call).unwrap_or_else(|| {
+        let waits = || self.ledger.executor_waits(read);
+        block_on_noting(&self.handle, call, waits).unwrap_or_else(|| {
             Err(ToolError::internal(
                 "the call was abandoned because the async runtime shut down",
             ))

@@ -23,7 +23,7 @@ use crate::dispatch::{dispatch, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
 use crate::json::{key_json, key_json_shared};
-use crate::ledger::{made_again, Launch, OutcomeSlot, ReadKey, RunLedger};
+use crate::ledger::{made_again, HeldRead, Hold, Launch, OutcomeSlot, ReadKey, RunLedger};
 use crate::sync::lock;
 use crate::tool::Effect;
 
@@ -209,10 +209,7 @@ impl Scout {
                     let landed: futures::future::BoxFuture<'_, ()> = if report.pending.is_empty() {
                         Box::pin(futures::future::pending())
                     } else {
-                        Box::pin(async {
-                            futures::future::join_all(report.pending.iter().map(|c| c.wait()))
-                                .await;
-                        })
+                        Box::pin(all_landed(&report.pending))
                     };
                     tokio::pin!(landed);
                     while self.ledger.epoch() as usize <= k {
@@ -228,7 +225,7 @@ impl Scout {
                 }
                 _ if report.pending.is_empty() => break,
                 _ => {
-                    let all = futures::future::join_all(report.pending.iter().map(|c| c.wait()));
+                    let all = all_landed(&report.pending);
                     tokio::pin!(all);
                     loop {
                         tokio::select! {
@@ -423,7 +420,8 @@ impl Scout {
                 if self.asks_a_person(tool, &args, &key) {
                     return Err(stop(&mut state, End::Stopped));
                 }
-                let Some(cell) = self.launch(key, args, &mut state) else {
+                let quick = tool.pace.is_quick();
+                let Some(cell) = self.launch(key, args, quick, &mut state) else {
                     return Ok(Placeholder::unknown());
                 };
                 let Some(outcome) = cell.get() else {
@@ -528,13 +526,26 @@ impl Scout {
     }
 
     /// Starts the read `key` with `args` (or joins the entry already there); `None` when the
-    /// ledger refuses.
+    /// ledger refuses. The read of a `quick` tool is held instead while the executor runs
+    /// ([`RunLedger::hold`]).
     fn launch(
         self: &Arc<Self>,
         key: ReadKey,
         args: Value,
+        quick: bool,
         state: &mut Pass,
     ) -> Option<Arc<OutcomeSlot>> {
+        let args = if quick {
+            match self.ledger.hold(&key, args) {
+                Hold::Held(cell) => {
+                    state.started += 1;
+                    return Some(cell);
+                }
+                Hold::Launch(args) => args,
+            }
+        } else {
+            args
+        };
         match self.ledger.launch(&key) {
             Launch::Existing(cell) => Some(cell),
             Launch::Refused => None,
@@ -575,6 +586,52 @@ impl Scout {
         }
     }
 
+    /// Has the ledger call [`Scout::start_held`] when the executor is about to wait: the run's
+    /// own scout (not a scout of a streamed prefix, whose tasks end before the run starts).
+    pub(crate) fn starts_held_reads(self: &Arc<Self>) {
+        let scout = Arc::downgrade(self);
+        self.ledger.set_starter(Box::new(move || {
+            if let Some(scout) = scout.upgrade() {
+                scout.start_held();
+            }
+        }));
+    }
+
+    /// Starts the reads held for the executor, which is about to wait (they are dispatched as
+    /// tasks: this runs on the executor's thread). Nothing once the scout is stopped: the
+    /// executor makes them itself.
+    fn start_held(&self) {
+        if self.stop.is_cancelled() {
+            return;
+        }
+        for held in self.ledger.start_held() {
+            let HeldRead {
+                key,
+                args,
+                cell,
+                speculation,
+            } = held;
+            let (ctx, ledger) = (Arc::clone(&self.ctx), Arc::clone(&self.ledger));
+            let fixture = self.ledger.fixture_occurrence(&key);
+            let tool = Arc::clone(&key.tool);
+            self.spawn(&self.dispatches, async move {
+                let call = Call {
+                    tool: Arc::clone(&tool),
+                    args,
+                    args_key: key.args,
+                    caller: Caller::Scout(speculation),
+                    seq: None,
+                    idempotency_key: None,
+                    read_at: None,
+                    fixture,
+                    planned: false,
+                };
+                cell.set(dispatch(&ctx, call).await);
+                ledger.landed(&tool);
+            });
+        }
+    }
+
     /// A deferred call: waits for its inputs, then starts the read and forwards its outcome,
     /// unless a guess it was made under proved wrong.
     async fn deferred(self: Arc<Self>, call: Deferred, out: Arc<OutcomeSlot>) {
@@ -600,9 +657,14 @@ impl Scout {
         // them: a call down a branch the run does not take would only be wasted.
         let ready = ready.filter(|_| !guesses.iter().any(|g| g.proved_wrong()));
         let cell = ready.and_then(|args| {
+            let quick = self
+                .ctx
+                .registry
+                .get(&tool)
+                .is_some_and(|t| t.pace.is_quick());
             let first = ReadKey::first(epoch, tool, key_json_shared(&args));
             let key = occurrence_in(&occurrences, &first);
-            self.launch(key, args, &mut Pass::default())
+            self.launch(key, args, quick, &mut Pass::default())
         });
         match cell {
             Some(cell) => out.set(Arc::unwrap_or_clone(cell.wait().await)),
@@ -625,6 +687,15 @@ struct Deferred {
     guesses: Vec<Arc<placeholder::Guess>>,
     /// The occurrences the pass was at when it made the call (see [`Pass::occurrences`]).
     occurrences: Arc<HashMap<ReadKey, u64>>,
+}
+
+/// Waits until every one of `pending` has landed, from the last to the first: they land in
+/// about the order a pass met them (the executor makes held reads in that order), so the
+/// waiter wakes about once rather than at every one.
+async fn all_landed(pending: &[Arc<OutcomeSlot>]) {
+    for cell in pending.iter().rev() {
+        cell.wait().await;
+    }
 }
 
 fn take(tasks: &Mutex<Vec<JoinHandle<()>>>) -> Vec<JoinHandle<()>> {

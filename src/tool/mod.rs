@@ -14,7 +14,7 @@ pub(crate) use fingerprint::fingerprint;
 pub use describe::Format;
 #[cfg(all(feature = "mcp", feature = "manifest"))]
 pub(crate) use registry::{check_name, MAX_NAME_LEN};
-pub(crate) use registry::{edit_distance, RegisteredTool, ToolFunctions};
+pub(crate) use registry::{edit_distance, Pace, RegisteredTool, ToolFunctions};
 pub use registry::{Registry, RegistryBuilder};
 
 use std::fmt;

@@ -72,11 +72,52 @@ pub(crate) struct RegisteredTool {
     /// for a composite, whose every nested tool is speculable too (a composite would otherwise
     /// make, ahead of the script, the calls its nested tools forbid making ahead).
     pub(crate) speculable: bool,
+    /// How its recent calls answered: the scout leaves a quick read to the executor.
+    pub(crate) pace: Pace,
     /// Its redaction paths, parsed.
     pub(crate) redact: Vec<RedactPath>,
     /// A composite one of whose nested tools redacts: its own arguments may carry what they
     /// redact, so they are kept as a keyed digest too.
     pub(crate) nested_redacts: bool,
+}
+
+/// Whether a tool answers its calls at once: each of its last [`Pace::QUICK_AFTER`] calls
+/// answered at its body's first poll, within [`Pace::QUICK`] of its start. Kept per tool for
+/// the runtime's life (a registry's clones share it), updated by every call that reaches the
+/// body.
+///
+/// Such a read has no latency to hide: speculated, it costs the scout what it saves the
+/// executor, and the executor waits for the scout's copy of it. So the scout leaves it to the
+/// executor while the executor is running (see `RunLedger::hold`).
+#[derive(Debug, Default)]
+pub(crate) struct Pace(std::sync::atomic::AtomicU8);
+
+impl Pace {
+    /// How long a call may take, from its start to its outcome, and still count as quick.
+    pub(crate) const QUICK: std::time::Duration = std::time::Duration::from_micros(50);
+    /// How many quick calls in a row make a tool quick.
+    const QUICK_AFTER: u8 = 4;
+
+    /// A call reached the body: `quick` if it answered at the body's first poll, within
+    /// [`Pace::QUICK`]. Written only when the count changes, so that the calls of a tool that
+    /// stays quick only read it.
+    pub(crate) fn note(&self, quick: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.0.load(Relaxed);
+        let next = if quick {
+            (n + 1).min(Self::QUICK_AFTER)
+        } else {
+            0
+        };
+        if next != n {
+            self.0.store(next, Relaxed);
+        }
+    }
+
+    /// Whether the tool's last calls were all quick.
+    pub(crate) fn is_quick(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) >= Self::QUICK_AFTER
+    }
 }
 
 impl RegisteredTool {
@@ -596,6 +637,7 @@ fn validate(tool: Tool, own: bool) -> Result<RegisteredTool, Error> {
         alias,
         slots,
         speculable: false,
+        pace: Pace::default(),
         redact,
         nested_redacts: false,
     })

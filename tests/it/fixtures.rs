@@ -517,7 +517,13 @@ async fn an_open_breaker_does_not_stand_between_a_read_and_its_fixture() {
     .await;
     assert_eq!(value_of(&recorded), &json!([10, 20, 30]));
     let trace = Trace::default();
-    let runtime = Runtime::new(registry(&trace, false));
+    // The reads are the scout's to start, though the tool answers at once: the claim is what
+    // shows a speculative read met its fixture past the open breaker.
+    let mut speculation = toolscript::SpeculationLimits::default();
+    speculation.hold_quick = false;
+    let runtime = Runtime::builder(registry(&trace, false))
+        .speculation(speculation)
+        .build();
     let opened = runtime
         .run("for i in 10..20 { try { get_item(#{ id: i }); } catch {} } get_item(#{ id: 99 })")
         .await;

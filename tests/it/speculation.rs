@@ -793,3 +793,117 @@ async fn a_write_wakes_a_scout_that_sleeps_through_a_chain() {
         );
     }
 }
+
+/// A read tool that answers at once, counting its calls.
+fn quick(name: &str) -> (Tool, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let tool = Tool::builder(name, Effect::Read).handler(move |args: serde_json::Value| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(json!({"i": args["i"], "base": 1000})) }
+    });
+    (tool, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_a_quick_tool_are_left_to_the_executor_and_made_once() {
+    const N: usize = 200;
+    let (echo, calls) = quick("echo");
+    let runtime = Runtime::new(Registry::builder().tool(echo).build().unwrap());
+    let script = format!("let s = 0; for i in 0..{N} {{ s += echo(#{{i: i}}).i }} s");
+    // The tool's first calls show it answers at once.
+    let sequential = run_in(&runtime, &script, Mode::Sequential).await;
+    let mut held = 0;
+    for _ in 0..5 {
+        calls.store(0, Ordering::SeqCst);
+        let outcome = run_in(&runtime, &script, Mode::Speculative).await;
+        assert_eq!(outcome.result, sequential.result);
+        assert_eq!(calls.load(Ordering::SeqCst), N, "every read made once");
+        let s = &outcome.stats;
+        assert_eq!(s.dispatched, N as u64, "{s:?}");
+        assert_eq!(s.speculative_wasted, 0, "{s:?}");
+        assert!(
+            s.speculative_held + s.speculative_claimed <= N as u64,
+            "{s:?}"
+        );
+        assert_eq!(outcome.receipts.len(), N);
+        // A held read is the executor's own call: its receipt is not speculative.
+        let speculative = outcome.receipts.iter().filter(|r| r.speculative).count();
+        assert_eq!(speculative as u64, s.speculative_launched, "{s:?}");
+        held += s.speculative_held;
+        if held > 0 {
+            break;
+        }
+    }
+    assert!(
+        held > 0,
+        "the scout held none of a quick tool's reads in five runs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_early() {
+    const FAN_OUT: usize = 12;
+    let (config, config_calls) = quick("config");
+    let (slow, _) = counted(Tool::builder("slow", Effect::Read), 50);
+    // Each read of the fan-out answers only once all of them are in flight at once: they
+    // must have started while the executor waited for `slow`, from the value of `config`.
+    let in_flight = Arc::new(tokio::sync::watch::channel(0usize).0);
+    let gate = Arc::clone(&in_flight);
+    let gated = Tool::builder("gated", Effect::Read).handler(move |args: serde_json::Value| {
+        let gate = Arc::clone(&gate);
+        async move {
+            gate.send_modify(|n| *n = n.saturating_add(1));
+            let mut seen = gate.subscribe();
+            let all = async { seen.wait_for(|n| *n >= FAN_OUT).await.is_ok() };
+            match tokio::time::timeout(Duration::from_secs(10), all).await {
+                Ok(_) if *gate.borrow() != usize::MAX => Ok(json!({"id": args["id"]})),
+                _ => {
+                    gate.send_replace(usize::MAX);
+                    Err(toolscript::ToolError::unavailable(
+                        "the fan-out's reads were not all in flight at once",
+                    ))
+                }
+            }
+        }
+    });
+    let runtime = Runtime::new(
+        Registry::builder()
+            .tools([config, slow, gated])
+            .build()
+            .unwrap(),
+    );
+    // `config` answers at once, and its first calls show it.
+    let warm = run_in(
+        &runtime,
+        "for i in 0..8 { config(#{i: i}); }",
+        Mode::Sequential,
+    )
+    .await;
+    assert!(warm.result.is_ok(), "{:?}", warm.result);
+    for round in 0..3 {
+        in_flight.send_replace(0);
+        config_calls.store(0, Ordering::SeqCst);
+        let script = format!(
+            "let first = slow(#{{id: {round}}});\n\
+             let cfg = config(#{{i: {round}}});\n\
+             let ids = [];\n\
+             for i in 0..{FAN_OUT} {{ ids.push(gated(#{{id: cfg.base + i}}).id); }}\n\
+             ids.len()"
+        );
+        let outcome = run_in(&runtime, &script, Mode::Speculative).await;
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&json!(FAN_OUT)),
+            "round {round}: {:?}",
+            outcome.result
+        );
+        assert_eq!(config_calls.load(Ordering::SeqCst), 1, "`config` made once");
+        assert_eq!(
+            *in_flight.borrow(),
+            FAN_OUT,
+            "each read of the fan-out made once"
+        );
+        assert_eq!(outcome.stats.speculative_held, 0, "{:?}", outcome.stats);
+    }
+}
