@@ -21,6 +21,8 @@
 //! ```
 //!
 //! and `(d - b) / 200` is the cost of a deduplicated read, which never enters the dispatch path.
+//! `spec_unheld/a_read_distinct` is `spec/a_read_distinct` with `SpeculationLimits::hold_quick`
+//! off: every read the scout's to start, though `echo` answers at once.
 //! The same figures under `spec/` against those under `seq/` give what speculation adds per call
 //! when there is no latency to hide (the scout's pass, placeholders, the prefetch table).
 //!
@@ -132,6 +134,23 @@ fn dispatch(c: &mut Criterion) {
         }
         group.finish();
     }
+
+    // The speculative reads again with every read the scout's to start (none held for the
+    // executor, though `echo` answers at once): what holding them saves.
+    let mut speculation = toolscript::SpeculationLimits::default();
+    speculation.hold_quick = false;
+    let launching = Runtime::builder(runtime.registry().clone())
+        .speculation(speculation)
+        .build();
+    let mut group = c.benchmark_group("spec_unheld");
+    configure(&mut group);
+    let (name, source, _) = scripts[0];
+    let script = compile(&launching, source);
+    let options = RunOptions::with_mode(Mode::Speculative);
+    group.bench_function(name, |b| {
+        b.iter(|| rt.block_on(launching.run_script(&script, options.clone())))
+    });
+    group.finish();
 }
 
 /// A runtime whose one read, `echo`, is built by `echo` and whose registry has `guard`.

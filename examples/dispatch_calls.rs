@@ -9,7 +9,8 @@
 //! ```
 //!
 //! (`read`, `write`, `same` for one read repeated, answered by the first, or `none` for the loop
-//! without calls; `spec-read` runs it speculatively.)
+//! without calls; `spec-read` runs it speculatively, `spec-launch` too but with every read the
+//! scout's to start, none held for the executor: `SpeculationLimits::hold_quick` off.)
 //! A third argument runs the script that many times in the process and prints the median wall
 //! time of a run, and of a call, to stderr: how the cost of a call changes with the run's length
 //! (`dispatch_calls spec-read 10000 20`).
@@ -41,10 +42,15 @@ fn main() {
     let mut budget = toolscript::Limits::default();
     budget.max_calls = n + 1;
     budget.max_speculative_calls = n + 1;
-    let runtime = Runtime::builder(registry).limits(budget).build();
+    let mut speculation = toolscript::SpeculationLimits::default();
+    speculation.hold_quick = what != "spec-launch";
+    let runtime = Runtime::builder(registry)
+        .limits(budget)
+        .speculation(speculation)
+        .build();
     let (call, mode) = match what.as_str() {
         "read" => ("echo(#{i: i}).i", Mode::Sequential),
-        "spec-read" => ("echo(#{i: i}).i", Mode::Speculative),
+        "spec-read" | "spec-launch" => ("echo(#{i: i}).i", Mode::Speculative),
         "write" => ("record(#{i: i}).i", Mode::Sequential),
         "same" => ("echo(#{i: 7}).i", Mode::Sequential),
         _ => ("#{i: i}.i", Mode::Sequential),

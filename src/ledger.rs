@@ -474,6 +474,9 @@ pub(crate) struct RunLedger {
     running: AtomicBool,
     /// Starts the reads the scout held, when the executor is about to wait: the run's scout.
     starter: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Notified when the executor is about to wait, and when the run ends: what a scout that
+    /// fell behind the executor waits for.
+    waited: Notify,
 }
 
 impl RunLedger {
@@ -489,6 +492,7 @@ impl RunLedger {
             progress: watch::channel(0).0,
             running: AtomicBool::new(false),
             starter: OnceLock::new(),
+            waited: Notify::new(),
         }
     }
 
@@ -849,7 +853,20 @@ impl RunLedger {
         if start && !self.lock().held.is_empty() {
             starter();
         }
+        self.waited.notify_waiters();
         Waiting(Some(self))
+    }
+
+    /// Returns once the executor is not running (it waits for a call, or has not started), or
+    /// the run has ended: a scout that fell behind the executor waits for it.
+    pub(crate) async fn executor_waited(&self) {
+        let mut waited = std::pin::pin!(self.waited.notified());
+        // Registered before the state is looked at, so that a change in between wakes it.
+        waited.as_mut().enable();
+        if !self.running.load(Ordering::SeqCst) || self.is_closed() {
+            return;
+        }
+        waited.await;
     }
 
     /// Held reads the executor made itself.
@@ -878,6 +895,7 @@ impl RunLedger {
     pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.bump();
+        self.waited.notify_waiters();
     }
 
     /// Frees the run's entries and writes once the run has ended and its outcome no longer

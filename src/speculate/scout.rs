@@ -34,6 +34,9 @@ enum End {
     Finished,
     /// It reached the executor's `k`-th non-read call before the executor made it.
     Write(usize),
+    /// It held [`HELD_IN_A_ROW`] reads in a row for the executor, and nothing else: the
+    /// executor keeps up with it, and the scout only costs it CPU until the executor waits.
+    Behind,
     /// Anything else: an error, a wrong guess at a non-read call, a cap.
     Stopped,
 }
@@ -60,6 +63,8 @@ struct Pass {
     capped: bool,
     /// A read was turned away by the caps on reads in flight.
     busy: bool,
+    /// Reads held for the executor since the pass last started or deferred one.
+    held_in_row: u32,
     /// The occurrence the pass is at, by read (its first occurrence's key), for the reads whose
     /// earlier occurrences it saw fail in a way that makes the next call a new one
     /// ([`crate::ledger::made_again`]); 0 for every other. Shared with the deferred calls the
@@ -85,6 +90,11 @@ fn occurrence_in(occurrences: &HashMap<ReadKey, u64>, first: &ReadKey) -> ReadKe
 /// does not pay for a long one. Independent deferred calls (one per item of a fan-out) are one
 /// deep and only bounded by `SpeculationLimits::max_deferred_per_pass`.
 const FIRST_DEPTH_CAP: u64 = 16;
+
+/// How many reads in a row a pass holds for the executor, starting or deferring none, before
+/// it ends and leaves the script to the executor until the executor waits for a call: a loop
+/// over a tool that answers at once has nothing for the scout to do.
+const HELD_IN_A_ROW: u32 = 32;
 
 /// How long the executor waits, at most, for the scout's passes to end when it stands down.
 const STAND_DOWN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
@@ -195,13 +205,28 @@ impl Scout {
             quiet = if report.started < 2 { quiet + 1 } else { 0 };
             // Reads the in-flight caps turned away (a fan-out larger than they allow): the next
             // pass starts them as soon as one in flight lands, whatever else the pass found.
-            if report.busy && !matches!(report.end, End::Write(_)) {
+            if report.busy && !matches!(report.end, End::Write(_) | End::Behind) {
                 if progress.changed().await.is_err() || self.ledger.is_closed() {
                     return passes;
                 }
                 continue;
             }
             match report.end {
+                End::Behind => {
+                    // Until the executor waits for a call (or the run ends): then a pass may
+                    // get ahead of it again. Nothing else it does is news meanwhile, and with
+                    // no one watching, its progress wakes no one.
+                    drop(progress);
+                    tokio::select! {
+                        () = self.ledger.executor_waited() => {}
+                        () = self.stop.cancelled() => return passes,
+                    }
+                    if self.ledger.is_closed() {
+                        return passes;
+                    }
+                    progress = self.ledger.watch_progress();
+                    continue;
+                }
                 End::Finished if report.pending.is_empty() => break,
                 // Stopped at a non-read call the executor has not made: wait for it, or for
                 // the reads whose guessed values led there (the guess may have been wrong).
@@ -424,6 +449,9 @@ impl Scout {
                 let Some(cell) = self.launch(key, args, quick, &mut state) else {
                     return Ok(Placeholder::unknown());
                 };
+                if state.held_in_row >= HELD_IN_A_ROW {
+                    return Err(stop(&mut state, End::Behind));
+                }
                 let Some(outcome) = cell.get() else {
                     // Until it lands, the pass takes a repeat of this read to be answered by it,
                     // as it is unless it fails: a retry is started only after its failure.
@@ -451,6 +479,7 @@ impl Scout {
                 }
                 state.deferred += 1;
                 state.started += 1;
+                state.held_in_row = 0;
                 let cell = OutcomeSlot::at_depth(depth);
                 // The guesses this pass made over the same reads: the call is on the path
                 // they chose, and is not started if one of them proves wrong.
@@ -539,6 +568,7 @@ impl Scout {
             match self.ledger.hold(&key, args) {
                 Hold::Held(cell) => {
                     state.started += 1;
+                    state.held_in_row += 1;
                     return Some(cell);
                 }
                 Hold::Launch(args) => args,
@@ -555,6 +585,7 @@ impl Scout {
             }
             Launch::Start(cell, speculation) => {
                 state.started += 1;
+                state.held_in_row = 0;
                 let (ctx, ledger, out) = (
                     Arc::clone(&self.ctx),
                     Arc::clone(&self.ledger),

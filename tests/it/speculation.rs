@@ -841,21 +841,17 @@ async fn reads_of_a_quick_tool_are_left_to_the_executor_and_made_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_early() {
-    const FAN_OUT: usize = 12;
-    let (config, config_calls) = quick("config");
-    let (slow, _) = counted(Tool::builder("slow", Effect::Read), 50);
-    // Each read of the fan-out answers only once all of them are in flight at once: they
-    // must have started while the executor waited for `slow`, from the value of `config`.
+/// A read tool that answers only once `n` of its reads are in flight at once (or fails after
+/// 10 s), and the count of its reads in flight (`usize::MAX` once one gave up).
+fn gated(n: usize) -> (Tool, Arc<tokio::sync::watch::Sender<usize>>) {
     let in_flight = Arc::new(tokio::sync::watch::channel(0usize).0);
     let gate = Arc::clone(&in_flight);
-    let gated = Tool::builder("gated", Effect::Read).handler(move |args: serde_json::Value| {
+    let tool = Tool::builder("gated", Effect::Read).handler(move |args: serde_json::Value| {
         let gate = Arc::clone(&gate);
         async move {
-            gate.send_modify(|n| *n = n.saturating_add(1));
+            gate.send_modify(|k| *k = k.saturating_add(1));
             let mut seen = gate.subscribe();
-            let all = async { seen.wait_for(|n| *n >= FAN_OUT).await.is_ok() };
+            let all = async { seen.wait_for(|k| *k >= n).await.is_ok() };
             match tokio::time::timeout(Duration::from_secs(10), all).await {
                 Ok(_) if *gate.borrow() != usize::MAX => Ok(json!({"id": args["id"]})),
                 _ => {
@@ -867,6 +863,17 @@ async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_
             }
         }
     });
+    (tool, in_flight)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_early() {
+    const FAN_OUT: usize = 12;
+    let (config, config_calls) = quick("config");
+    let (slow, _) = counted(Tool::builder("slow", Effect::Read), 50);
+    // Each read of the fan-out answers only once all of them are in flight at once: they
+    // must have started while the executor waited for `slow`, from the value of `config`.
+    let (gated, in_flight) = gated(FAN_OUT);
     let runtime = Runtime::new(
         Registry::builder()
             .tools([config, slow, gated])
@@ -905,5 +912,46 @@ async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_
             "each read of the fan-out made once"
         );
         assert_eq!(outcome.stats.speculative_held, 0, "{:?}", outcome.stats);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scout_behind_a_loop_of_quick_reads_wakes_when_the_executor_waits() {
+    const FAN_OUT: usize = 12;
+    let (config, _) = quick("config");
+    let (gated, in_flight) = gated(FAN_OUT);
+    let runtime = Runtime::new(Registry::builder().tools([config, gated]).build().unwrap());
+    let warm = run_in(
+        &runtime,
+        "for i in 0..8 { config(#{i: i}); }",
+        Mode::Sequential,
+    )
+    .await;
+    assert!(warm.result.is_ok(), "{:?}", warm.result);
+    // A pass holds the loop's reads until it gives up on them; the fan-out, over their sum,
+    // is all in flight at once only if a pass starts it while the executor waits for its
+    // first read.
+    let script = format!(
+        "let s = 0;\n\
+         for i in 0..300 {{ s += config(#{{i: i}}).base; }}\n\
+         let ids = [];\n\
+         for i in 0..{FAN_OUT} {{ ids.push(gated(#{{id: s + i}}).id); }}\n\
+         ids.len()"
+    );
+    for round in 0..3 {
+        in_flight.send_replace(0);
+        let outcome = run_in(&runtime, &script, Mode::Speculative).await;
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&json!(FAN_OUT)),
+            "round {round}: {:?}, {:?}",
+            outcome.result,
+            outcome.stats
+        );
+        assert_eq!(
+            *in_flight.borrow(),
+            FAN_OUT,
+            "each read of the fan-out made once"
+        );
     }
 }
