@@ -435,7 +435,7 @@ pub(crate) enum Launch {
 
 /// What the scout may do with a read of a quick tool.
 pub(crate) enum Hold {
-    /// Held (or already there): its outcome will be in this cell.
+    /// Held: its outcome will be in this cell.
     Held(Arc<OutcomeSlot>),
     /// Not held: launch it, with these arguments.
     Launch(Value),

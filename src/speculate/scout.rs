@@ -586,34 +586,42 @@ impl Scout {
             Launch::Start(cell, speculation) => {
                 state.started += 1;
                 state.held_in_row = 0;
-                let (ctx, ledger, out) = (
-                    Arc::clone(&self.ctx),
-                    Arc::clone(&self.ledger),
-                    Arc::clone(&cell),
-                );
-                let tool = Arc::clone(&key.tool);
-                let fixture = self.ledger.fixture_occurrence(&key);
-                let read = async move {
-                    let call = Call {
-                        tool: Arc::clone(&tool),
-                        args,
-                        args_key: key.args,
-                        caller: Caller::Scout(speculation),
-                        seq: None,
-                        idempotency_key: None,
-                        read_at: None,
-                        fixture,
-                        planned: false,
-                    };
-                    out.set(dispatch(&ctx, call).await);
-                    ledger.landed(&tool);
-                };
+                let read = self.read(key, args, Arc::clone(&cell), speculation);
                 // A read that lands at once is done here; only one that waits becomes a task.
                 if let Some(rest) = engine::poll_once(&self.handle, read) {
                     self.spawn(&self.dispatches, rest);
                 }
                 Some(cell)
             }
+        }
+    }
+
+    /// The speculative read `key` the ledger started: dispatched with `args` into `cell`,
+    /// then counted as landed.
+    fn read(
+        &self,
+        key: ReadKey,
+        args: Value,
+        cell: Arc<OutcomeSlot>,
+        speculation: Arc<crate::dispatch::Speculation>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (ctx, ledger) = (Arc::clone(&self.ctx), Arc::clone(&self.ledger));
+        let fixture = self.ledger.fixture_occurrence(&key);
+        async move {
+            let tool = Arc::clone(&key.tool);
+            let call = Call {
+                tool: Arc::clone(&tool),
+                args,
+                args_key: key.args,
+                caller: Caller::Scout(speculation),
+                seq: None,
+                idempotency_key: None,
+                read_at: None,
+                fixture,
+                planned: false,
+            };
+            cell.set(dispatch(&ctx, call).await);
+            ledger.landed(&tool);
         }
     }
 
@@ -642,24 +650,7 @@ impl Scout {
                 cell,
                 speculation,
             } = held;
-            let (ctx, ledger) = (Arc::clone(&self.ctx), Arc::clone(&self.ledger));
-            let fixture = self.ledger.fixture_occurrence(&key);
-            let tool = Arc::clone(&key.tool);
-            self.spawn(&self.dispatches, async move {
-                let call = Call {
-                    tool: Arc::clone(&tool),
-                    args,
-                    args_key: key.args,
-                    caller: Caller::Scout(speculation),
-                    seq: None,
-                    idempotency_key: None,
-                    read_at: None,
-                    fixture,
-                    planned: false,
-                };
-                cell.set(dispatch(&ctx, call).await);
-                ledger.landed(&tool);
-            });
+            self.spawn(&self.dispatches, self.read(key, args, cell, speculation));
         }
     }
 
