@@ -24,7 +24,7 @@ use crate::store::{
     Verdict,
 };
 use crate::sync::lock;
-use crate::tool::{self, Format, Registry};
+use crate::tool::{self, Effect, Format, Registry};
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
@@ -191,6 +191,8 @@ pub struct Script {
     /// Whether it may call a read the scout could start: a script that calls none has no
     /// scout (it would only repeat the script's work).
     scouted: bool,
+    /// The reads the scout could start that it names (each once).
+    reads: Arc<[Arc<str>]>,
     /// The text it was compiled from: a durable run keeps it, and a resume runs it again.
     source: Arc<str>,
     /// Where the executor watches for reads of missing fields; `None` when nowhere.
@@ -609,6 +611,19 @@ impl Runtime {
         &self.registry
     }
 
+    /// Whether a speculative run of `script` has a scout: it names a read the scout could
+    /// start, and one that is not quick ([`tool::Pace`]), unless quick reads are not held.
+    /// A scout over quick reads alone would hold every one for the executor: it would only
+    /// repeat the script's work.
+    fn worth_a_scout(&self, script: &Script) -> bool {
+        script.scouted
+            && (!self.speculation.hold_quick
+                || script
+                    .reads
+                    .iter()
+                    .any(|name| self.registry.get(name).is_none_or(|t| !t.pace.is_quick())))
+    }
+
     /// The tokens an answer of this runtime's runs may take (`max_inline_tokens`, at least
     /// [`crate::MIN_INLINE_TOKENS`]).
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
@@ -657,15 +672,24 @@ impl Runtime {
         let fields = crate::rhai_ast::fields::FieldPlan::new(&ast, &|name| declared.contains(name))
             .map(Arc::new);
         let registry = &self.registry;
-        let scouted = crate::rhai_ast::names_one_of(&ast, |name| {
-            registry
-                .get(name)
-                .is_some_and(|t| t.spec.effect == crate::tool::Effect::Read && t.speculable)
+        let reads = std::cell::RefCell::new(Vec::<Arc<str>>::new());
+        // Every name is looked at (the test never says it found one).
+        crate::rhai_ast::names_one_of(&ast, |name| {
+            let tool = registry.get(name);
+            if let Some(tool) = tool.filter(|t| t.spec.effect == Effect::Read && t.speculable) {
+                let mut reads = reads.borrow_mut();
+                if !reads.contains(&tool.name) {
+                    reads.push(Arc::clone(&tool.name));
+                }
+            }
+            false
         });
+        let reads: Arc<[Arc<str>]> = reads.into_inner().into();
         Ok(Script {
             ast: Arc::new(ast),
             scout,
-            scouted,
+            scouted: !reads.is_empty(),
+            reads,
             source: Arc::from(source),
             fields,
         })
@@ -1230,31 +1254,32 @@ impl Run {
             prepared.unwrap_or_else(|| Run::prepare(runtime, &options, &run_id, journal.clone()));
         // The root of the run's cancellation tree: the script, the scout and every call.
         let cancel = ctx.cancel.clone();
-        let scout = (options.mode == Mode::Speculative && script.scouted).then(|| {
-            // Applying a plan, any non-read call may pause the run (a divergence from the
-            // plan): the scout's rewrite guesses towards every branch that makes one.
-            let rewritten = match options.plan.as_deref().and_then(PlanBook::as_applying) {
-                Some(_) => Arc::new(speculate::ScoutScript::new(
-                    &script.ast,
-                    &runtime.effectful,
-                    &runtime.effectful,
-                )),
-                None => Arc::clone(&script.scout),
-            };
-            let scout = Scout::new(
-                Arc::clone(&ctx),
-                Arc::clone(&ledger),
-                rewritten,
-                runtime.limits.clone(),
-                deadline,
-                tokio::runtime::Handle::current(),
-            );
-            // The executor runs from now on (until it first waits): the scout may hold reads
-            // for it from its first pass.
-            ledger.executor_runs();
-            scout.starts_held_reads();
-            (Arc::clone(&scout), tokio::spawn(scout.drive()))
-        });
+        let scout =
+            (options.mode == Mode::Speculative && runtime.worth_a_scout(script)).then(|| {
+                // Applying a plan, any non-read call may pause the run (a divergence from the
+                // plan): the scout's rewrite guesses towards every branch that makes one.
+                let rewritten = match options.plan.as_deref().and_then(PlanBook::as_applying) {
+                    Some(_) => Arc::new(speculate::ScoutScript::new(
+                        &script.ast,
+                        &runtime.effectful,
+                        &runtime.effectful,
+                    )),
+                    None => Arc::clone(&script.scout),
+                };
+                let scout = Scout::new(
+                    Arc::clone(&ctx),
+                    Arc::clone(&ledger),
+                    rewritten,
+                    runtime.limits.clone(),
+                    deadline,
+                    tokio::runtime::Handle::current(),
+                );
+                // The executor runs from now on (until it first waits): the scout may hold reads
+                // for it from its first pass.
+                ledger.executor_runs();
+                scout.starts_held_reads();
+                (Arc::clone(&scout), tokio::spawn(scout.drive()))
+            });
         let stop = StopOnDrop {
             cancel: cancel.clone(),
             ledger: Arc::clone(&ledger),

@@ -683,8 +683,11 @@ async fn reads_inside_all_are_started_early() {
         "let ids = [];\nfor i in 1..=24 { ids.push(i * 2); }\nids.all(|id| check(#{ id: id }).ok)";
     let outcome = run_in(&runtime, script, Mode::Speculative).await;
     assert_eq!(value_of(&outcome), &json!(true));
+    // Twenty were under way at once, and at most one of them was the executor's (its call
+    // blocks until the twenty are): the scout started the other nineteen at least. (The last
+    // reads, answered at once, may be the executor's own when it gets to them first.)
     assert!(
-        outcome.stats.speculative_claimed >= 20,
+        outcome.stats.speculative_claimed >= 19,
         "the reads inside `all` were not started early: {:?}",
         outcome.stats
     );
@@ -809,9 +812,19 @@ fn quick(name: &str) -> (Tool, Arc<AtomicUsize>) {
 async fn reads_of_a_quick_tool_are_left_to_the_executor_and_made_once() {
     const N: usize = 200;
     let (echo, calls) = quick("echo");
-    let runtime = Runtime::new(Registry::builder().tool(echo).build().unwrap());
-    let script = format!("let s = 0; for i in 0..{N} {{ s += echo(#{{i: i}}).i }} s");
+    let (slow, _) = counted(Tool::builder("slow", Effect::Read), 5);
+    let runtime = Runtime::new(Registry::builder().tools([echo, slow]).build().unwrap());
+    let loop_of =
+        |tail: &str| format!("let s = 0; for i in 0..{N} {{ s += echo(#{{i: i}}).i }} s{tail}");
     // The tool's first calls show it answers at once.
+    let only_quick = loop_of("");
+    let sequential = run_in(&runtime, &only_quick, Mode::Sequential).await;
+    // A script whose reads are all quick has no scout: it would hold every one.
+    let speculative = run_in(&runtime, &only_quick, Mode::Speculative).await;
+    assert_eq!(speculative.result, sequential.result);
+    assert_eq!(speculative.stats.scout_passes, 0, "{:?}", speculative.stats);
+    // One read that is not quick brings the scout back, and it holds the quick ones.
+    let script = loop_of(" + slow(#{id: 1}).echo.id");
     let sequential = run_in(&runtime, &script, Mode::Sequential).await;
     let mut held = 0;
     for _ in 0..5 {
@@ -820,13 +833,14 @@ async fn reads_of_a_quick_tool_are_left_to_the_executor_and_made_once() {
         assert_eq!(outcome.result, sequential.result);
         assert_eq!(calls.load(Ordering::SeqCst), N, "every read made once");
         let s = &outcome.stats;
-        assert_eq!(s.dispatched, N as u64, "{s:?}");
+        assert!(s.scout_passes > 0, "{s:?}");
+        assert_eq!(s.dispatched, N as u64 + 1, "{s:?}");
         assert_eq!(s.speculative_wasted, 0, "{s:?}");
         assert!(
-            s.speculative_held + s.speculative_claimed <= N as u64,
+            s.speculative_held + s.speculative_claimed <= N as u64 + 1,
             "{s:?}"
         );
-        assert_eq!(outcome.receipts.len(), N);
+        assert_eq!(outcome.receipts.len(), N + 1);
         // A held read is the executor's own call: its receipt is not speculative.
         let speculative = outcome.receipts.iter().filter(|r| r.speculative).count();
         assert_eq!(speculative as u64, s.speculative_launched, "{s:?}");
