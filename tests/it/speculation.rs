@@ -754,18 +754,7 @@ async fn a_write_wakes_a_scout_that_sleeps_through_a_chain() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 return Ok(json!({"id": id}));
             }
-            gate.send_modify(|n| *n = n.saturating_add(1));
-            let mut seen = gate.subscribe();
-            let all = async { seen.wait_for(|n| *n >= FAN_OUT).await.is_ok() };
-            match tokio::time::timeout(Duration::from_secs(10), all).await {
-                Ok(_) if *gate.borrow() != usize::MAX => Ok(json!({"id": id})),
-                _ => {
-                    gate.send_replace(usize::MAX);
-                    Err(toolscript::ToolError::unavailable(
-                        "the fan-out's reads were not all in flight at once",
-                    ))
-                }
-            }
+            through_gate(&gate, FAN_OUT, json!({"id": id})).await
         }
     });
     let order =
@@ -855,6 +844,27 @@ async fn reads_of_a_quick_tool_are_left_to_the_executor_and_made_once() {
     );
 }
 
+/// One read of a fan-out counted in by `gate`: `answer` once `n` reads are in flight at once,
+/// an error if they are not within 10 s (and `usize::MAX` in `gate` from then on).
+async fn through_gate(
+    gate: &tokio::sync::watch::Sender<usize>,
+    n: usize,
+    answer: serde_json::Value,
+) -> Result<serde_json::Value, toolscript::ToolError> {
+    gate.send_modify(|k| *k = k.saturating_add(1));
+    let mut seen = gate.subscribe();
+    let all = async { seen.wait_for(|k| *k >= n).await.is_ok() };
+    match tokio::time::timeout(Duration::from_secs(10), all).await {
+        Ok(_) if *gate.borrow() != usize::MAX => Ok(answer),
+        _ => {
+            gate.send_replace(usize::MAX);
+            Err(toolscript::ToolError::unavailable(
+                "the fan-out's reads were not all in flight at once",
+            ))
+        }
+    }
+}
+
 /// A read tool that answers only once `n` of its reads are in flight at once (or fails after
 /// 10 s), and the count of its reads in flight (`usize::MAX` once one gave up).
 fn gated(n: usize) -> (Tool, Arc<tokio::sync::watch::Sender<usize>>) {
@@ -862,20 +872,7 @@ fn gated(n: usize) -> (Tool, Arc<tokio::sync::watch::Sender<usize>>) {
     let gate = Arc::clone(&in_flight);
     let tool = Tool::builder("gated", Effect::Read).handler(move |args: serde_json::Value| {
         let gate = Arc::clone(&gate);
-        async move {
-            gate.send_modify(|k| *k = k.saturating_add(1));
-            let mut seen = gate.subscribe();
-            let all = async { seen.wait_for(|k| *k >= n).await.is_ok() };
-            match tokio::time::timeout(Duration::from_secs(10), all).await {
-                Ok(_) if *gate.borrow() != usize::MAX => Ok(json!({"id": args["id"]})),
-                _ => {
-                    gate.send_replace(usize::MAX);
-                    Err(toolscript::ToolError::unavailable(
-                        "the fan-out's reads were not all in flight at once",
-                    ))
-                }
-            }
-        }
+        async move { through_gate(&gate, n, json!({"id": args["id"]})).await }
     });
     (tool, in_flight)
 }
