@@ -76,10 +76,16 @@ pub(crate) struct RunControls {
     /// ended for it: it lets go of memory that is not the script's (the executor's: the scout
     /// stands down), and says whether it did.
     pub(crate) relief: Option<Relief>,
+    /// Runs each of the script's `sleep`s (that waits at all): the executor's marks it as
+    /// waiting meanwhile, so that the scout starts the reads it held, as for a call.
+    pub(crate) sleeps: Option<Sleeps>,
 }
 
 /// What a script asks to let go of memory that is not its own.
 pub(crate) type Relief = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// What runs a script's `sleep`: it calls the sleep it is given.
+pub(crate) type Sleeps = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
 /// The longest slice a `sleep` waits before it looks at its deadline and cancellation again.
 const SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
@@ -177,6 +183,7 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         operations,
         skip_sleep,
         relief,
+        sleeps,
     } = watch;
     let mut engine = Engine::new_raw();
     let max_memory = memory_budget(limits);
@@ -209,7 +216,16 @@ pub(crate) fn new_engine(limits: &Limits, watch: RunControls) -> Engine {
         if skip_sleep {
             return Ok(());
         }
-        sleep(seconds, deadline, flag.as_ref(), ctx.call_position())
+        let sleep = || sleep(seconds, deadline, flag.as_ref(), ctx.call_position());
+        match &sleeps {
+            // A sleep of no time (or of NaN) is no wait.
+            Some(sleeps) if seconds > 0.0 => {
+                let mut slept = Ok(());
+                sleeps(&mut || slept = sleep());
+                slept
+            }
+            _ => sleep(),
+        }
     };
     // A durable run replays its script on resume and must take the same path: nothing the
     // script reads may differ between two runs but tool results, which the journal keeps.

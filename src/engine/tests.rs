@@ -60,6 +60,32 @@ fn a_cancelled_engine_stops_sleeping() {
     assert_eq!(terminated_by(result).as_deref(), Some(CANCELLED));
 }
 
+/// Every sleep that waits at all runs through the run's `sleeps` (the executor marks itself
+/// waiting there); one of no time does not, and an error of the sleep (its deadline) is the
+/// script's.
+#[test]
+fn sleeps_that_wait_run_through_the_hook() {
+    let through = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&through);
+    let watch = RunControls {
+        deadline: Some(Instant::now() + Duration::from_secs(3)),
+        sleeps: Some(Arc::new(move |sleep: &mut dyn FnMut()| {
+            count.fetch_add(1, Ordering::SeqCst);
+            sleep();
+        })),
+        ..RunControls::default()
+    };
+    let e = new_engine(&Limits::default(), watch);
+    let started = Instant::now();
+    let script = "sleep(0); sleep(-1); sleep(0.0 / 0.0); sleep(0.02); sleep(1); 1";
+    assert_eq!(e.eval::<rhai::INT>(script).unwrap(), 1);
+    assert_eq!(through.load(Ordering::SeqCst), 2);
+    assert!(started.elapsed() >= Duration::from_millis(1020));
+    let result = e.eval::<Dynamic>("sleep(100000); 1");
+    assert_eq!(terminated_by(result).as_deref(), Some(DEADLINE));
+    assert_eq!(through.load(Ordering::SeqCst), 3);
+}
+
 /// The scout's engines skip sleeping altogether.
 #[test]
 fn the_scout_never_sleeps() {

@@ -600,8 +600,14 @@ pub(crate) fn execute(
     watch: RunControls,
 ) -> Execution {
     let operations = Arc::new(AtomicU64::new(0));
+    // While the script sleeps, the executor waits as it does for a call.
+    let waits = Arc::clone(&ledger);
     let watch = RunControls {
         operations: Some(Arc::clone(&operations)),
+        sleeps: Some(Arc::new(move |sleep: &mut dyn FnMut()| {
+            let _waiting = waits.executor_waits(true);
+            sleep();
+        })),
         ..watch
     };
     let cancelled = watch.cancel.clone();

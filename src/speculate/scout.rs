@@ -350,7 +350,7 @@ impl Scout {
             operations: Some(Arc::clone(&operations)),
             // The scout never waits for what the executor would wait for.
             skip_sleep: true,
-            relief: None,
+            ..engine::RunControls::default()
         };
         // A pass stops at half the memory budget, well before the executor could meet it.
         let mut limits = self.limits.clone();

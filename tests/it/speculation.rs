@@ -926,6 +926,57 @@ async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_
     }
 }
 
+/// The script's `sleep` is a wait like a call's: the reads the scout held are started while
+/// the executor sleeps, and the reads that depend on them with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_reads_start_while_the_script_sleeps() {
+    const FAN_OUT: usize = 8;
+    let (config, config_calls) = quick("config");
+    let (gated, in_flight) = gated(FAN_OUT);
+    let runtime = Runtime::new(Registry::builder().tools([config, gated]).build().unwrap());
+    let warm = run_in(
+        &runtime,
+        "for i in 0..8 { config(#{i: i}); }",
+        Mode::Sequential,
+    )
+    .await;
+    assert!(warm.result.is_ok(), "{:?}", warm.result);
+    for (round, sleep) in ["sleep(0.5)", "sleep(1)", "for i in 0..2 { sleep(0.25) }"]
+        .into_iter()
+        .enumerate()
+    {
+        in_flight.send_replace(0);
+        config_calls.store(0, Ordering::SeqCst);
+        // `gated` is not quick: the run has a scout. It holds `config`'s read while the
+        // executor runs, and must start it while the executor sleeps.
+        let script = format!(
+            "{sleep};\n\
+             let cfg = config(#{{i: {round}}});\n\
+             let ids = [];\n\
+             for i in 0..{FAN_OUT} {{ ids.push(gated(#{{id: cfg.base + i}}).id); }}\n\
+             ids.len()"
+        );
+        let outcome = run_in(&runtime, &script, Mode::Speculative).await;
+        let s = &outcome.stats;
+        assert_eq!(
+            outcome.result.as_ref().ok(),
+            Some(&json!(FAN_OUT)),
+            "round {round}: {:?}, {s:?}",
+            outcome.result
+        );
+        assert_eq!(config_calls.load(Ordering::SeqCst), 1, "`config` made once");
+        assert_eq!(
+            *in_flight.borrow(),
+            FAN_OUT,
+            "each of the fan-out made once"
+        );
+        // Nothing was left for the executor after the sleep: `config` and the whole fan-out
+        // were started while it slept, and claimed.
+        assert_eq!(s.speculative_held, 0, "round {round}: {s:?}");
+        assert_eq!(s.speculative_claimed, s.dispatched, "round {round}: {s:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scout_behind_a_loop_of_quick_reads_wakes_when_the_executor_waits() {
     const FAN_OUT: usize = 12;
