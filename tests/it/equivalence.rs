@@ -177,6 +177,15 @@ pub(crate) fn random_tools() -> Vec<Tool> {
     random_tools_with(false)
 }
 
+/// A call's latency: none at all is no wait, so that the call answers at its first poll, as a
+/// native lookup does (a tool whose calls keep doing so is quick, and the scout holds its
+/// reads for the executor).
+async fn took(latency: Duration) {
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+}
+
 /// The random catalog's tools; with `cache`, `get`, `list` and the composite `pair` keep their
 /// results for a minute, and `put` and `put_checked` invalidate `get`'s entries only (so that
 /// `list`'s go stale within their lifetime, as a cache's may).
@@ -198,7 +207,7 @@ pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
             let puts = *p1.lock().unwrap();
             async move {
                 let id = args["id"].as_i64().unwrap_or_default();
-                tokio::time::sleep(latency(id)).await;
+                took(latency(id)).await;
                 if !(0..17).contains(&id) {
                     return Err(ToolError::not_found(format!("no record {id}")));
                 }
@@ -213,7 +222,7 @@ pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
             let puts = *p2.lock().unwrap();
             async move {
                 let n = args["n"].as_i64().unwrap_or_default();
-                tokio::time::sleep(latency(n + 1)).await;
+                took(latency(n + 1)).await;
                 Ok(json!([(n + puts) % 20, (n + 1) % 20, (n + 2 * puts) % 20]))
             }
         });
@@ -225,7 +234,7 @@ pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
             let puts = Arc::clone(&p3);
             async move {
                 let k = args["k"].as_i64().unwrap_or_default();
-                tokio::time::sleep(latency(k)).await;
+                took(latency(k)).await;
                 if k % 7 == 6 {
                     return Err(ToolError::new(
                         toolscript::ErrorKind::Conflict,
@@ -246,7 +255,7 @@ pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
             async move {
                 let name = args["name"].as_str().unwrap_or_default().to_string();
                 let id = name.strip_prefix('r').and_then(|n| n.parse::<i64>().ok());
-                tokio::time::sleep(latency(id.unwrap_or(1))).await;
+                took(latency(id.unwrap_or(1))).await;
                 match id {
                     Some(id) if (0..17).contains(&id) => {
                         Ok(json!({"id": id, "v": (id * 5 + puts) % 11, "name": name}))
@@ -255,6 +264,16 @@ pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
                 }
             }
         });
+    // A read that answers at its first poll, always: after four calls it is quick, and the
+    // scout holds its reads for the executor (and starts them when the executor waits).
+    let p5 = Arc::clone(&puts);
+    let tally = Tool::builder("tally", Effect::Read).handler(move |args| {
+        let puts = *p5.lock().unwrap();
+        async move {
+            let i = args["i"].as_i64().unwrap_or_default();
+            Ok(json!({"i": i, "v": (i * 3 + puts) % 7}))
+        }
+    });
     let notify = Tool::builder("notify", Effect::External)
         .handler(|args| async move { Ok(json!({"sent": args})) });
     // A read composite (speculated as a whole) and a write composite (never speculated).
@@ -271,7 +290,7 @@ pub(crate) fn random_tools_with(cache: bool) -> Vec<Tool> {
             let record = ctx.call("get", json!({"id": args["k"]})).await?;
             ctx.call("put", json!({"k": record["next"]})).await
         });
-    vec![get, list, put, notify, pair, put_checked, find]
+    vec![get, list, put, notify, pair, put_checked, find, tally]
 }
 
 /// A random script: statements over reads, writes, conditions, loops and try/catch, reads
@@ -331,6 +350,11 @@ fn scripts_with(edges: bool, functions: bool) -> impl Strategy<Value = String> {
             .prop_map(|e| format!("acc.push(pair(#{{id: {e}}}).first);")),
         id.clone().prop_map(|e| format!(
             "try {{ acc.push(put_checked(#{{k: {e}}})); }} catch (e) {{ acc.push(e.kind); }}"
+        )),
+        // The executor waits in a sleep as for a call: the scout starts what it held.
+        (1_u32..4).prop_map(|ms| format!("sleep({ms}.0 / 1000.0);")),
+        (2_i64..9, 0_usize..4).prop_map(|(n, v)| format!(
+            "for i in 0..{n} {{ acc.push(tally(#{{i: i + x{v}.v}}).v); }}"
         )),
     ];
     // Interpolated and concatenated arguments, and the map `m` keyed by read fields.
