@@ -76,15 +76,16 @@ pub(crate) struct RunControls {
     /// ended for it: it lets go of memory that is not the script's (the executor's: the scout
     /// stands down), and says whether it did.
     pub(crate) relief: Option<Relief>,
-    /// Runs each of the script's `sleep`s (that waits at all): the executor's marks it as
-    /// waiting meanwhile, so that the scout starts the reads it held, as for a call.
+    /// Wraps each `sleep` of the script that waits at all: the executor's marks itself waiting
+    /// meanwhile (`RunLedger::executor_waits`), so that the scout starts the reads it held, as
+    /// it does while the executor waits for a call.
     pub(crate) sleeps: Option<Sleeps>,
 }
 
 /// What a script asks to let go of memory that is not its own.
 pub(crate) type Relief = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// What runs a script's `sleep`: it calls the sleep it is given.
+/// What wraps a script's `sleep`: it calls the sleep it is given, once.
 pub(crate) type Sleeps = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
 /// The longest slice a `sleep` waits before it looks at its deadline and cancellation again.
