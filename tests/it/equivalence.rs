@@ -353,7 +353,7 @@ fn scripts_with(edges: bool, functions: bool) -> impl Strategy<Value = String> {
         )),
         // The executor waits in a sleep as for a call: the scout starts what it held.
         (1_u32..4).prop_map(|ms| format!("sleep({ms}.0 / 1000.0);")),
-        (2_i64..9, 0_usize..4).prop_map(|(n, v)| format!(
+        (4_i64..12, 0_usize..4).prop_map(|(n, v)| format!(
             "for i in 0..{n} {{ acc.push(tally(#{{i: i + x{v}.v}}).v); }}"
         )),
     ];
