@@ -220,7 +220,8 @@ fn random_scripts_at_random_limits_give_the_same_result() {
     );
     // The generators reach the limits: an eighth of the cases meet a budget, a fortieth a
     // timeout, and a quarter are speculated (a scout that does nothing cannot pass this).
-    // 10,000 cases: 4,395 met a budget, 926 a timeout, 9,946 were speculated. The seed is new
+    // 10,000 cases: 4,395 met a budget, 926 a timeout, 9,946 were speculated (before the
+    // random scripts gained `sleep` and `tally`, which shift these a little). The seed is new
     // at each run: at 200 cases a timeout is met 18.5 times on average (standard deviation
     // 4.1), so a bar of a twentieth (10) failed about one run in seventy; a fortieth (5) is
     // 3.4 deviations below.

@@ -877,6 +877,32 @@ fn gated(n: usize) -> (Tool, Arc<tokio::sync::watch::Sender<usize>>) {
     (tool, in_flight)
 }
 
+/// Calls the read `tool` eight times, sequentially: the runtime then knows that it answers at
+/// once (a tool is quick after four such calls).
+async fn warm(runtime: &Runtime, tool: &str) {
+    let script = format!("for i in 0..8 {{ {tool}(#{{i: i}}); }}");
+    let warm = run_in(runtime, &script, Mode::Sequential).await;
+    assert!(warm.result.is_ok(), "{:?}", warm.result);
+}
+
+/// A run whose value is the length of a fan-out of `n` reads through [`gated`] gave it, each
+/// read made once.
+fn assert_fanned_out(
+    outcome: &toolscript::RunOutcome,
+    in_flight: &tokio::sync::watch::Sender<usize>,
+    n: usize,
+    round: usize,
+) {
+    assert_eq!(
+        outcome.result.as_ref().ok(),
+        Some(&json!(n)),
+        "round {round}: {:?}, {:?}",
+        outcome.result,
+        outcome.stats
+    );
+    assert_eq!(*in_flight.borrow(), n, "each read of the fan-out made once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_early() {
     const FAN_OUT: usize = 12;
@@ -892,13 +918,7 @@ async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_
             .unwrap(),
     );
     // `config` answers at once, and its first calls show it.
-    let warm = run_in(
-        &runtime,
-        "for i in 0..8 { config(#{i: i}); }",
-        Mode::Sequential,
-    )
-    .await;
-    assert!(warm.result.is_ok(), "{:?}", warm.result);
+    warm(&runtime, "config").await;
     for round in 0..3 {
         in_flight.send_replace(0);
         config_calls.store(0, Ordering::SeqCst);
@@ -910,18 +930,8 @@ async fn a_held_read_starts_when_the_executor_waits_so_the_reads_after_it_start_
              ids.len()"
         );
         let outcome = run_in(&runtime, &script, Mode::Speculative).await;
-        assert_eq!(
-            outcome.result.as_ref().ok(),
-            Some(&json!(FAN_OUT)),
-            "round {round}: {:?}",
-            outcome.result
-        );
+        assert_fanned_out(&outcome, &in_flight, FAN_OUT, round);
         assert_eq!(config_calls.load(Ordering::SeqCst), 1, "`config` made once");
-        assert_eq!(
-            *in_flight.borrow(),
-            FAN_OUT,
-            "each read of the fan-out made once"
-        );
         assert_eq!(outcome.stats.speculative_held, 0, "{:?}", outcome.stats);
     }
 }
@@ -934,13 +944,7 @@ async fn held_reads_start_while_the_script_sleeps() {
     let (config, config_calls) = quick("config");
     let (gated, in_flight) = gated(FAN_OUT);
     let runtime = Runtime::new(Registry::builder().tools([config, gated]).build().unwrap());
-    let warm = run_in(
-        &runtime,
-        "for i in 0..8 { config(#{i: i}); }",
-        Mode::Sequential,
-    )
-    .await;
-    assert!(warm.result.is_ok(), "{:?}", warm.result);
+    warm(&runtime, "config").await;
     for (round, sleep) in ["sleep(0.5)", "sleep(1)", "for i in 0..2 { sleep(0.25) }"]
         .into_iter()
         .enumerate()
@@ -958,18 +962,8 @@ async fn held_reads_start_while_the_script_sleeps() {
         );
         let outcome = run_in(&runtime, &script, Mode::Speculative).await;
         let s = &outcome.stats;
-        assert_eq!(
-            outcome.result.as_ref().ok(),
-            Some(&json!(FAN_OUT)),
-            "round {round}: {:?}, {s:?}",
-            outcome.result
-        );
+        assert_fanned_out(&outcome, &in_flight, FAN_OUT, round);
         assert_eq!(config_calls.load(Ordering::SeqCst), 1, "`config` made once");
-        assert_eq!(
-            *in_flight.borrow(),
-            FAN_OUT,
-            "each of the fan-out made once"
-        );
         // Nothing was left for the executor after the sleep: `config` and the whole fan-out
         // were started while it slept, and claimed.
         assert_eq!(s.speculative_held, 0, "round {round}: {s:?}");
@@ -983,13 +977,7 @@ async fn a_scout_behind_a_loop_of_quick_reads_wakes_when_the_executor_waits() {
     let (config, _) = quick("config");
     let (gated, in_flight) = gated(FAN_OUT);
     let runtime = Runtime::new(Registry::builder().tools([config, gated]).build().unwrap());
-    let warm = run_in(
-        &runtime,
-        "for i in 0..8 { config(#{i: i}); }",
-        Mode::Sequential,
-    )
-    .await;
-    assert!(warm.result.is_ok(), "{:?}", warm.result);
+    warm(&runtime, "config").await;
     // A pass holds the loop's reads until it gives up on them; the fan-out, over their sum,
     // is all in flight at once only if a pass starts it while the executor waits for its
     // first read.
@@ -1003,17 +991,6 @@ async fn a_scout_behind_a_loop_of_quick_reads_wakes_when_the_executor_waits() {
     for round in 0..3 {
         in_flight.send_replace(0);
         let outcome = run_in(&runtime, &script, Mode::Speculative).await;
-        assert_eq!(
-            outcome.result.as_ref().ok(),
-            Some(&json!(FAN_OUT)),
-            "round {round}: {:?}, {:?}",
-            outcome.result,
-            outcome.stats
-        );
-        assert_eq!(
-            *in_flight.borrow(),
-            FAN_OUT,
-            "each read of the fan-out made once"
-        );
+        assert_fanned_out(&outcome, &in_flight, FAN_OUT, round);
     }
 }
