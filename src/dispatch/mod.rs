@@ -874,7 +874,8 @@ async fn run_body(
             Arc::clone(slot),
             cancel.clone(),
         )
-        .with_fencing(ctx.fencing());
+        .with_fencing(ctx.fencing())
+        .with_deadline(started + limit);
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {
             std::mem::take(&mut call.args)

@@ -23,7 +23,26 @@ pub(crate) fn spawn_script_thread(
     std::thread::Builder::new()
         .name(name.to_string())
         .stack_size(SCRIPT_STACK)
-        .spawn(f)
+        .spawn(move || {
+            let top = 0u8;
+            STACK_TOP.set(Some(std::ptr::addr_of!(top) as usize));
+            f();
+        })
+}
+
+thread_local! {
+    /// On a script thread: an address near the top of its stack, from which [`stack_room`]
+    /// tells how much is left.
+    static STACK_TOP: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// The bytes of stack left below this point, on a script thread; `None` on any other thread.
+/// (Only addresses are compared: nothing is read through them.)
+#[cfg_attr(not(feature = "manifest"), allow(dead_code))]
+pub(crate) fn stack_room() -> Option<usize> {
+    let here = 0u8;
+    let used = STACK_TOP.get()?.abs_diff(std::ptr::addr_of!(here) as usize);
+    Some(SCRIPT_STACK.saturating_sub(used))
 }
 
 /// How much lower than the executor's a scout pass's thread is scheduled (Linux nice values).
@@ -133,15 +152,46 @@ thread_local! {
     /// one call's token: the thread it runs on does.)
     static JOB_CANCEL: std::cell::RefCell<Option<CancellationToken>> =
         const { std::cell::RefCell::new(None) };
+
+    /// The deadline of a body run in place (see [`run_in_place`]).
+    static JOB_DEADLINE: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
 }
 
-/// Whether the pool job running on this thread was cancelled.
+/// Whether the job running on this thread (a pool job, or a body run in place by
+/// [`run_in_place`]) was cancelled, or is past its deadline.
 pub(crate) fn job_cancelled() -> bool {
-    JOB_CANCEL.with(|c| {
+    let cancelled = JOB_CANCEL.with(|c| {
         c.borrow()
             .as_ref()
             .is_some_and(CancellationToken::is_cancelled)
-    })
+    });
+    cancelled
+        || JOB_DEADLINE
+            .get()
+            .is_some_and(|d| std::time::Instant::now() >= d)
+}
+
+/// Runs `f` here, on a script thread that polls a call's future, as the pool would run it:
+/// `cancel` set or `deadline` passed stops it at its next operation or `sleep` slice. This
+/// thread is busy until `f` is done, so nothing else can stop it: the caller checks the
+/// deadline again when it is. `Err` holds the message of a panic.
+pub(crate) fn run_in_place<T>(
+    cancel: CancellationToken,
+    deadline: Option<std::time::Instant>,
+    f: impl FnOnce() -> T,
+) -> Result<Option<T>, String> {
+    if cancel.is_cancelled() {
+        return Ok(None);
+    }
+    let outer = JOB_CANCEL.with(|c| c.replace(Some(cancel)));
+    let outer_deadline = JOB_DEADLINE.replace(deadline);
+    let result = catch_unwind(AssertUnwindSafe(f))
+        .map(Some)
+        .map_err(|panic| crate::dispatch::panic_message(panic.as_ref()).to_string());
+    JOB_CANCEL.with(|c| *c.borrow_mut() = outer);
+    JOB_DEADLINE.set(outer_deadline);
+    result
 }
 
 /// A pool of script-sized threads, one per core, for bodies that never block on a tool call
@@ -194,16 +244,7 @@ impl ScriptPool {
     ) -> Result<Option<T>, String> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
-            if cancel.is_cancelled() {
-                let _ = tx.send(Ok(None));
-                return;
-            }
-            JOB_CANCEL.with(|c| *c.borrow_mut() = Some(cancel));
-            let result = catch_unwind(AssertUnwindSafe(f))
-                .map(Some)
-                .map_err(|panic| crate::dispatch::panic_message(panic.as_ref()).to_string());
-            JOB_CANCEL.with(|c| *c.borrow_mut() = None);
-            let _ = tx.send(result);
+            let _ = tx.send(run_in_place(cancel, None, f));
         });
         let sent = lock(&self.jobs).send(job);
         if sent.is_err() {
@@ -249,6 +290,34 @@ mod tests {
             Ok(None),
             "a cancelled job never runs"
         );
+    }
+
+    /// A script thread knows how much of its stack is left, less the deeper it is; no other
+    /// thread claims to be one.
+    #[test]
+    fn a_script_thread_knows_its_stack_room() {
+        fn deeper(n: u32) -> usize {
+            let pad = std::hint::black_box([0u8; 4096]);
+            if n == 0 {
+                stack_room().unwrap()
+            } else {
+                deeper(n - 1) + usize::from(pad[0])
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        spawn_script_thread("room", move || {
+            tx.send((stack_room().unwrap(), deeper(100))).unwrap();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+        let (top, deep) = rx.recv().unwrap();
+        assert!(
+            top > SCRIPT_STACK - (1 << 20) && top <= SCRIPT_STACK,
+            "{top}"
+        );
+        assert!(top - deep >= 100 * 4096, "{top} {deep}");
+        assert_eq!(stack_room(), None, "the test's thread is no script thread");
     }
 
     /// `block_on` from a plain thread: a future that answers at its first poll, one that waits

@@ -6,9 +6,11 @@
 //!
 //! A body runs on a script-sized thread, never on an async worker or tokio's blocking pool
 //! (whose default stack a deep recursion in a body would overflow): an ordinary body on the
-//! shared pool of script threads (one body per core at once), a composite's body — which blocks
+//! shared pool of script threads (one body per core at once), or in place on the script thread
+//! that polls its call when the tool's last body was quick; a composite's body — which blocks
 //! its thread at every nested call — on a script thread of its own.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -19,6 +21,16 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{self, Limits, RunControls, ScriptPool, Thrown, ToolCall};
 use crate::error::{ErrorKind, ToolError};
 use crate::tool::{Effect, Tool, ToolContext, ToolSpec};
+
+/// A body that took less than this runs its tool's next call in place: on the script thread
+/// that polls the call (the executor's, a scout pass's, a composite's), where a hand-off to the
+/// pool and back would cost more than the body (about 60 µs).
+const QUICK_BODY: Duration = Duration::from_micros(200);
+
+/// The stack a body run in place needs left: a script tool's bodies nest no deeper than the
+/// default `max_call_depth`, which takes a few MiB in a debug build; the thread already runs a
+/// script of its own, which may be deep.
+const IN_PLACE_ROOM: usize = 16 << 20;
 
 /// What script tools loaded together share: an engine, their limits, the `state` map, and the
 /// slots of the script threads.
@@ -66,18 +78,39 @@ impl ScriptHost {
         }
         let effect = spec.effect;
         let slots = Arc::clone(&self.slots);
+        // Whether the tool's last body was quick (the first is taken to be): its next runs in
+        // place.
+        let quick = Arc::new(AtomicBool::new(true));
         let tool = Tool::from_spec(spec, move |args, ctx: ToolContext| {
-            let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+            let (host, ast, quick) = (Arc::clone(&host), Arc::clone(&ast), Arc::clone(&quick));
             async move {
                 let started = std::time::Instant::now();
                 // A call whose future was dropped (its timeout) stops its body: before it starts,
                 // or at its next operation or `sleep` slice.
                 let token = ctx.cancellation().child_token();
                 let cancel = token.clone().drop_guard();
-                let runner = Arc::clone(&host);
                 let call = call_map(&ctx);
-                let job = move || runner.run(&ast, &args, call, effect);
-                let result = match ScriptPool::shared().run(token, job).await {
+                let in_place = quick.load(Ordering::Relaxed)
+                    && engine::stack_room().is_some_and(|room| room >= IN_PLACE_ROOM);
+                let deadline = ctx.deadline();
+                let job = move || {
+                    let began = std::time::Instant::now();
+                    let result = host.run(&ast, &args, call, effect);
+                    quick.store(began.elapsed() < QUICK_BODY, Ordering::Relaxed);
+                    result
+                };
+                let ran = if in_place {
+                    let ran = engine::run_in_place(token, deadline.map(Into::into), job);
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        // Past its deadline: the call's timer answers, as it would have had the
+                        // body run on the pool.
+                        std::future::pending::<()>().await;
+                    }
+                    ran
+                } else {
+                    ScriptPool::shared().run(token, job).await
+                };
+                let result = match ran {
                     Ok(Some(result)) => result,
                     Ok(None) => Err(ToolError::new(
                         ErrorKind::Cancelled,

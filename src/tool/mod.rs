@@ -197,6 +197,9 @@ pub struct ToolContext {
     /// The run's id and the fencing token of the lease this process holds on it, for a
     /// durable run.
     fencing: Option<(Arc<str>, u64)>,
+    /// When this attempt's timeout (or the run's deadline) ends it.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
+    deadline: Option<tokio::time::Instant>,
 }
 
 /// How a composite's body reaches its nested tools: the dispatch path provides it, so that a
@@ -245,7 +248,21 @@ impl ToolContext {
             slot,
             cancel,
             fencing: None,
+            deadline: None,
         }
+    }
+
+    /// The context of an attempt that `deadline` ends.
+    pub(crate) fn with_deadline(mut self, deadline: tokio::time::Instant) -> ToolContext {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// When this attempt's timeout, or the run's deadline, ends it: a body that cannot be
+    /// stopped from outside while it runs (a script tool's, run in place) stops itself there.
+    #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
     }
 
     /// The context, for a durable run's call, with the run's id and the fencing token of the

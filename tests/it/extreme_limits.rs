@@ -18,6 +18,11 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
 /// A function whose body nests `levels` loops and conditions around its recursive call: the
 /// most stack a call level can take under a given `max_expr_depth`.
 fn deep_recursion(levels: usize, depth: usize) -> String {
+    deep_recursion_to(levels, depth, "0")
+}
+
+/// [`deep_recursion`] whose deepest level's value is `bottom`'s.
+fn deep_recursion_to(levels: usize, depth: usize, bottom: &str) -> String {
     let mut body = "return 1 + f(n - 1);".to_string();
     for i in 0..levels {
         body = if i % 2 == 1 {
@@ -26,37 +31,68 @@ fn deep_recursion(levels: usize, depth: usize) -> String {
             format!("while true {{ {body} }}")
         };
     }
-    format!("fn f(n) {{ if n == 0 {{ return 0; }} {body} 0 }}\nf({depth})\n")
+    format!("fn f(n) {{ if n == 0 {{ return {bottom}; }} {body} 0 }}\nf({depth})\n")
+}
+
+/// Runs `script` with the call and expression depths at their maximums, and `more` flags.
+fn at_the_maximum_depths(script: &str, more: &[&str]) -> crate::cli::Output {
+    let max_call = Limits::MAX_CALL_DEPTH.to_string();
+    let max_expr = Limits::MAX_EXPR_DEPTH.to_string();
+    let mut args = vec![
+        "run",
+        script,
+        "--no-store",
+        "--max-call-depth",
+        &max_call,
+        "--max-expr-depth",
+        &max_expr,
+        "--max-operations",
+        "1e12",
+    ];
+    args.extend(more);
+    toolscript(&args)
+}
+
+/// A script tool's body runs on the thread of the script that calls it when its last body
+/// was quick: at the deepest a script can recurse, a body that recurses as deep as a script
+/// tool's may still run (in place or on the pool), in both modes, in a debug build.
+#[test]
+fn a_script_tool_called_at_the_maximum_call_depth_recursing_to_its_own_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let depth = Limits::default().max_call_depth - 2;
+    let tool = deep_recursion(6, depth).replace('\n', " ");
+    let tools = write(
+        &dir,
+        "deep.toml",
+        &format!("[[tool]]\nname = \"deep\"\neffect = \"read\"\nscript = \"{tool}\"\n"),
+    );
+    // Twice at the bottom: a tool's first body runs in place (it is taken to be quick, and the
+    // script, 255 levels deep, leaves about 38 MiB of stack in a debug build); this one is slow
+    // there, so the second runs on the pool.
+    let script = write(
+        &dir,
+        "at.rhai",
+        &deep_recursion_to(60, Limits::MAX_CALL_DEPTH - 1, "deep(#{}) + deep(#{n: 1})"),
+    );
+    for mode in [None, Some("--sequential")] {
+        let mut args = vec!["--tools", &tools];
+        args.extend(mode);
+        let out = at_the_maximum_depths(&script, &args);
+        assert_eq!(out.code, 0, "{mode:?}: {out:?}");
+        let expected = Limits::MAX_CALL_DEPTH - 1 + 2 * depth;
+        assert_eq!(
+            out.stdout.lines().next(),
+            Some(&*expected.to_string()),
+            "{mode:?}: {out:?}"
+        );
+    }
 }
 
 #[test]
 fn recursion_to_the_maximum_call_depth_runs_and_past_it_is_a_limit_error() {
     let dir = tempfile::tempdir().unwrap();
-    let max_call = Limits::MAX_CALL_DEPTH.to_string();
-    let max_expr = Limits::MAX_EXPR_DEPTH.to_string();
     // 60 levels is about the deepest body `max_expr_depth = 512` lets a function have (half).
-    let flags = |script: &str| {
-        let args = [
-            "run",
-            script,
-            "--no-store",
-            "--max-call-depth",
-            &max_call,
-            "--max-expr-depth",
-            &max_expr,
-            "--max-operations",
-            "1e12",
-        ];
-        toolscript(
-            &args
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        )
-    };
+    let flags = |script: &str| at_the_maximum_depths(script, &[]);
     let at = write(
         &dir,
         "at.rhai",

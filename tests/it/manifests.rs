@@ -98,6 +98,55 @@ async fn a_script_tool_that_runs_too_long_times_out() {
     );
 }
 
+/// A quick script tool's body runs in place, on the thread of the script that calls it, where
+/// no timer can interrupt it: it stops itself at its call's timeout, in both modes. A read
+/// that overran times out; a write is `ambiguous_outcome`, and a body stopped before its end
+/// leaves `state` as it found it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_run_in_place_stops_at_its_timeout() {
+    use toolscript::Mode;
+    let tools = r#"
+[[tool]]
+name = "nap"
+effect = "read"
+timeout_ms = 100
+script = "if args.long { sleep(30); } 1"
+
+[[tool]]
+name = "stamp"
+effect = "write"
+timeout_ms = 100
+allow_repeat = true
+script = "state.n = (state.n ?? 0) + 1; if args.long { sleep(30); } state.n"
+
+[[tool]]
+name = "peek"
+effect = "read"
+script = "state.n ?? 0"
+"#;
+    for mode in [Mode::Sequential, Mode::Speculative] {
+        let runtime = runtime(tools);
+        // Were the body not stopped in place, each run would last its 30 s sleep.
+        let runtime = &runtime;
+        let run = |script: &'static str| async move {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                crate::support::run_in(runtime, script, mode),
+            )
+            .await
+            .expect("the body stops at its timeout")
+        };
+        let out = run("nap(#{long: false}) + nap(#{long: true})").await;
+        assert_eq!(error_of(&out).kind, ErrorKind::Timeout, "{mode:?}");
+        assert_eq!(value_of(&run("stamp(#{long: false})").await), &json!(1));
+        let out = run("stamp(#{long: true})").await;
+        assert_eq!(error_of(&out).kind, ErrorKind::AmbiguousOutcome, "{mode:?}");
+        assert_eq!(value_of(&run("peek()").await), &json!(1), "{mode:?}");
+        // The tool's body was slow: its next call runs on the pool, and answers.
+        assert_eq!(value_of(&run("nap(#{long: false})").await), &json!(1));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_settings_reach_the_spec() {
     let runtime = runtime(
