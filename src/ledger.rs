@@ -750,7 +750,8 @@ impl RunLedger {
     /// only wait for the scout's copy of it), and the scout's to start if the executor waits
     /// first ([`RunLedger::executor_waits`]). [`Hold::Launch`] gives the arguments back when
     /// the read is not held: the executor is waiting, or the read is one [`RunLedger::launch`]
-    /// decides on (already there, refused, answered by the journal).
+    /// decides on (already there, refused, answered by the journal: the journal of a resumed
+    /// run is loaded whole before it starts, so a held read is never one it answers).
     pub(crate) fn hold(&self, key: &ReadKey, args: Value) -> Hold {
         let mut book = self.lock();
         // Read under the lock that `executor_waits` takes after clearing it: a read is either
@@ -761,7 +762,7 @@ impl RunLedger {
             || key.epoch != book.epoch()
             || book.entries.contains_key(key)
             || !book.may_start(key)
-            || self.ctx.journal.as_ref().is_some()
+            || self.journaled(key).is_some()
         {
             return Hold::Launch(args);
         }
@@ -1066,6 +1067,25 @@ mod tests {
         assert!(matches!(ledger.read(&mut key(0, "a")), Read::Claimed(o) if *o == Ok(json!(4))));
         assert_eq!(ledger.counts(), (1, 1));
         assert_eq!(ledger.held_made(), 0);
+    }
+
+    /// A resumed run's journal answers its reads: the scout never holds one (the executor
+    /// would make it again rather than replay it); the others it holds as in any run.
+    #[tokio::test]
+    async fn a_read_the_journal_answers_is_never_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::SqliteStore::open(&dir.path().join("s.sqlite3")).unwrap();
+        let journaled = crate::store::ReadRow::new(0, "a", "{}", 0, Arc::new(Ok(json!(7))));
+        let journal = crate::store::Journal::holding(Arc::new(store), vec![journaled]);
+        let (ledger, _) = holding_ledger(SpeculationLimits::default(), 10);
+        assert!(ledger.ctx.journal.set(Arc::new(journal)));
+        assert!(matches!(
+            ledger.hold(&key(0, "a"), json!(1)),
+            Hold::Launch(_)
+        ));
+        assert!(matches!(ledger.hold(&key(0, "b"), json!(1)), Hold::Held(_)));
+        assert!(matches!(ledger.read(&mut key(0, "a")), Read::Replayed(o) if *o == Ok(json!(7))));
+        assert!(matches!(ledger.read(&mut key(0, "b")), Read::Dispatch(_)));
     }
 
     #[test]

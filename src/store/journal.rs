@@ -241,11 +241,22 @@ impl Journal {
             true => Some(store.digest_key().await?),
             false => None,
         };
+        Ok(Journal::from_rows(store, run_id, rows, key, fence))
+    }
+
+    /// The journal of `run_id`, with `rows`, what the store holds of it.
+    fn from_rows(
+        store: Arc<dyn Store>,
+        run_id: &str,
+        rows: JournalRows,
+        key: Option<Arc<[u8; 32]>>,
+        fence: Option<Fence>,
+    ) -> Journal {
         let state = State {
             writes: rows.writes.into_iter().map(|w| (w.seq, w)).collect(),
             ..State::default()
         };
-        Ok(Journal {
+        Journal {
             store,
             run_id: run_id.to_string(),
             loaded: rows
@@ -264,7 +275,19 @@ impl Journal {
             key,
             fence,
             renewal: Mutex::new(None),
-        })
+        }
+    }
+
+    /// A journal holding `reads`, as a resume would load them (for tests of what reads it).
+    #[cfg(test)]
+    pub(crate) fn holding(store: Arc<dyn Store>, reads: Vec<ReadRow>) -> Journal {
+        Journal::from_rows(
+            store,
+            "run",
+            JournalRows::new(Vec::new(), reads),
+            None,
+            None,
+        )
     }
 
     /// Renews the run's lease, in a task of its own, until the run lets it go
