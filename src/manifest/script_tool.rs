@@ -100,13 +100,19 @@ impl ScriptHost {
                     result
                 };
                 let ran = if in_place {
-                    let ran = engine::run_in_place(token, deadline.map(Into::into), job);
+                    let ran = engine::run_in_place(token.clone(), deadline.map(Into::into), job);
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                         // Past its deadline: the call's timer answers, as it would have had the
                         // body run on the pool.
                         std::future::pending::<()>().await;
                     }
-                    ran
+                    // A body stopped because its call was abandoned (the run, or its
+                    // speculation, ended) failed for that alone, leaving `state` as it was:
+                    // the call was abandoned. One that finished keeps its result.
+                    match ran {
+                        Ok(Some(Err(_))) if token.is_cancelled() => Ok(None),
+                        ran => ran,
+                    }
                 } else {
                     ScriptPool::shared().run(token, job).await
                 };

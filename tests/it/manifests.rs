@@ -147,6 +147,36 @@ script = "state.n ?? 0"
     }
 }
 
+/// A body running in place stops when its run is dropped (a client that went away), as one on
+/// the pool does: it leaves `state` as it found it and frees the lock it held at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_run_in_place_stops_when_its_run_is_dropped() {
+    let runtime = runtime(
+        r#"
+[[tool]]
+name = "stamp"
+effect = "write"
+script = "state.n = 1; sleep(30); 2"
+
+[[tool]]
+name = "peek"
+effect = "read"
+script = "state.n ?? 0"
+"#,
+    );
+    let dropped = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        runtime.run("stamp()"),
+    )
+    .await;
+    assert!(dropped.is_err(), "the run was still going: {dropped:?}");
+    // `peek` waits for the lock `stamp` held: it answers once that body has stopped.
+    let peek = tokio::time::timeout(std::time::Duration::from_secs(20), runtime.run("peek()"))
+        .await
+        .expect("the dropped run's body stopped");
+    assert_eq!(value_of(&peek), &json!(0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_settings_reach_the_spec() {
     let runtime = runtime(
