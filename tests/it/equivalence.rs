@@ -586,6 +586,26 @@ fn random_scripts_give_the_same_result() {
     );
 }
 
+/// Durable runs (each journaled in a store of its own) give the same result in both modes:
+/// the journal, the leases and the holds of a durable run change nothing of what it does.
+#[test]
+fn random_scripts_in_durable_runs_give_the_same_result() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let stores = std::sync::atomic::AtomicU64::new(0);
+    let durable = || {
+        let n = stores.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store = toolscript::SqliteStore::open(&dir.path().join(format!("{n}.sqlite3")));
+        Runtime::builder(Registry::builder().tools(random_tools()).build().unwrap())
+            .store(Arc::new(store.unwrap()))
+            .build()
+    };
+    let (cases, speculated) = same_in_both_modes(script_strategy(), &durable);
+    assert!(
+        speculated >= u64::from(cases) / 4,
+        "only {speculated} of {cases} random durable scripts were speculated"
+    );
+}
+
 /// The random catalog under a guard that denies some reads (and a composite's nested read),
 /// and asks about some writes (denied: a run with no store cannot pause), by their arguments.
 fn guarded_catalog() -> Runtime {
