@@ -586,6 +586,109 @@ fn random_scripts_give_the_same_result() {
     );
 }
 
+/// The random catalog again, as a manifest's script tools (their shared `state` counts the
+/// writes): quick bodies run in place on the executor's, the scout's and the composites'
+/// threads, and speculation still changes nothing.
+fn script_catalog() -> Runtime {
+    const TOOLS: &str = r##"
+[[tool]]
+name = "get"
+effect = "read"
+latency_ms = 1
+input = { type = "object", properties = { id = { type = "integer" } }, required = ["id"] }
+script = '''
+let id = args.id;
+let puts = state.puts ?? 0;
+if id < 0 || id >= 17 { throw #{ kind: "not_found", message: `no record ${id}` } }
+#{ id: id, v: (id * 7 + puts) % 13, ok: (id + puts) % 3 != 0, next: (id * 5 + 1) % 20 }
+'''
+
+[[tool]]
+name = "list"
+effect = "read"
+input = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] }
+script = '''
+let n = args.n;
+let puts = state.puts ?? 0;
+[(n + puts) % 20, (n + 1) % 20, (n + 2 * puts) % 20]
+'''
+
+[[tool]]
+name = "put"
+effect = "write"
+input = { type = "object", properties = { k = { type = "integer" } }, required = ["k"] }
+script = '''
+if args.k % 7 == 6 { throw #{ kind: "conflict", message: `key ${args.k} is locked` } }
+state.puts = (state.puts ?? 0) + 1;
+state.puts
+'''
+
+[[tool]]
+name = "find"
+effect = "read"
+latency_ms = 1
+input = { type = "object", properties = { name = { type = "string" } }, required = ["name"] }
+script = '''
+let name = args.name;
+let digits = if name.starts_with("r") { name.sub_string(1) } else { "" };
+let id = -1;
+if digits.len() > 0 && digits.len() < 4 {
+    id = 0;
+    for c in digits.to_chars() {
+        if c < '0' || c > '9' { id = -1; break; }
+        id = id * 10 + parse_int(c.to_string());
+    }
+}
+if id < 0 || id >= 17 { throw #{ kind: "not_found", message: `no record named ${name}` } }
+#{ id: id, v: (id * 5 + (state.puts ?? 0)) % 11, name: name }
+'''
+
+[[tool]]
+name = "tally"
+effect = "read"
+script = '''
+let i = if type_of(args.i) == "i64" { args.i } else { 0 };
+#{ i: i, v: (i * 3 + (state.puts ?? 0)) % 7 }
+'''
+
+[[tool]]
+name = "notify"
+effect = "external"
+script = "#{ sent: args }"
+
+[[tool]]
+name = "pair"
+effect = "read"
+nested = ["get", "list"]
+script = '''
+let record = get(#{ id: args.id });
+let listed = list(#{ n: record.next });
+#{ v: record.v, first: listed[0] }
+'''
+
+[[tool]]
+name = "put_checked"
+effect = "write"
+nested = ["get", "put"]
+script = '''
+let record = get(#{ id: args.k });
+put(#{ k: record.next })
+'''
+"##;
+    let mut manifests = Manifests::new();
+    manifests.load_str(Path::new("random.toml"), TOOLS).unwrap();
+    Runtime::new(manifests.into_registry().unwrap())
+}
+
+#[test]
+fn random_scripts_over_script_tools_give_the_same_result() {
+    let (cases, speculated) = same_in_both_modes(script_strategy(), &script_catalog);
+    assert!(
+        speculated >= u64::from(cases) / 4,
+        "only {speculated} of {cases} random scripts over script tools were speculated"
+    );
+}
+
 /// Durable runs (each journaled in a store of its own) give the same result in both modes:
 /// the journal, the leases and the holds of a durable run change nothing of what it does.
 #[test]
