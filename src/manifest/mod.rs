@@ -688,8 +688,12 @@ impl Manifests {
         spec.source = Some(BodySource::Script(crate::json::sha256_hex(
             script.unwrap_or_default(),
         )));
+        let body = script_tool::Body {
+            ast,
+            sees_state: script.is_none_or(|s| s.contains("state")),
+        };
         self.host
-            .tool(spec, ast, Duration::from_millis(entry.latency_ms))
+            .tool(spec, body, Duration::from_millis(entry.latency_ms))
     }
 }
 

@@ -32,6 +32,15 @@ const QUICK_BODY: Duration = Duration::from_micros(200);
 /// script of its own, which may be deep.
 const IN_PLACE_ROOM: usize = 16 << 20;
 
+/// A script tool's compiled body.
+pub(super) struct Body {
+    pub(super) ast: AST,
+    /// Whether its text names `state` at all (`eval` is disabled, so a body that does not
+    /// never reaches it): a read body or a composite that does not is given none, and its
+    /// call costs no copy of the state.
+    pub(super) sees_state: bool,
+}
+
 /// What script tools loaded together share: an engine, their limits, the `state` map, and the
 /// slots of the script threads.
 pub(super) struct ScriptHost {
@@ -58,10 +67,10 @@ impl ScriptHost {
         }
     }
 
-    /// A tool with `spec` whose body is `ast`; `latency` is simulated after the body, so that
+    /// A tool with `spec` whose body is `body`; `latency` is simulated after the body, so that
     /// the replies of calls started together arrive together, as a remote service's would.
-    pub(super) fn tool(self: &Arc<Self>, spec: ToolSpec, ast: AST, latency: Duration) -> Tool {
-        let (host, ast) = (Arc::clone(self), Arc::new(ast));
+    pub(super) fn tool(self: &Arc<Self>, spec: ToolSpec, body: Body, latency: Duration) -> Tool {
+        let (host, ast) = (Arc::clone(self), Arc::new(body));
         if spec.is_composite() {
             return Tool::from_spec(spec, move |args, ctx| {
                 let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
@@ -139,13 +148,22 @@ impl ScriptHost {
     /// Runs a script tool's body. Read tools run side by side and see `state` as it is; other
     /// tools run alone, so `state` changes are never lost, and a body that fails leaves `state`
     /// as it found it.
-    fn run(&self, ast: &AST, args: &Value, call: Map, effect: Effect) -> Result<Value, ToolError> {
+    fn run(
+        &self,
+        body: &Body,
+        args: &Value,
+        call: Map,
+        effect: Effect,
+    ) -> Result<Value, ToolError> {
         let mut scope = Scope::new();
         scope.push("args", engine::to_dynamic(args));
         scope.push("ctx", Dynamic::from_map(call));
+        let ast = &body.ast;
         if effect == Effect::Read {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
-            scope.push("state", Dynamic::from_map(state));
+            if body.sees_state {
+                let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
+                scope.push("state", Dynamic::from_map(state));
+            }
             let value = self
                 .engine
                 .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
@@ -174,7 +192,7 @@ impl ScriptHost {
     /// the body at its next operation and refuses its further nested calls.
     async fn composite(
         self: Arc<Self>,
-        ast: Arc<AST>,
+        ast: Arc<Body>,
         args: Value,
         ctx: ToolContext,
     ) -> Result<Value, ToolError> {
@@ -202,7 +220,7 @@ impl ScriptHost {
     /// its nested tools (it holds no lock while they run).
     fn run_composite(
         &self,
-        ast: &AST,
+        body: &Body,
         args: &Value,
         ctx: &ToolContext,
         handle: &tokio::runtime::Handle,
@@ -252,10 +270,12 @@ impl ScriptHost {
         let mut scope = Scope::new();
         scope.push("args", engine::to_dynamic(args));
         scope.push("ctx", Dynamic::from_map(call_map(ctx)));
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
-        scope.push("state", Dynamic::from_map(state));
+        if body.sees_state {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner()).clone();
+            scope.push("state", Dynamic::from_map(state));
+        }
         let value = engine
-            .eval_ast_with_scope::<Dynamic>(&mut scope, ast)
+            .eval_ast_with_scope::<Dynamic>(&mut scope, &body.ast)
             .map_err(|e| self.tool_error(*e))?;
         result_json(&value)
     }
