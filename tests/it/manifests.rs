@@ -177,6 +177,34 @@ script = "state.n ?? 0"
     assert_eq!(value_of(&peek), &json!(0));
 }
 
+/// A read body (or a composite) is given a copy of `state` only if its text names it, so that
+/// a read that never looks at a large state does not pay for copying it: one that names it
+/// sees it; one that does not has no such variable (`eval` being disabled, only a name
+/// computed at run time could tell).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_body_that_names_state_is_given_it() {
+    let runtime = runtime(
+        r#"
+[[tool]]
+name = "seed"
+effect = "write"
+script = "state.users = []; for i in 0..5000 { state.users.push(#{ id: i }); } state.users.len()"
+
+[[tool]]
+name = "count"
+effect = "read"
+script = "state.users.len()"
+
+[[tool]]
+name = "blind"
+effect = "read"
+script = 'is_def_var("sta" + "te")'
+"#,
+    );
+    let out = runtime.run("[seed(), count(), blind()]").await;
+    assert_eq!(value_of(&out), &json!([5000, 5000, false]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_settings_reach_the_spec() {
     let runtime = runtime(
