@@ -70,13 +70,13 @@ impl ScriptHost {
     /// A tool with `spec` whose body is `body`; `latency` is simulated after the body, so that
     /// the replies of calls started together arrive together, as a remote service's would.
     pub(super) fn tool(self: &Arc<Self>, spec: ToolSpec, body: Body, latency: Duration) -> Tool {
-        let (host, ast) = (Arc::clone(self), Arc::new(body));
+        let (host, body) = (Arc::clone(self), Arc::new(body));
         if spec.is_composite() {
             return Tool::from_spec(spec, move |args, ctx| {
-                let (host, ast) = (Arc::clone(&host), Arc::clone(&ast));
+                let (host, body) = (Arc::clone(&host), Arc::clone(&body));
                 async move {
                     let started = std::time::Instant::now();
-                    let result = host.composite(ast, args, ctx).await;
+                    let result = host.composite(body, args, ctx).await;
                     if latency > Duration::ZERO {
                         super::latency::sleep_until(crate::sync::deadline_after(started, latency))
                             .await;
@@ -91,7 +91,7 @@ impl ScriptHost {
         // place.
         let quick = Arc::new(AtomicBool::new(true));
         let tool = Tool::from_spec(spec, move |args, ctx: ToolContext| {
-            let (host, ast, quick) = (Arc::clone(&host), Arc::clone(&ast), Arc::clone(&quick));
+            let (host, body, quick) = (Arc::clone(&host), Arc::clone(&body), Arc::clone(&quick));
             async move {
                 let started = std::time::Instant::now();
                 // A call whose future was dropped (its timeout) stops its body: before it starts,
@@ -104,7 +104,7 @@ impl ScriptHost {
                 let deadline = ctx.deadline();
                 let job = move || {
                     let began = std::time::Instant::now();
-                    let result = host.run(&ast, &args, call, effect);
+                    let result = host.run(&body, &args, call, effect);
                     quick.store(began.elapsed() < QUICK_BODY, Ordering::Relaxed);
                     result
                 };
@@ -192,7 +192,7 @@ impl ScriptHost {
     /// the body at its next operation and refuses its further nested calls.
     async fn composite(
         self: Arc<Self>,
-        ast: Arc<Body>,
+        body: Arc<Body>,
         args: Value,
         ctx: ToolContext,
     ) -> Result<Value, ToolError> {
@@ -201,7 +201,7 @@ impl ScriptHost {
         let handle = tokio::runtime::Handle::current();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = engine::spawn_script_thread("toolscript-composite", move || {
-            let _ = tx.send(self.run_composite(&ast, &args, &ctx, &handle, token));
+            let _ = tx.send(self.run_composite(&body, &args, &ctx, &handle, token));
         });
         if let Err(e) = spawned {
             return Err(ToolError::internal(format!(
