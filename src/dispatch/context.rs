@@ -2,7 +2,7 @@
 //! own budget, repeat guard, receipts and effect log; and the claim of a speculative outcome,
 //! which replays on them what the sequential call would have done.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -132,6 +132,9 @@ pub(crate) struct RunContext {
     open: AtomicU64,
     /// Notified when `open` falls to zero.
     all_closed: tokio::sync::Notify,
+    /// Someone waits in [`RunContext::settled`]: only then does the last call to close wake
+    /// it (a sequential run closes its only open call at every call).
+    settling: AtomicBool,
     /// The run's journal, when the run is durable.
     pub(crate) journal: JournalSlot,
     /// The script's `input` (`None`: it was given none, and reads `()`).
@@ -201,6 +204,7 @@ impl RunContext {
             cancel,
             open: AtomicU64::new(0),
             all_closed: tokio::sync::Notify::new(),
+            settling: AtomicBool::new(false),
             journal: JournalSlot::default(),
             input: None,
             context: None,
@@ -336,7 +340,7 @@ impl RunContext {
 
     pub(super) fn call_closed(&self) {
         self.progress.finished();
-        if self.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if self.open.fetch_sub(1, Ordering::SeqCst) == 1 && self.settling.load(Ordering::SeqCst) {
             self.all_closed.notify_waiters();
         }
     }
@@ -349,6 +353,8 @@ impl RunContext {
             Instant::now().into_std(),
             limit,
         ));
+        // Set before the count is first read: a call that closes after that read sees it.
+        self.settling.store(true, Ordering::SeqCst);
         loop {
             let closed = self.all_closed.notified();
             tokio::pin!(closed);
@@ -453,10 +459,6 @@ impl RunContext {
     /// Hits of the cache the run used.
     pub(crate) fn cache_hits(&self) -> u64 {
         self.cache.as_ref().map_or(0, super::cache::RunCache::hits)
-    }
-
-    pub(crate) fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 
     /// The time from the run's start to `now`.

@@ -305,7 +305,12 @@ enum Stage {
 
 impl<'a> InProgress<'a> {
     /// Opens the call. The receipt names the tool by its own name (the registry's).
-    fn start(ctx: &'a RunContext, tool: &'a RegisteredTool, call: &Call) -> InProgress<'a> {
+    fn start(
+        ctx: &'a RunContext,
+        tool: &'a RegisteredTool,
+        call: &Call,
+        now: Instant,
+    ) -> InProgress<'a> {
         ctx.call_opened();
         InProgress {
             ctx,
@@ -320,7 +325,7 @@ impl<'a> InProgress<'a> {
                 jcs_value_digest_keyed(&call.args, &call.args_key)
             },
             redacts_result: tool.redacts(Side::Result),
-            started: ctx.elapsed(),
+            started: ctx.elapsed_at(now),
             attempts: 0,
             answered_at_once: None,
             pace: &tool.pace,
@@ -562,18 +567,23 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     if !tool.redact.is_empty() {
         tool.mask_redacted(Side::Args, &call.args, &ctx.mask);
     }
-    let mut flight = InProgress::start(ctx, tool, &call);
+    // The call's start: its receipt's, and the budget's and the breaker's moment.
+    let now = Instant::now();
+    let mut flight = InProgress::start(ctx, tool, &call, now);
     let span = tracing::debug_span!(
         "tool_call",
         tool = %tool.spec.name,
         call_id = flight.call_id,
         speculative = flight.speculation.is_some()
     );
-    let result = {
-        // Pinned where it is made, so that the call's future holds it once.
-        let steps = std::pin::pin!(steps(ctx, tool, &mut call, &mut flight).instrument(span));
-        steps.await.map_err(|e| e.for_tool(&tool.spec.name))
-    };
+    // Pinned where they are made, so that the call's future holds them once. A span no
+    // subscriber wants would only be entered and left at every poll.
+    let result = if span.is_disabled() {
+        std::pin::pin!(steps(ctx, tool, &mut call, &mut flight, now)).await
+    } else {
+        std::pin::pin!(steps(ctx, tool, &mut call, &mut flight, now).instrument(span)).await
+    }
+    .map_err(|e| e.for_tool(&tool.spec.name));
     // A plan keeps the script's non-read calls the dispatch path refused, as refused.
     if let (Some(planning), Some(seq), Err(e)) = (ctx.planning(), call.seq, &result) {
         if !planning.has(seq) {
@@ -593,12 +603,14 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
     result
 }
 
-/// Steps 2 to 9. The body's last attempt is given the call's arguments themselves.
+/// Steps 2 to 9, from the call's start `now`. The body's last attempt is given the call's
+/// arguments themselves.
 async fn steps(
     ctx: &Arc<RunContext>,
     tool: &RegisteredTool,
     call: &mut Call,
     flight: &mut InProgress<'_>,
+    now: Instant,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
     let speculation = call.caller.speculation().cloned();
@@ -664,7 +676,6 @@ async fn steps(
     }
     // 5. Charge the budget; the guard frees the in-flight slot when the call ends. A
     // speculative call is charged when it is claimed.
-    let now = Instant::now();
     let _in_flight = match speculation {
         None => ctx.budget.charge(now)?,
         Some(_) => ctx.budget.charge_speculative(now)?,

@@ -274,15 +274,19 @@ pub(crate) struct Draft {
     pub(crate) planned: bool,
 }
 
-/// One run's receipts, chained by hash as each becomes final: an executor's (or a composite's)
-/// receipt when its call finishes, a speculative one when the executor claims it or when the run
-/// ends (only then is it known whether it was claimed). With a sink, each is appended to the
-/// receipts file at that moment, so that a run killed midway leaves the receipts of every call
-/// it finished.
+/// One run's receipts, placed in the chain as each becomes final: an executor's (or a
+/// composite's) receipt when its call finishes, a speculative one when the executor claims it or
+/// when the run ends (only then is it known whether it was claimed). With a sink, each is hashed
+/// and appended to the receipts file at that moment, so that a run killed midway leaves the
+/// receipts of every call it finished. Without one, nothing reads a hash before the run ends:
+/// receipts are hashed in batches, in their order, by a task of the async runtime (on another
+/// core, beside the script), and the rest when the run takes them.
 #[derive(Debug)]
 pub(crate) struct ReceiptLog {
     run_id: String,
     chain: Mutex<Chain>,
+    /// Without a sink: the receipts placed, hashed later.
+    deferred: Option<Arc<Deferred>>,
     /// Speculative receipts not yet final, under a lock of their own: the scout's calls leave
     /// theirs here while the executor seals, and never wait for it. Taken after `chain` when
     /// both are, never the other way round.
@@ -293,7 +297,10 @@ pub(crate) struct ReceiptLog {
 
 #[derive(Debug, Default)]
 struct Chain {
+    /// The receipts hashed (with a sink; without one they are in [`Deferred`]).
     receipts: Vec<Receipt>,
+    /// Receipts placed so far: the next one's `seq`, from the base's.
+    placed: u64,
     /// The chain this run's receipts continue (a resumed run's file): its last hash and the
     /// next receipt's `seq`.
     base: Option<(Hex, u64)>,
@@ -305,6 +312,67 @@ struct Chain {
     line: Vec<u8>,
     /// The buffer a receipt's JCS text is written into to be hashed, reused likewise.
     text: Vec<u8>,
+}
+
+/// How many receipts placed without a sink wait before a task is asked to hash them: a task
+/// costs a wake of a worker thread, shared by the batch.
+const BATCH: usize = 64;
+
+/// The receipts of a run without a sink, placed in order and hashed later: in batches by a task
+/// of the async runtime, and the rest by [`ReceiptLog::take`].
+#[derive(Debug, Default)]
+struct Deferred {
+    /// Placed, not yet hashed, in order; and whether a task is on its way to hash them.
+    queue: Mutex<(Vec<Receipt>, bool)>,
+    /// The receipts hashed, in order, and the buffer their text is written into. Held by
+    /// whoever hashes, so that batches are hashed one at a time, in order. Taken before
+    /// `queue` when both are.
+    hashed: Mutex<(Vec<Receipt>, Vec<u8>)>,
+}
+
+impl Deferred {
+    /// Hashes every receipt placed so far, and those placed meanwhile; with `task`, as the
+    /// task a full batch asked for (it says when it is done).
+    fn hash_all(&self, task: bool) {
+        let mut hashed = lock(&self.hashed);
+        loop {
+            let batch = {
+                let mut queue = lock(&self.queue);
+                if queue.0.is_empty() {
+                    if task {
+                        queue.1 = false;
+                    }
+                    return;
+                }
+                // Room for the next batch, so that it never grows by copying.
+                std::mem::replace(&mut queue.0, Vec::with_capacity(BATCH))
+            };
+            let (receipts, text) = &mut *hashed;
+            receipts.reserve(batch.len());
+            for receipt in batch {
+                chain_onto(receipts, None, text, receipt);
+            }
+        }
+    }
+}
+
+/// Gives `receipt` the hash of the chain's last receipt (`receipts`' last, else `base`) as its
+/// `prev`, and its own hash; and appends it.
+fn chain_onto(
+    receipts: &mut Vec<Receipt>,
+    base: Option<&Hex>,
+    text: &mut Vec<u8>,
+    mut receipt: Receipt,
+) {
+    receipt.prev = receipts.last().map(|last| &last.hash).or(base).cloned();
+    // The hash covers the receipt as it is now, without a hash, written as JCS.
+    text.clear();
+    receipt.hash = if receipt.push_jcs(text) {
+        sha256_digest(&*text)
+    } else {
+        Hex::from(jcs_sha256(&receipt))
+    };
+    receipts.push(receipt);
 }
 
 /// Speculative receipts not yet final, by their claim flag (a speculative call and the calls
@@ -391,6 +459,7 @@ impl ReceiptLog {
     pub(crate) fn new(run_id: String, sink: Option<Sink>) -> ReceiptLog {
         ReceiptLog {
             run_id,
+            deferred: sink.is_none().then(Arc::default),
             chain: Mutex::new(Chain {
                 base: sink.as_ref().and_then(|s| s.base.clone()),
                 sink,
@@ -453,7 +522,7 @@ impl ReceiptLog {
         self.lock().failed.clone()
     }
 
-    /// The run's receipts, every pending one sealed.
+    /// The run's receipts, every pending one sealed, every one hashed.
     pub(crate) fn take(&self) -> Vec<Receipt> {
         let mut chain = self.lock();
         let pending = std::mem::take(&mut lock(&self.pending).by_flag);
@@ -462,15 +531,22 @@ impl ReceiptLog {
         for (_, draft) in pending {
             self.seal(&mut chain, draft);
         }
-        std::mem::take(&mut chain.receipts)
+        let Some(deferred) = &self.deferred else {
+            return std::mem::take(&mut chain.receipts);
+        };
+        drop(chain);
+        // After a task hashing a batch now, if there is one.
+        deferred.hash_all(false);
+        std::mem::take(&mut lock(&deferred.hashed).0)
     }
 
-    /// Gives `draft` its place and hash in the chain, and appends it to the sink.
+    /// Gives `draft` its place in the chain: hashed and appended to the sink at once, or
+    /// queued to be hashed later when there is no sink.
     fn seal(&self, chain: &mut Chain, draft: Draft) {
-        let mut receipt = Receipt {
+        let receipt = Receipt {
             v: RECEIPT_VERSION,
             run_id: self.run_id.clone(),
-            seq: chain.base.as_ref().map_or(0, |(_, next)| *next) + chain.receipts.len() as u64,
+            seq: chain.base.as_ref().map_or(0, |(_, next)| *next) + chain.placed,
             call_id: draft.call_id,
             parent: draft.parent,
             tool: draft.tool,
@@ -491,35 +567,46 @@ impl ReceiptLog {
             attempt: draft.attempt,
             cached: draft.cached_age_ms.is_some(),
             cached_age_ms: draft.cached_age_ms.map(round_ms),
-            prev: match chain.receipts.last() {
-                Some(last) => Some(last.hash.clone()),
-                None => chain.base.as_ref().map(|(hash, _)| hash.clone()),
-            },
+            prev: None,
             hash: Hex::default(),
         };
-        // The hash covers the receipt as it is now, without a hash, written as JCS.
-        let mut text = std::mem::take(&mut chain.text);
-        text.clear();
-        receipt.hash = if receipt.push_jcs(&mut text) {
-            sha256_digest(&text)
-        } else {
-            Hex::from(jcs_sha256(&receipt))
-        };
-        chain.text = text;
-        if let Some(sink) = &mut chain.sink {
+        chain.placed += 1;
+        if let Some(deferred) = &self.deferred {
+            // Under the chain's lock: queued in the order placed.
+            let mut queue = lock(&deferred.queue);
+            queue.0.push(receipt);
+            if queue.0.len() >= BATCH && !queue.1 {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    queue.1 = true;
+                    let deferred = Arc::clone(deferred);
+                    // Dropped unrun when the runtime shuts down: `take` hashes the rest.
+                    drop(runtime.spawn(async move { deferred.hash_all(true) }));
+                }
+            }
+            return;
+        }
+        let Chain {
+            receipts,
+            base,
+            sink,
+            failed,
+            line,
+            text,
+            ..
+        } = chain;
+        chain_onto(receipts, base.as_ref().map(|(hash, _)| hash), text, receipt);
+        if let Some(file) = sink {
             use std::io::Write;
+            let receipt = receipts.last().expect("just appended");
             // The line, into a buffer kept from one receipt to the next.
-            let mut line = std::mem::take(&mut chain.line);
             line.clear();
-            let written = write_line(&receipt, &mut line).and_then(|()| sink.file.write_all(&line));
+            let written = write_line(receipt, line).and_then(|()| file.file.write_all(line));
             if let Err(e) = written {
-                chain.failed = Some(format!("{}: {e}", sink.path.display()));
-                chain.sink = None;
+                *failed = Some(format!("{}: {e}", file.path.display()));
+                *sink = None;
                 self.broken.store(true, Ordering::SeqCst);
             }
-            chain.line = line;
         }
-        chain.receipts.push(receipt);
     }
 }
 
@@ -989,6 +1076,60 @@ mod tests {
         assert_eq!(receipts[1].call_id, 1);
         assert!(receipts[1].claimed);
         assert!(log.failure().is_none());
+    }
+
+    /// Without a sink, receipts are hashed later: in batches by a task of the runtime while
+    /// more are placed, the rest when the run takes them. The chain is the one a sink's
+    /// receipts, hashed at once, make; with a runtime or without, speculative ones among them.
+    #[test]
+    fn receipts_hashed_later_chain_as_receipts_hashed_at_once() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        for with_runtime in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("r.jsonl");
+            let at_once = ReceiptLog::new("run".into(), Some(Sink::create(&path).unwrap()));
+            let later = ReceiptLog::new("run".into(), None);
+            let entered = with_runtime.then(|| runtime.enter());
+            let claimed = Arc::new(AtomicBool::new(false));
+            let count = BATCH as u64 * 5 + 3;
+            for id in 0..count {
+                for log in [&at_once, &later] {
+                    log.append(match id % 10 {
+                        3 => Draft {
+                            speculative: true,
+                            claimed: Some(Arc::clone(&claimed)),
+                            ..draft(id)
+                        },
+                        _ => draft(id),
+                    });
+                }
+                if id == BATCH as u64 * 3 {
+                    claimed.store(true, Ordering::SeqCst);
+                    at_once.release(&claimed);
+                    later.release(&claimed);
+                }
+            }
+            if with_runtime {
+                // The task hashes the full batches while the log waits to be taken.
+                let deferred = later.deferred.as_ref().unwrap();
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while lock(&deferred.hashed).0.len() < BATCH && std::time::Instant::now() < until {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                assert!(
+                    lock(&deferred.hashed).0.len() >= BATCH,
+                    "a task hashed a batch"
+                );
+            }
+            drop(entered);
+            let (a, b) = (at_once.take(), later.take());
+            assert_eq!(a.len() as u64, count);
+            assert_eq!(a, b);
+            assert_eq!(verify_receipts(&path).unwrap(), a.len());
+        }
     }
 
     #[cfg(target_os = "linux")]
