@@ -70,7 +70,9 @@ use tracing::Instrument;
 
 use crate::error::{ErrorKind, ToolError};
 use crate::guard::Decision;
-use crate::json::{jcs_value_digest, jcs_value_digest_keyed, key_json, key_json_shared, Hex};
+use crate::json::{
+    jcs_value_digest, jcs_value_digest_keyed, key_json, key_json_shared, DraftDigest, Hex,
+};
 use crate::secrets::Side;
 use crate::store::ReadAt;
 use crate::sync::lock;
@@ -256,11 +258,11 @@ struct InProgress<'a> {
     /// Borrowed, as the tool's name: the call's future holds the run's context throughout.
     ctx: &'a RunContext,
     call_id: u64,
-    tool: &'a str,
+    tool: &'a Arc<str>,
     effect: Effect,
     parent: Option<u64>,
     speculation: Option<Arc<Speculation>>,
-    args_sha256: Hex,
+    args_sha256: DraftDigest,
     /// Its tool redacts values of its results: the receipt's digest of one is keyed.
     redacts_result: bool,
     started: std::time::Duration,
@@ -320,7 +322,7 @@ impl<'a> InProgress<'a> {
             parent: call.caller.parent(),
             speculation: call.caller.speculation().cloned(),
             args_sha256: if tool.redacts(Side::Args) || ctx.masks().holds_text(&call.args_key) {
-                Hex::from(ctx.keyed_digest(&call.args_key))
+                Hex::from(ctx.keyed_digest(&call.args_key)).into()
             } else {
                 jcs_value_digest_keyed(&call.args, &call.args_key)
             },
@@ -386,14 +388,14 @@ impl<'a> InProgress<'a> {
         self.ctx.receipts.append(receipt::Draft {
             call_id: self.call_id,
             parent: self.parent,
-            tool: self.tool.to_string(),
+            tool: Arc::clone(self.tool),
             effect: self.effect,
             speculative: self.speculation.is_some(),
             claimed: self.speculation.as_ref().map(|s| Arc::clone(&s.claimed)),
-            args_sha256: std::mem::take(&mut self.args_sha256),
+            args_sha256: std::mem::replace(&mut self.args_sha256, DraftDigest::Sha256([0; 32])),
             result_sha256: result.as_ref().ok().map(|value| {
                 if self.redacts_result || self.ctx.masks().holds(value) {
-                    Hex::from(self.ctx.keyed_digest(&key_json(value)))
+                    Hex::from(self.ctx.keyed_digest(&key_json(value))).into()
                 } else {
                     jcs_value_digest(value)
                 }

@@ -33,7 +33,7 @@ use smallvec::SmallVec;
 use crate::error::Error;
 use crate::json::{
     jcs_sha256, jcs_value_sha256, key_json, push_jcs_hex, push_jcs_string, push_jcs_thousandths,
-    sha256_digest, sha256_hex, Hex,
+    sha256_digest, sha256_hex, DraftDigest, Hex,
 };
 use crate::sync::lock;
 use crate::tool::Effect;
@@ -255,13 +255,13 @@ fn hash_of_line(version: u32, value: &mut Value) -> String {
 pub(crate) struct Draft {
     pub(crate) call_id: u64,
     pub(crate) parent: Option<u64>,
-    pub(crate) tool: String,
+    pub(crate) tool: Arc<str>,
     pub(crate) effect: Effect,
     pub(crate) speculative: bool,
     /// Set by the executor when it claims a speculative outcome, possibly after the call ended.
     pub(crate) claimed: Option<Arc<AtomicBool>>,
-    pub(crate) args_sha256: Hex,
-    pub(crate) result_sha256: Option<Hex>,
+    pub(crate) args_sha256: DraftDigest,
+    pub(crate) result_sha256: Option<DraftDigest>,
     pub(crate) error_kind: Option<String>,
     pub(crate) started_ms: f64,
     pub(crate) duration_ms: f64,
@@ -322,8 +322,12 @@ const BATCH: usize = 64;
 /// of the async runtime, and the rest by [`ReceiptLog::take`].
 #[derive(Debug, Default)]
 struct Deferred {
-    /// Placed, not yet hashed, in order; and whether a task is on its way to hash them.
-    queue: Mutex<(Vec<Receipt>, bool)>,
+    /// The run's id, which each receipt is given when it is made.
+    run_id: String,
+    /// Placed, not yet hashed, in order; and whether a task is on its way to hash them. A
+    /// draft waits here, not the receipt made from it: it is smaller, and the receipt (and its
+    /// copy of the run's id) is made by whoever hashes it.
+    queue: Mutex<(Vec<Placed>, bool)>,
     /// The receipts hashed, in order, and the buffer their text is written into. Held by
     /// whoever hashes, so that batches are hashed one at a time, in order. Taken before
     /// `queue` when both are.
@@ -349,9 +353,56 @@ impl Deferred {
             };
             let (receipts, text) = &mut *hashed;
             receipts.reserve(batch.len());
-            for receipt in batch {
-                chain_onto(receipts, None, text, receipt);
+            for placed in batch {
+                chain_onto(receipts, None, text, placed.receipt(&self.run_id));
             }
+        }
+    }
+}
+
+/// A receipt's draft given its place in the chain: its `seq`, and whether the executor claimed
+/// it.
+#[derive(Debug)]
+struct Placed {
+    seq: u64,
+    claimed: bool,
+    draft: Draft,
+}
+
+impl Placed {
+    /// The receipt, unhashed, of the run `run_id`.
+    fn receipt(self, run_id: &str) -> Receipt {
+        let Placed {
+            seq,
+            claimed,
+            draft,
+        } = self;
+        Receipt {
+            v: RECEIPT_VERSION,
+            run_id: run_id.to_string(),
+            seq,
+            call_id: draft.call_id,
+            parent: draft.parent,
+            tool: draft.tool.to_string(),
+            effect: draft.effect,
+            speculative: draft.speculative,
+            claimed,
+            args_sha256: draft.args_sha256.into_hex(),
+            status: match (draft.blocked, &draft.error_kind) {
+                _ if draft.planned && draft.error_kind.is_none() => Status::Planned,
+                (true, _) => Status::Blocked,
+                (false, None) => Status::Ok,
+                (false, Some(_)) => Status::Error,
+            },
+            result_sha256: draft.result_sha256.map(DraftDigest::into_hex),
+            error_kind: draft.error_kind,
+            started_ms: round_ms(draft.started_ms),
+            duration_ms: round_ms(draft.duration_ms),
+            attempt: draft.attempt,
+            cached: draft.cached_age_ms.is_some(),
+            cached_age_ms: draft.cached_age_ms.map(round_ms),
+            prev: None,
+            hash: Hex::default(),
         }
     }
 }
@@ -458,8 +509,13 @@ impl Sink {
 impl ReceiptLog {
     pub(crate) fn new(run_id: String, sink: Option<Sink>) -> ReceiptLog {
         ReceiptLog {
+            deferred: sink.is_none().then(|| {
+                Arc::new(Deferred {
+                    run_id: run_id.clone(),
+                    ..Deferred::default()
+                })
+            }),
             run_id,
-            deferred: sink.is_none().then(Arc::default),
             chain: Mutex::new(Chain {
                 base: sink.as_ref().and_then(|s| s.base.clone()),
                 sink,
@@ -542,39 +598,21 @@ impl ReceiptLog {
 
     /// Gives `draft` its place in the chain: hashed and appended to the sink at once, or
     /// queued to be hashed later when there is no sink.
-    fn seal(&self, chain: &mut Chain, draft: Draft) {
-        let receipt = Receipt {
-            v: RECEIPT_VERSION,
-            run_id: self.run_id.clone(),
+    fn seal(&self, chain: &mut Chain, mut draft: Draft) {
+        let placed = Placed {
             seq: chain.base.as_ref().map_or(0, |(_, next)| *next) + chain.placed,
-            call_id: draft.call_id,
-            parent: draft.parent,
-            tool: draft.tool,
-            effect: draft.effect,
-            speculative: draft.speculative,
-            claimed: draft.claimed.is_some_and(|c| c.load(Ordering::SeqCst)),
-            args_sha256: draft.args_sha256,
-            status: match (draft.blocked, &draft.error_kind) {
-                _ if draft.planned && draft.error_kind.is_none() => Status::Planned,
-                (true, _) => Status::Blocked,
-                (false, None) => Status::Ok,
-                (false, Some(_)) => Status::Error,
-            },
-            result_sha256: draft.result_sha256,
-            error_kind: draft.error_kind,
-            started_ms: round_ms(draft.started_ms),
-            duration_ms: round_ms(draft.duration_ms),
-            attempt: draft.attempt,
-            cached: draft.cached_age_ms.is_some(),
-            cached_age_ms: draft.cached_age_ms.map(round_ms),
-            prev: None,
-            hash: Hex::default(),
+            // Read now: the flag is final once the receipt is.
+            claimed: draft
+                .claimed
+                .take()
+                .is_some_and(|c| c.load(Ordering::SeqCst)),
+            draft,
         };
         chain.placed += 1;
         if let Some(deferred) = &self.deferred {
             // Under the chain's lock: queued in the order placed.
             let mut queue = lock(&deferred.queue);
-            queue.0.push(receipt);
+            queue.0.push(placed);
             if queue.0.len() >= BATCH && !queue.1 {
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     queue.1 = true;
@@ -594,6 +632,7 @@ impl ReceiptLog {
             text,
             ..
         } = chain;
+        let receipt = placed.receipt(&self.run_id);
         chain_onto(receipts, base.as_ref().map(|(hash, _)| hash), text, receipt);
         if let Some(file) = sink {
             use std::io::Write;
@@ -1041,8 +1080,8 @@ mod tests {
             effect: Effect::Read,
             speculative: false,
             claimed: None,
-            args_sha256: sha256_hex("{}").into(),
-            result_sha256: Some(sha256_hex("1").into()),
+            args_sha256: sha256_digest("{}").into(),
+            result_sha256: Some(sha256_digest("1").into()),
             error_kind: None,
             started_ms: 1.23456,
             duration_ms: 2.0,

@@ -91,6 +91,32 @@ impl Hex {
     }
 }
 
+/// A digest as a call's draft receipt holds it until the receipt is made: a SHA-256's 32
+/// bytes, written as hex only then (by whoever hashes the receipt: for most runs a task on
+/// another core), or a digest's text (a keyed one, or why a value cannot be hashed). Less than
+/// half the size of a [`Hex`]: a run keeps each call's draft until that task comes.
+#[derive(Debug, Clone)]
+pub(crate) enum DraftDigest {
+    Sha256([u8; 32]),
+    Text(Box<Hex>),
+}
+
+impl DraftDigest {
+    /// The digest as a receipt writes it.
+    pub(crate) fn into_hex(self) -> Hex {
+        match self {
+            DraftDigest::Sha256(bytes) => Hex::digest(&bytes),
+            DraftDigest::Text(text) => *text,
+        }
+    }
+}
+
+impl From<Hex> for DraftDigest {
+    fn from(text: Hex) -> DraftDigest {
+        DraftDigest::Text(Box::new(text))
+    }
+}
+
 impl Default for Hex {
     fn default() -> Hex {
         Hex::new("")

@@ -24,6 +24,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 mod hex;
+pub(crate) use hex::DraftDigest;
 pub use hex::Hex;
 
 /// Writes `value` in the key form of canonical JSON: object keys sorted by their UTF-8 bytes,
@@ -326,28 +327,30 @@ impl serde_json::ser::Formatter for InOrder {
 /// SHA-256, as lowercase hex, of `value` in the receipt form of canonical JSON: a receipt's
 /// `args_sha256` of its call's arguments, its `result_sha256` of the result.
 pub fn jcs_value_sha256(value: &Value) -> String {
-    jcs_value_digest(value).into()
+    jcs_value_digest(value).into_hex().into()
 }
 
-/// [`jcs_value_sha256`], kept inline (a receipt's result digest).
-pub(crate) fn jcs_value_digest(value: &Value) -> Hex {
+/// [`jcs_value_sha256`], as a draft receipt keeps it (a receipt's result digest).
+pub(crate) fn jcs_value_digest(value: &Value) -> DraftDigest {
     // The key form's text is the receipt form's when the value has no float and no key with a
     // character from U+E000 up (below it, UTF-8 and UTF-16 sort alike), and it is written
     // several times faster: most arguments and results are such values.
     if key_form_is_jcs(value) {
-        with_key_form(value, |text| sha256_digest(text))
+        with_key_form(value, |text| {
+            DraftDigest::Sha256(Sha256::digest(text).into())
+        })
     } else {
-        Hex::from(jcs_sha256(value))
+        Hex::from(jcs_sha256(value)).into()
     }
 }
 
 /// As [`jcs_value_sha256`], for a value whose key form is already written (`key`, which must
 /// be [`key_json`] of `value`): a call's arguments, whose key form identifies the call.
-pub(crate) fn jcs_value_digest_keyed(value: &Value, key: &str) -> Hex {
+pub(crate) fn jcs_value_digest_keyed(value: &Value, key: &str) -> DraftDigest {
     if key_form_is_jcs(value) {
-        sha256_digest(key)
+        DraftDigest::Sha256(Sha256::digest(key).into())
     } else {
-        Hex::from(jcs_sha256(value))
+        Hex::from(jcs_sha256(value)).into()
     }
 }
 
@@ -628,7 +631,10 @@ mod tests {
         let large = json!({ "text": "y".repeat(100_000), "n": 7 });
         for value in [&small, &large, &small] {
             assert_eq!(&*key_json_shared(value), key_json(value));
-            assert_eq!(jcs_value_digest(value), sha256_hex(key_json(value)));
+            assert_eq!(
+                jcs_value_digest(value).into_hex(),
+                sha256_hex(key_json(value))
+            );
             assert!(TEXT.with_borrow(String::capacity) <= KEPT_TEXT);
         }
     }
@@ -771,7 +777,10 @@ mod tests {
             let text = jcs(value).unwrap();
             assert_eq!(jcs_value_sha256(value), sha256_hex(&text), "{value}");
             let key = key_json(value);
-            assert_eq!(jcs_value_digest_keyed(value, &key), sha256_hex(&text));
+            assert_eq!(
+                jcs_value_digest_keyed(value, &key).into_hex(),
+                sha256_hex(&text)
+            );
             assert_eq!(jcs_sha256(value), sha256_hex(&text), "{value}");
         }
         assert!(key_form_is_jcs(&values[0]) && !key_form_is_jcs(&values[1]));
