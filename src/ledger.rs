@@ -189,9 +189,47 @@ impl OutcomeSlot {
     }
 }
 
+/// Where an entry's outcome is.
+#[derive(Debug)]
+enum Slot {
+    /// A cell others may wait on: every entry of a run with a scout.
+    Cell(Arc<OutcomeSlot>),
+    /// The executor's own read in a run without a scout: no one waits for it, so it is kept
+    /// once it has landed, without a cell.
+    Landed(Outcome),
+}
+
+impl Slot {
+    fn get(&self) -> Option<Outcome> {
+        match self {
+            Slot::Cell(cell) => cell.get(),
+            Slot::Landed(outcome) => Some(Arc::clone(outcome)),
+        }
+    }
+
+    fn wait_blocking(&self) -> Outcome {
+        match self {
+            Slot::Cell(cell) => cell.wait_blocking(),
+            Slot::Landed(outcome) => Arc::clone(outcome),
+        }
+    }
+
+    /// A cell holding the outcome: the entry's own, or a new one set with what landed.
+    fn cell(&self) -> Arc<OutcomeSlot> {
+        match self {
+            Slot::Cell(cell) => Arc::clone(cell),
+            Slot::Landed(outcome) => {
+                let cell = OutcomeSlot::new();
+                let _ = cell.outcome.set(Arc::clone(outcome));
+                cell
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
-    cell: Arc<OutcomeSlot>,
+    slot: Slot,
     /// `None` for the executor's own read or a replayed one; the scout's speculation for one it
     /// started.
     speculation: Option<Arc<Speculation>>,
@@ -212,7 +250,7 @@ impl Entry {
     /// when claimed (not the runtime's refusal of a speculative call, which the executor makes
     /// again itself).
     fn retried(&self) -> bool {
-        let Some(outcome) = self.cell.get() else {
+        let Some(outcome) = self.slot.get() else {
             return false;
         };
         let refused = matches!(&*outcome, Err(e) if e.kind.is_speculation_refusal());
@@ -342,7 +380,7 @@ impl Book {
         self.entries.insert(
             key.clone(),
             Entry {
-                cell: Arc::clone(&cell),
+                slot: Slot::Cell(Arc::clone(&cell)),
                 speculation: None,
                 replayed: true,
                 used,
@@ -364,10 +402,12 @@ impl Book {
             .rev()
             .find_map(|epoch| {
                 probe.epoch = epoch;
-                let cell = &self.entries.get(&probe)?.cell;
-                match cell.get() {
-                    Some(outcome) => outcome.is_ok().then_some(outcome),
-                    None => cell.prediction.as_ref().map(|p| Arc::clone(&p.value)),
+                match &self.entries.get(&probe)?.slot {
+                    Slot::Landed(outcome) => outcome.is_ok().then(|| Arc::clone(outcome)),
+                    Slot::Cell(cell) => match cell.get() {
+                        Some(outcome) => outcome.is_ok().then_some(outcome),
+                        None => cell.prediction.as_ref().map(|p| Arc::clone(&p.value)),
+                    },
                 }
             })?;
         let record = self.predictions.entry(key.tool.clone()).or_default();
@@ -381,7 +421,7 @@ impl Book {
     fn executor_entry(&mut self, key: &ReadKey) -> Arc<OutcomeSlot> {
         let cell = OutcomeSlot::with(0, self.prediction(key));
         let entry = Entry {
-            cell: Arc::clone(&cell),
+            slot: Slot::Cell(Arc::clone(&cell)),
             speculation: None,
             replayed: false,
             used: true,
@@ -414,8 +454,10 @@ pub(crate) enum Read {
     Replayed(Outcome),
     /// The scout's speculative outcome, claimed: charged and recorded as the executor's call.
     Claimed(Outcome),
-    /// Nothing usable: the executor dispatches the read itself and sets this cell.
-    Dispatch(Arc<OutcomeSlot>),
+    /// Nothing usable: the executor dispatches the read itself and lands its outcome with
+    /// [`RunLedger::land`], in this cell (`None` in a run without a scout: no one waits for
+    /// it, and it is kept once it lands).
+    Dispatch(Option<Arc<OutcomeSlot>>),
 }
 
 /// What the scout may do with a read.
@@ -477,10 +519,13 @@ pub(crate) struct RunLedger {
     /// Notified when the executor is about to wait, and when the run ends: what a scout that
     /// fell behind the executor waits for.
     waited: Notify,
+    /// The run has a scout (it is speculative): every entry has a cell the scout may wait on.
+    scouted: bool,
 }
 
 impl RunLedger {
-    pub(crate) fn new(ctx: Arc<RunContext>, limits: SpeculationLimits) -> RunLedger {
+    /// The ledger of a run, `scouted` when it is speculative.
+    pub(crate) fn new(ctx: Arc<RunContext>, limits: SpeculationLimits, scouted: bool) -> RunLedger {
         let book = Book {
             predict: limits.predict,
             ..Book::default()
@@ -493,6 +538,7 @@ impl RunLedger {
             running: AtomicBool::new(false),
             starter: OnceLock::new(),
             waited: Notify::new(),
+            scouted,
         }
     }
 
@@ -534,23 +580,27 @@ impl RunLedger {
                         book.replayed_entry(key, &outcome, true);
                         return Read::Replayed(outcome);
                     }
+                    if !self.scouted {
+                        book.misses += 1;
+                        return Read::Dispatch(None);
+                    }
                     let cell = book.executor_entry(key);
                     drop(book);
                     self.bump();
-                    return Read::Dispatch(cell);
+                    return Read::Dispatch(Some(cell));
                 }
                 // A read the scout held: the executor makes it, into the cell the scout's
                 // placeholders wait on (which is news enough to the scout: no miss, no bump).
                 Some(entry) if entry.held.is_some() => {
                     entry.held = None;
                     entry.used = true;
-                    let cell = Arc::clone(&entry.cell);
+                    let cell = entry.slot.cell();
                     book.held_made += 1;
-                    return Read::Dispatch(cell);
+                    return Read::Dispatch(Some(cell));
                 }
                 // The executor's own earlier occurrence: it waited for it, so it has landed.
                 Some(entry) if entry.used => {
-                    let outcome = entry.cell.wait_blocking();
+                    let outcome = entry.slot.wait_blocking();
                     if made_again(&outcome) {
                         key.n += 1;
                         continue;
@@ -565,9 +615,9 @@ impl RunLedger {
                     // The journal answered the scout's ask for it.
                     None => {
                         entry.used = true;
-                        return Read::Replayed(entry.cell.wait_blocking());
+                        return Read::Replayed(entry.slot.wait_blocking());
                     }
-                    Some(speculation) => break (Arc::clone(&entry.cell), Arc::clone(speculation)),
+                    Some(speculation) => break (entry.slot.cell(), Arc::clone(speculation)),
                 },
             }
         };
@@ -597,9 +647,35 @@ impl RunLedger {
             Claim::Redo => {
                 let cell = self.lock().executor_entry(key);
                 self.bump();
-                Read::Dispatch(cell)
+                Read::Dispatch(Some(cell))
             }
         }
+    }
+
+    /// The outcome of the executor's read `key`, which [`Read::Dispatch`] gave it to make
+    /// into `cell`, has landed: kept as the read's, and given back to share.
+    pub(crate) fn land(
+        &self,
+        key: &ReadKey,
+        cell: Option<Arc<OutcomeSlot>>,
+        outcome: Result<Value, ToolError>,
+    ) -> Outcome {
+        if let Some(cell) = cell {
+            cell.set(outcome);
+            // Only the executor sets the cell of its own read: the outcome is the one just
+            // set (shared, not copied).
+            return cell.wait_blocking();
+        }
+        let outcome = Arc::new(outcome);
+        let entry = Entry {
+            slot: Slot::Landed(Arc::clone(&outcome)),
+            speculation: None,
+            replayed: false,
+            used: true,
+            held: None,
+        };
+        self.lock().entries.insert(key.clone(), entry);
+        outcome
     }
 
     /// The journal's outcome of the read `key`, when the run is durable and has one.
@@ -698,7 +774,7 @@ impl RunLedger {
     pub(crate) fn launch(&self, key: &ReadKey) -> Launch {
         let mut book = self.lock();
         if let Some(entry) = book.entries.get(key) {
-            return Launch::Existing(Arc::clone(&entry.cell));
+            return Launch::Existing(entry.slot.cell());
         }
         if !book.may_start(key) {
             return Launch::Refused;
@@ -731,7 +807,7 @@ impl RunLedger {
         book.entries.insert(
             key.clone(),
             Entry {
-                cell: Arc::clone(&cell),
+                slot: Slot::Cell(Arc::clone(&cell)),
                 speculation: Some(Arc::clone(&speculation)),
                 replayed: false,
                 used: false,
@@ -770,7 +846,7 @@ impl RunLedger {
         book.entries.insert(
             key.clone(),
             Entry {
-                cell: Arc::clone(&cell),
+                slot: Slot::Cell(Arc::clone(&cell)),
                 speculation: None,
                 replayed: false,
                 used: false,
@@ -816,7 +892,7 @@ impl RunLedger {
             let speculation = Arc::new(Speculation::default());
             let args = entry.held.take().unwrap_or_default();
             entry.speculation = Some(Arc::clone(&speculation));
-            let cell = Arc::clone(&entry.cell);
+            let cell = entry.slot.cell();
             book.launched += 1;
             book.in_flight += 1;
             *book.in_flight_per_tool.entry(key.tool.clone()).or_default() += 1;
@@ -944,6 +1020,10 @@ mod tests {
     use serde_json::json;
 
     fn ledger(limits: SpeculationLimits, max_speculative_calls: u64) -> RunLedger {
+        scouted(limits, max_speculative_calls, true)
+    }
+
+    fn scouted(limits: SpeculationLimits, max_speculative_calls: u64, scout: bool) -> RunLedger {
         let tools = ["a", "b"]
             .map(|name| Tool::builder(name, Effect::Read).handler(|_| async { Ok(json!(0)) }));
         let ctx = RunContext::new(
@@ -958,7 +1038,7 @@ mod tests {
             Arc::default(),
             None,
         );
-        RunLedger::new(Arc::new(ctx), limits)
+        RunLedger::new(Arc::new(ctx), limits, scout)
     }
 
     fn key(epoch: u64, tool: &str) -> ReadKey {
@@ -1023,7 +1103,7 @@ mod tests {
             ledger.hold(&key(0, "a"), json!(1)),
             Hold::Launch(_)
         ));
-        let Read::Dispatch(mine) = ledger.read(&mut key(0, "a")) else {
+        let Read::Dispatch(Some(mine)) = ledger.read(&mut key(0, "a")) else {
             panic!("the executor makes a held read itself");
         };
         assert!(
@@ -1163,7 +1243,7 @@ mod tests {
             panic!("expected a start");
         };
         cell.set(Err(ToolError::new(ErrorKind::Cancelled, "not needed")));
-        let Read::Dispatch(mine) = ledger.read(&mut key(0, "a")) else {
+        let Read::Dispatch(Some(mine)) = ledger.read(&mut key(0, "a")) else {
             panic!("a refusal is never claimed");
         };
         mine.set(Ok(json!(2)));
@@ -1175,7 +1255,7 @@ mod tests {
     #[test]
     fn executor_entries_answer_repeats_and_the_scout() {
         let ledger = ledger(SpeculationLimits::default(), 10);
-        let Read::Dispatch(cell) = ledger.read(&mut key(0, "a")) else {
+        let Read::Dispatch(Some(cell)) = ledger.read(&mut key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(2)));
@@ -1193,7 +1273,7 @@ mod tests {
         let Read::Dispatch(cell) = ledger.read(&mut key) else {
             panic!("expected a call of its own");
         };
-        cell.set(outcome);
+        ledger.land(&key, cell, outcome);
         key.n
     }
 
@@ -1296,7 +1376,7 @@ mod tests {
         let second = key(0, "a").occurrence(1);
         assert!(matches!(ledger.launch(&second), Launch::Refused));
         let mut read = key(0, "a");
-        let Read::Dispatch(mine) = ledger.read(&mut read) else {
+        let Read::Dispatch(Some(mine)) = ledger.read(&mut read) else {
             panic!("a refusal is never claimed");
         };
         assert_eq!(read.n, 0);
@@ -1379,7 +1459,7 @@ mod tests {
         // The guess of a read in flight carries on to the next epoch, and the executor's own
         // reads are guessed too.
         ledger.record_write(write());
-        let Read::Dispatch(third) = ledger.read(&mut key(2, "a")) else {
+        let Read::Dispatch(Some(third)) = ledger.read(&mut key(2, "a")) else {
             panic!("expected a miss");
         };
         assert_eq!(third.predicted(), Some(&json!({"n": 1})));
@@ -1434,12 +1514,12 @@ mod tests {
             ..SpeculationLimits::default()
         };
         let sequential = ledger(off, 10);
-        let Read::Dispatch(cell) = sequential.read(&mut key(0, "a")) else {
+        let Read::Dispatch(Some(cell)) = sequential.read(&mut key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(1)));
         sequential.record_write(write());
-        let Read::Dispatch(cell) = sequential.read(&mut key(1, "a")) else {
+        let Read::Dispatch(Some(cell)) = sequential.read(&mut key(1, "a")) else {
             panic!("expected a miss");
         };
         assert!(cell.predicted().is_none());
@@ -1448,7 +1528,7 @@ mod tests {
     #[test]
     fn a_released_ledger_is_closed_and_empty() {
         let ledger = ledger(SpeculationLimits::default(), 10);
-        let Read::Dispatch(cell) = ledger.read(&mut key(0, "a")) else {
+        let Read::Dispatch(Some(cell)) = ledger.read(&mut key(0, "a")) else {
             panic!("expected a miss");
         };
         cell.set(Ok(json!(1)));
@@ -1460,6 +1540,47 @@ mod tests {
             Ok(json!(1)),
             "a cell held elsewhere lives on"
         );
+    }
+
+    #[test]
+    fn without_a_scout_the_executor_s_reads_land_without_cells_and_answer_alike() {
+        let off = SpeculationLimits {
+            predict: false,
+            ..SpeculationLimits::default()
+        };
+        let ledger = scouted(off, 10, false);
+        let mut first = key(0, "a");
+        let Read::Dispatch(None) = ledger.read(&mut first) else {
+            panic!("expected a miss without a cell");
+        };
+        let outcome = ledger.land(&first, None, Ok(json!(2)));
+        assert_eq!(*outcome, Ok(json!(2)));
+        match ledger.read(&mut key(0, "a")) {
+            Read::Repeat(repeat) => assert!(Arc::ptr_eq(&repeat, &outcome), "shared, not copied"),
+            _ => panic!("a landed read answers its repeats"),
+        }
+        // A failure the same call may not meet again answers its repeats; one it may, does not.
+        for (epoch, failure, again) in [
+            (1, ToolError::not_found("x"), false),
+            (2, ToolError::unavailable("down"), true),
+        ] {
+            ledger.record_write(write());
+            let mut read = key(epoch, "a");
+            let Read::Dispatch(None) = ledger.read(&mut read) else {
+                panic!("expected a miss in the new epoch");
+            };
+            ledger.land(&read, None, Err(failure));
+            let mut repeat = key(epoch, "a");
+            let answer = ledger.read(&mut repeat);
+            assert_eq!(matches!(answer, Read::Dispatch(None)), again);
+            assert_eq!(repeat.n, u64::from(again), "the occurrence that answers it");
+        }
+        assert_eq!(ledger.misses(), 4);
+        // Were a scout to ask, a landed read is there for it, with its outcome.
+        let Launch::Existing(cell) = ledger.launch(&key(0, "a")) else {
+            panic!("expected the executor's read");
+        };
+        assert_eq!(*cell.get().unwrap(), Ok(json!(2)));
     }
 
     #[tokio::test]

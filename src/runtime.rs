@@ -1329,7 +1329,8 @@ impl Run {
             predict: runtime.speculation.predict && options.mode == Mode::Speculative,
             ..runtime.speculation.clone()
         };
-        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation));
+        let scouted = options.mode == Mode::Speculative;
+        let ledger = Arc::new(RunLedger::new(Arc::clone(&ctx), speculation, scouted));
         Prepared { ctx, ledger }
     }
 

@@ -903,7 +903,8 @@ async fn run_body(
         flight.answered_at_once = Some(first.is_ready());
         let answer = match first {
             Poll::Ready(answer) => Ok(answer),
-            Poll::Pending => tokio::time::timeout_at(started + limit, body).await,
+            // Boxed, as every wait only some calls have: the call's future stays small.
+            Poll::Pending => Box::pin(tokio::time::timeout_at(started + limit, body)).await,
         };
         let result = match answer {
             Ok(Ok(result)) => result,
@@ -928,7 +929,7 @@ async fn run_body(
             Some(pause) if pause < ctx.budget.remaining(Instant::now()) => {
                 // The error's kind alone: its words may quote the call's values.
                 tracing::debug!(tool = %spec.name, attempt = flight.attempts, kind = error.kind_name(), "retrying");
-                tokio::time::sleep(pause).await;
+                Box::pin(tokio::time::sleep(pause)).await;
             }
             _ => return result,
         }

@@ -82,18 +82,22 @@ pub(crate) fn block_on<T: Send + 'static>(
     handle: &tokio::runtime::Handle,
     future: impl Future<Output = T> + Send + 'static,
 ) -> Option<T> {
-    block_on_noting(handle, future, || ())
+    block_on_noting(handle, || future, || ())
 }
 
 /// [`block_on`], calling `waits` when the future cannot finish at once, before this thread
-/// waits for it; what `waits` returns is dropped when the wait is over.
-pub(crate) fn block_on_noting<T: Send + 'static, G>(
+/// waits for it; what `waits` returns is dropped when the wait is over. The future is the one
+/// `make` makes, made where it is polled: a call's future (a few kilobytes) is never copied.
+pub(crate) fn block_on_noting<T: Send + 'static, F, G>(
     handle: &tokio::runtime::Handle,
-    future: impl Future<Output = T> + Send + 'static,
+    make: impl FnOnce() -> F + Send + 'static,
     waits: impl FnOnce() -> G,
-) -> Option<T> {
+) -> Option<T>
+where
+    F: Future<Output = T> + Send + 'static,
+{
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread {
-        let mut future = std::pin::pin!(future);
+        let mut future = std::pin::pin!(make());
         let first = {
             let _entered = handle.enter();
             let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
@@ -110,7 +114,7 @@ pub(crate) fn block_on_noting<T: Send + 'static, G>(
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     handle.spawn(async move {
-        let _ = tx.send(future.await);
+        let _ = tx.send(make().await);
     });
     let _waiting = waits();
     rx.blocking_recv().ok()

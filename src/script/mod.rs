@@ -482,22 +482,14 @@ impl Executor {
                 self.ledger.used(&key, &outcome);
                 outcome
             }
-            Read::Dispatch(cell) => {
-                let result = match self.dispatch_read(call, &key) {
-                    Ok(result) => result,
-                    Err(paused) => {
-                        let paused = Err(paused);
-                        cell.set(paused.clone());
-                        return Arc::new(paused);
-                    }
-                };
-                cell.set(result);
-                // Only the executor sets the cell of its own read: the outcome is the one just
-                // set, shared with the ledger rather than copied.
-                let outcome = cell.wait_blocking();
-                self.ledger.used(&key, &outcome);
-                outcome
-            }
+            Read::Dispatch(cell) => match self.dispatch_read(call, &key) {
+                Ok(result) => {
+                    let outcome = self.ledger.land(&key, cell, result);
+                    self.ledger.used(&key, &outcome);
+                    outcome
+                }
+                Err(paused) => self.ledger.land(&key, cell, Err(paused)),
+            },
         }
     }
 
@@ -526,7 +518,7 @@ impl Executor {
     /// call, which ends the epoch they belong to.
     fn dispatch(&self, call: Call, read: bool) -> Result<Value, ToolError> {
         let ctx = Arc::clone(&self.ctx);
-        let call = async move { dispatch(&ctx, call).await };
+        let call = || async move { dispatch(&ctx, call).await };
         let waits = || self.ledger.executor_waits(read);
         block_on_noting(&self.handle, call, waits).unwrap_or_else(|| {
             Err(ToolError::internal(
