@@ -153,7 +153,14 @@ impl OutcomeSlot {
 
     /// Sets the outcome; later calls change nothing.
     pub(crate) fn set(&self, outcome: Result<Value, ToolError>) {
-        if self.outcome.get().is_some() || self.outcome.set(Arc::new(outcome)).is_err() {
+        if self.outcome.get().is_none() {
+            self.set_shared(Arc::new(outcome));
+        }
+    }
+
+    /// Sets the outcome, shared; later calls change nothing.
+    pub(crate) fn set_shared(&self, outcome: Outcome) {
+        if self.outcome.set(outcome).is_err() {
             return;
         }
         if let (Some(prediction), Some(outcome)) = (&self.prediction, self.outcome.get()) {
@@ -658,15 +665,14 @@ impl RunLedger {
         &self,
         key: &ReadKey,
         cell: Option<Arc<OutcomeSlot>>,
-        outcome: Result<Value, ToolError>,
+        outcome: Outcome,
     ) -> Outcome {
         if let Some(cell) = cell {
-            cell.set(outcome);
+            cell.set_shared(outcome);
             // Only the executor sets the cell of its own read: the outcome is the one just
             // set (shared, not copied).
             return cell.wait_blocking();
         }
-        let outcome = Arc::new(outcome);
         let entry = Entry {
             slot: Slot::Landed(Arc::clone(&outcome)),
             speculation: None,
@@ -1273,7 +1279,7 @@ mod tests {
         let Read::Dispatch(cell) = ledger.read(&mut key) else {
             panic!("expected a call of its own");
         };
-        ledger.land(&key, cell, outcome);
+        ledger.land(&key, cell, Arc::new(outcome));
         key.n
     }
 
@@ -1553,7 +1559,7 @@ mod tests {
         let Read::Dispatch(None) = ledger.read(&mut first) else {
             panic!("expected a miss without a cell");
         };
-        let outcome = ledger.land(&first, None, Ok(json!(2)));
+        let outcome = ledger.land(&first, None, Arc::new(Ok(json!(2))));
         assert_eq!(*outcome, Ok(json!(2)));
         match ledger.read(&mut key(0, "a")) {
             Read::Repeat(repeat) => assert!(Arc::ptr_eq(&repeat, &outcome), "shared, not copied"),
@@ -1569,7 +1575,7 @@ mod tests {
             let Read::Dispatch(None) = ledger.read(&mut read) else {
                 panic!("expected a miss in the new epoch");
             };
-            ledger.land(&read, None, Err(failure));
+            ledger.land(&read, None, Arc::new(Err(failure)));
             let mut repeat = key(epoch, "a");
             let answer = ledger.read(&mut repeat);
             assert_eq!(matches!(answer, Read::Dispatch(None)), again);

@@ -1253,7 +1253,7 @@ impl Run {
         let Prepared { ctx, ledger } =
             prepared.unwrap_or_else(|| Run::prepare(runtime, &options, &run_id, journal.clone()));
         // The root of the run's cancellation tree: the script, the scout and every call.
-        let cancel = ctx.cancel.clone();
+        let cancel = (*ctx.cancel).clone();
         let scout =
             (options.mode == Mode::Speculative && runtime.worth_a_scout(script)).then(|| {
                 // Applying a plan, any non-read call may pause the run (a divergence from the

@@ -123,11 +123,13 @@ pub(crate) struct RunContext {
     pub(crate) progress: Arc<Progress>,
     /// The root of the run's cancellation tree: cancelled when the run's future is dropped.
     /// Under it, the scout's and its speculative calls' (`speculation`), and each call's, which
-    /// its body sees in its [`ToolContext`](crate::tool::ToolContext).
-    pub(crate) cancel: CancellationToken,
+    /// its body sees in its [`ToolContext`](crate::tool::ToolContext). Shared behind an `Arc`,
+    /// as every node a call hangs from: a call's context takes it without the lock a token's
+    /// clone takes.
+    pub(crate) cancel: Arc<CancellationToken>,
     /// Cancelled when the run no longer needs speculation: the scout stops, and speculative
     /// calls still running end `cancelled`.
-    pub(crate) speculation: CancellationToken,
+    pub(crate) speculation: Arc<CancellationToken>,
     /// Calls of this run that have resolved to a tool and not yet written their receipt.
     open: AtomicU64,
     /// Notified when `open` falls to zero.
@@ -188,7 +190,7 @@ impl RunContext {
         receipts: Option<Sink>,
     ) -> RunContext {
         let started = Instant::now();
-        let cancel = CancellationToken::new();
+        let cancel = Arc::new(CancellationToken::new());
         RunContext {
             registry,
             breakers,
@@ -200,7 +202,7 @@ impl RunContext {
             next_call_id: AtomicU64::new(1),
             dispatched: AtomicU64::new(0),
             progress,
-            speculation: cancel.child_token(),
+            speculation: Arc::new(cancel.child_token()),
             cancel,
             open: AtomicU64::new(0),
             all_closed: tokio::sync::Notify::new(),

@@ -68,10 +68,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::{ErrorKind, ToolError};
+use crate::error::{ErrorKind, Outcome, ToolError};
 use crate::guard::Decision;
 use crate::json::{
     jcs_value_digest, jcs_value_digest_keyed, key_json, key_json_shared, DraftDigest, Hex,
+    LaterValue,
 };
 use crate::secrets::Side;
 use crate::store::ReadAt;
@@ -97,7 +98,7 @@ pub(crate) enum Caller {
         /// speculative too, and claimed with it.
         speculation: Option<Arc<Speculation>>,
         /// The composite call's cancellation, the parent of its nested calls'.
-        cancel: CancellationToken,
+        cancel: Arc<CancellationToken>,
     },
 }
 
@@ -120,7 +121,7 @@ impl Caller {
 
     /// The node of the run's cancellation tree the call hangs from: the run's for the
     /// script's calls, speculation's for the scout's, the composite call's for nested ones.
-    fn cancellation<'a>(&'a self, ctx: &'a RunContext) -> &'a CancellationToken {
+    fn cancellation<'a>(&'a self, ctx: &'a RunContext) -> &'a Arc<CancellationToken> {
         match self {
             Caller::Script => &ctx.cancel,
             Caller::Scout(_) => &ctx.speculation,
@@ -344,8 +345,10 @@ impl<'a> InProgress<'a> {
         }
     }
 
-    /// Steps 10 and 11 for a call that ran to its end.
-    fn finish(mut self, result: &Result<Value, ToolError>) {
+    /// Steps 10 and 11 for a call that ran to its end; its receipt shares `outcome` when
+    /// `share`.
+    fn finish(mut self, outcome: &Outcome, share: bool) {
+        let result = &**outcome;
         let health = match self.stage {
             Stage::Refused => None,
             Stage::Admitted => Some(Health::Unknown),
@@ -358,10 +361,15 @@ impl<'a> InProgress<'a> {
         if let (Some(speculation), Some(_), true) = (&self.speculation, self.parent, refused) {
             speculation.shaped.store(true, Ordering::SeqCst);
         }
-        self.settle(result, health);
+        self.settle(result, health, share.then_some(outcome));
     }
 
-    fn settle(&mut self, result: &Result<Value, ToolError>, health: Option<Health>) {
+    fn settle(
+        &mut self,
+        result: &Result<Value, ToolError>,
+        health: Option<Health>,
+        shared: Option<&Outcome>,
+    ) {
         self.finished = true;
         if let Some(i) = self.effect_index {
             self.ctx.set_effect_outcome(i, effect_ok(result));
@@ -396,6 +404,8 @@ impl<'a> InProgress<'a> {
             result_sha256: result.as_ref().ok().map(|value| {
                 if self.redacts_result || self.ctx.masks().holds(value) {
                     Hex::from(self.ctx.keyed_digest(&key_json(value))).into()
+                } else if let Some(outcome) = shared {
+                    DraftDigest::OfValue(Arc::clone(outcome) as Arc<dyn LaterValue>)
                 } else {
                     jcs_value_digest(value)
                 }
@@ -429,8 +439,15 @@ impl Drop for InProgress<'_> {
             )
         };
         let health = (self.stage != Stage::Refused).then_some(Health::Unknown);
-        self.settle(&Err(error), health);
+        self.settle(&Err(error), health, None);
         cache::invalidate_abandoned(self.ctx, std::mem::take(&mut self.drops));
+    }
+}
+
+/// A call's outcome, its result digested when its receipt is made (see [`dispatch_shared`]).
+impl LaterValue for Result<Value, ToolError> {
+    fn later_value(&self) -> Option<&Value> {
+        self.as_ref().ok()
     }
 }
 
@@ -555,14 +572,28 @@ fn approved_for(
 
 /// Dispatches one call through the steps.
 pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value, ToolError> {
+    let outcome = dispatch_as(ctx, call, false).await;
+    // Shared with no one: the receipt took the digest of the result when the call ended.
+    Arc::try_unwrap(outcome).unwrap_or_else(|shared| (*shared).clone())
+}
+
+/// [`dispatch`], for a caller that shares the outcome (the executor, the scout): the call's
+/// receipt shares it too, and the digest of its result is taken when the receipt is made (for
+/// most runs by the task that hashes receipts, on another core).
+pub(crate) async fn dispatch_shared(ctx: &Arc<RunContext>, call: Call) -> Outcome {
+    dispatch_as(ctx, call, true).await
+}
+
+/// Dispatches one call through the steps; the receipt shares its outcome when `share`.
+async fn dispatch_as(ctx: &Arc<RunContext>, call: Call, share: bool) -> Outcome {
     ctx.count_dispatch();
     // A run whose receipts can no longer be written makes no further call.
     if let Some(why) = ctx.receipts_failure() {
-        return Err(receipts_failed(&why));
+        return Arc::new(Err(receipts_failed(&why)));
     }
     // 1. Resolve the tool.
     let Some(tool) = ctx.registry.get(&call.tool) else {
-        return Err(ctx.registry.unknown_tool(&call.tool));
+        return Arc::new(Err(ctx.registry.unknown_tool(&call.tool)));
     };
     let mut call = call;
     // The values its redaction paths name are masked from the moment the call is seen.
@@ -597,12 +628,13 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
         tool.mask_redacted(Side::Result, value, &ctx.mask);
     }
     let (lookup, drops) = (flight.lookup.take(), std::mem::take(&mut flight.drops));
-    flight.finish(&result);
-    match (lookup, &result) {
+    let outcome = Arc::new(result);
+    flight.finish(&outcome, share);
+    match (lookup, &*outcome) {
         (Some(lookup), Ok(value)) => cache::remember(ctx, &tool.spec, lookup, value),
         _ => cache::invalidate(ctx, drops).await,
     }
-    result
+    outcome
 }
 
 /// Steps 2 to 9, from the call's start `now`. The body's last attempt is given the call's
@@ -858,8 +890,8 @@ async fn run_body(
     // call ends or is dropped: the parent of its nested calls'. Other calls share their
     // caller's node.
     let parent = call.caller.cancellation(ctx);
-    let own = spec.is_composite().then(|| parent.child_token());
-    let _cancel_on_drop = own.clone().map(CancellationToken::drop_guard);
+    let own = spec.is_composite().then(|| Arc::new(parent.child_token()));
+    let _cancel_on_drop = own.as_deref().cloned().map(CancellationToken::drop_guard);
     let nested = own.clone().map(|own| {
         nested::NestedCalls::handle(
             ctx,

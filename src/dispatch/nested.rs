@@ -19,7 +19,7 @@ pub(super) struct NestedCalls {
     allowed: Arc<[String]>,
     speculation: Option<Arc<Speculation>>,
     /// The composite call's node of the cancellation tree.
-    cancel: CancellationToken,
+    cancel: Arc<CancellationToken>,
     /// The composite's idempotency key, from which its nested non-read calls get theirs.
     key: Option<String>,
     /// Nested non-read calls made so far.
@@ -34,7 +34,7 @@ impl NestedCalls {
         parent: u64,
         speculation: Option<&Arc<Speculation>>,
         key: Option<&str>,
-        cancel: CancellationToken,
+        cancel: Arc<CancellationToken>,
     ) -> Arc<dyn NestedCaller> {
         Arc::new(NestedCalls {
             ctx: Arc::clone(ctx),

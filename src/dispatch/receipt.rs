@@ -780,6 +780,7 @@ fn verify(path: &Path) -> Result<(usize, Option<String>), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Outcome;
     use proptest::prelude::*;
 
     /// Receipts with every field at its edges: text needing escapes and beyond ASCII (astral
@@ -1126,29 +1127,53 @@ mod tests {
             .worker_threads(2)
             .build()
             .unwrap();
+        // Digests the draft leaves to whoever makes the receipt (the arguments' JCS text, the
+        // outcome whose value's JCS is hashed), or takes at once (`digested`).
+        let shared = |id: u64, digested: bool| {
+            let args: Arc<str> = format!(r#"{{"i":{id}}}"#).into();
+            let outcome: Outcome = Arc::new(Ok(serde_json::json!({"i": id, "s": "é\n"})));
+            let (args, result) = if digested {
+                let value = outcome.as_ref().as_ref().unwrap();
+                (
+                    sha256_digest(&*args).into(),
+                    sha256_digest(crate::json::jcs(value).unwrap()).into(),
+                )
+            } else {
+                (DraftDigest::OfText(args), DraftDigest::OfValue(outcome))
+            };
+            Draft {
+                args_sha256: args,
+                result_sha256: Some(result),
+                ..draft(id)
+            }
+        };
         for with_runtime in [true, false] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("r.jsonl");
             let at_once = ReceiptLog::new("run".into(), Some(Sink::create(&path).unwrap()));
             let later = ReceiptLog::new("run".into(), None);
+            let digested = ReceiptLog::new("run".into(), None);
             let entered = with_runtime.then(|| runtime.enter());
             let claimed = Arc::new(AtomicBool::new(false));
             let count = BATCH as u64 * 5 + 3;
             for id in 0..count {
-                for log in [&at_once, &later] {
+                for log in [&at_once, &later, &digested] {
+                    let is_digested = std::ptr::eq(log, &digested);
                     log.append(match id % 10 {
                         3 => Draft {
                             speculative: true,
                             claimed: Some(Arc::clone(&claimed)),
                             ..draft(id)
                         },
+                        5 | 6 => shared(id, is_digested),
                         _ => draft(id),
                     });
                 }
                 if id == BATCH as u64 * 3 {
                     claimed.store(true, Ordering::SeqCst);
-                    at_once.release(&claimed);
-                    later.release(&claimed);
+                    for log in [&at_once, &later, &digested] {
+                        log.release(&claimed);
+                    }
                 }
             }
             if with_runtime {
@@ -1167,6 +1192,11 @@ mod tests {
             let (a, b) = (at_once.take(), later.take());
             assert_eq!(a.len() as u64, count);
             assert_eq!(a, b);
+            assert_eq!(
+                a,
+                digested.take(),
+                "digests taken later are those taken at once"
+            );
             assert_eq!(verify_receipts(&path).unwrap(), a.len());
         }
     }

@@ -47,7 +47,7 @@ fn nested(tool: &str) -> Call {
             parent: 7,
             allowed: Arc::from(vec!["read".to_string()]),
             speculation: None,
-            cancel: tokio_util::sync::CancellationToken::new(),
+            cancel: Arc::new(tokio_util::sync::CancellationToken::new()),
         },
     )
 }

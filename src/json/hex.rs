@@ -93,12 +93,25 @@ impl Hex {
 
 /// A digest as a call's draft receipt holds it until the receipt is made: a SHA-256's 32
 /// bytes, written as hex only then (by whoever hashes the receipt: for most runs a task on
-/// another core), or a digest's text (a keyed one, or why a value cannot be hashed). Less than
-/// half the size of a [`Hex`]: a run keeps each call's draft until that task comes.
+/// another core), a digest's text (a keyed one, or why a value cannot be hashed), or what is to
+/// be hashed, shared with the run, and hashed only then. Less than half the size of a [`Hex`]:
+/// a run keeps each call's draft until that task comes.
 #[derive(Debug, Clone)]
 pub(crate) enum DraftDigest {
     Sha256([u8; 32]),
     Text(Box<Hex>),
+    /// The SHA-256 of this text, a value's JCS text (a call's arguments' key form, when it is
+    /// theirs: see [`super::jcs_value_digest_keyed`]).
+    OfText(std::sync::Arc<str>),
+    /// The SHA-256 of the JCS text of this shared value (a call's outcome, whose value is its
+    /// result): only ever made of one that has a value.
+    OfValue(std::sync::Arc<dyn LaterValue>),
+}
+
+/// A shared value a draft's digest is taken of when its receipt is made: a call's outcome.
+pub(crate) trait LaterValue: Send + Sync + std::fmt::Debug {
+    /// The value, if there is one.
+    fn later_value(&self) -> Option<&serde_json::Value>;
 }
 
 impl DraftDigest {
@@ -107,6 +120,12 @@ impl DraftDigest {
         match self {
             DraftDigest::Sha256(bytes) => Hex::digest(&bytes),
             DraftDigest::Text(text) => *text,
+            DraftDigest::OfText(text) => super::sha256_digest(text.as_bytes()),
+            DraftDigest::OfValue(shared) => {
+                shared.later_value().map_or_else(Hex::default, |value| {
+                    super::jcs_value_digest(value).into_hex()
+                })
+            }
         }
     }
 }

@@ -24,8 +24,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 mod hex;
-pub(crate) use hex::DraftDigest;
 pub use hex::Hex;
+pub(crate) use hex::{DraftDigest, LaterValue};
 
 /// Writes `value` in the key form of canonical JSON: object keys sorted by their UTF-8 bytes,
 /// no insignificant whitespace, numbers as `serde_json` writes them.
@@ -345,10 +345,11 @@ pub(crate) fn jcs_value_digest(value: &Value) -> DraftDigest {
 }
 
 /// As [`jcs_value_sha256`], for a value whose key form is already written (`key`, which must
-/// be [`key_json`] of `value`): a call's arguments, whose key form identifies the call.
-pub(crate) fn jcs_value_digest_keyed(value: &Value, key: &str) -> DraftDigest {
+/// be [`key_json`] of `value`): a call's arguments, whose key form identifies the call. When
+/// that text is the value's JCS text, it is hashed later, by whoever makes the receipt.
+pub(crate) fn jcs_value_digest_keyed(value: &Value, key: &Arc<str>) -> DraftDigest {
     if key_form_is_jcs(value) {
-        DraftDigest::Sha256(Sha256::digest(key).into())
+        DraftDigest::OfText(Arc::clone(key))
     } else {
         Hex::from(jcs_sha256(value)).into()
     }
@@ -623,6 +624,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A value to be hashed later, as a call's outcome is.
+    impl LaterValue for Value {
+        fn later_value(&self) -> Option<&Value> {
+            Some(self)
+        }
+    }
+
     /// A value's digest and shared key form through the thread's buffer are those of its key
     /// form written afresh; a large one's text is not kept by the thread afterwards.
     #[test]
@@ -776,10 +784,15 @@ mod tests {
         for value in &values {
             let text = jcs(value).unwrap();
             assert_eq!(jcs_value_sha256(value), sha256_hex(&text), "{value}");
-            let key = key_json(value);
+            let key: Arc<str> = key_json(value).into();
             assert_eq!(
                 jcs_value_digest_keyed(value, &key).into_hex(),
                 sha256_hex(&text)
+            );
+            assert_eq!(
+                DraftDigest::OfValue(Arc::new(value.clone())).into_hex(),
+                sha256_hex(&text),
+                "hashed later, from the outcome"
             );
             assert_eq!(jcs_sha256(value), sha256_hex(&text), "{value}");
         }

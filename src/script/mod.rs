@@ -13,13 +13,13 @@ pub use check::{Problem, Severity};
 pub(crate) use check::{check, known_functions};
 pub(crate) use warnings::Warnings;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rhai::{Dynamic, Engine, AST};
 use serde_json::Value;
 
-use crate::dispatch::{dispatch, Call, RunContext};
+use crate::dispatch::{dispatch_shared, Call, RunContext};
 use crate::engine::{self, block_on_noting, Limits, RunControls, ToolCall};
 use crate::error::{ErrorKind, RunError, ToolError};
 use crate::ledger::{Outcome, Read, ReadKey, RunLedger, WriteRecord};
@@ -77,6 +77,8 @@ struct Executor {
     /// Why the run must stop at once (a pause, a journal that cannot be written or that the
     /// script no longer matches): the script cannot catch it.
     stop: Mutex<Option<String>>,
+    /// Set once `stop` is: read around every call, without its lock.
+    stopping: AtomicBool,
     /// The call the run paused at.
     pending: Mutex<Option<PendingCall>>,
     /// For a pause at a call the applied plan did not plan: the planned call expected there
@@ -107,7 +109,7 @@ impl Executor {
         };
         let Some(tool) = self.ctx.registry.get(name) else {
             // The dispatch path refuses it (`unknown_tool`) and counts it.
-            return Arc::new(self.dispatch(Call::top_level(name, args), false));
+            return self.dispatch(Call::top_level(name, args), false);
         };
         let (shared, effect, polling, policy) = (
             Arc::clone(&tool.name),
@@ -179,7 +181,7 @@ impl Executor {
                         applying.made(outcome);
                     }
                 }
-                return self.written(&call, outcome.clone());
+                return self.written(&call, Arc::new(outcome.clone()));
             }
             // Made, and its outcome lost with the process: only a person (or an idempotent
             // tool, made again under the same key) may decide whether to make it again.
@@ -197,7 +199,7 @@ impl Executor {
         if let Some(applying) = self.ctx.applying() {
             match applying.next(&call.tool, &call.args, &call.args_key) {
                 crate::plan::Next::Planned => call.planned = true,
-                crate::plan::Next::Refused(e) => return self.written(&call, Err(e)),
+                crate::plan::Next::Refused(e) => return self.written(&call, Arc::new(Err(e))),
                 crate::plan::Next::Diverges(planned) => {
                     let approved = journal.as_ref().is_some_and(|j| j.approved(seq));
                     if !approved {
@@ -206,15 +208,16 @@ impl Executor {
                 }
             }
         }
-        let result = self.dispatch(call.clone(), false);
+        let outcome = self.dispatch(call.clone(), false);
+        let result = &*outcome;
         if let Some(applying) = self.ctx.applying().filter(|_| call.planned) {
-            applying.made(&result);
+            applying.made(result);
         }
-        if matches!(&result, Err(e) if e.kind == ErrorKind::Paused) {
+        if matches!(result, Err(e) if e.kind == ErrorKind::Paused) {
             return Arc::new(Err(self.pause(&call, effect, Awaiting::Approval)));
         }
         // A tool that ends a plan ends the run: nothing after it is planned.
-        if let (Err(e), Some(_)) = (&result, self.ctx.planning()) {
+        if let (Err(e), Some(_)) = (result, self.ctx.planning()) {
             if e.kind == ErrorKind::PlanIncomplete {
                 return Arc::new(Err(self.stop_with(e.message.clone())));
             }
@@ -253,14 +256,14 @@ impl Executor {
                 journal
                     .args_form(masks, &call.args_key, self.redacts_args(&call))
                     .into_owned(),
-                masks.outcome(&result),
+                masks.outcome(result),
             );
             let committed = engine::block_on(&self.handle, async move {
                 journal.outcome(seq, &tool, &args, &outcome).await
             })
             .unwrap_or_else(|| Err("the async runtime shut down".to_string()));
             if let Err(why) = committed {
-                let answered = match &result {
+                let answered = match result {
                     Ok(_) => "it answered with a result".to_string(),
                     Err(e) => format!("it answered with an error of kind `{}`", e.kind_name()),
                 };
@@ -274,12 +277,11 @@ impl Executor {
                 ))));
             }
         }
-        self.written(&call, result)
+        self.written(&call, outcome)
     }
 
     /// The executor is done with a non-read call: the epoch advances.
-    fn written(&self, call: &Call, result: Result<Value, ToolError>) -> Outcome {
-        let outcome = Arc::new(result);
+    fn written(&self, call: &Call, outcome: Outcome) -> Outcome {
         self.ledger.record_write(WriteRecord {
             tool: call.tool.to_string(),
             args: call.args_key.to_string(),
@@ -427,11 +429,15 @@ impl Executor {
     fn stop_with(&self, why: String) -> ToolError {
         let mut stop = lock(&self.stop);
         stop.get_or_insert(why.clone());
+        self.stopping.store(true, Ordering::SeqCst);
         ToolError::internal(why)
     }
 
     /// Why the run must stop, once it must.
     fn stopped(&self) -> Option<String> {
+        if !self.stopping.load(Ordering::SeqCst) {
+            return None;
+        }
         lock(&self.stop).clone()
     }
 
@@ -456,12 +462,12 @@ impl Executor {
             self.ledger.answered(&key);
             return outcome;
         }
-        let result = match self.dispatch_read(call, &key) {
-            Ok(result) => result,
+        let outcome = match self.dispatch_read(call, &key) {
+            Ok(outcome) => outcome,
             Err(paused) => return Arc::new(Err(paused)),
         };
-        self.ledger.used(&key, &result);
-        Arc::new(result)
+        self.ledger.used(&key, &outcome);
+        outcome
     }
 
     /// A read of the tool `tool` (its shared name), through the ledger, which says which
@@ -488,42 +494,38 @@ impl Executor {
                     self.ledger.used(&key, &outcome);
                     outcome
                 }
-                Err(paused) => self.ledger.land(&key, cell, Err(paused)),
+                Err(paused) => self.ledger.land(&key, cell, Arc::new(Err(paused))),
             },
         }
     }
 
     /// Dispatches the script's read at `key`; `Err` with the run's pause when the guard asks a
     /// person about it (the read, never made, is not journaled).
-    fn dispatch_read(
-        &self,
-        call: Call,
-        key: &ReadKey,
-    ) -> Result<Result<Value, ToolError>, ToolError> {
+    fn dispatch_read(&self, call: Call, key: &ReadKey) -> Result<Outcome, ToolError> {
         let fixture = self.ledger.fixture_occurrence(key);
         let call = call
             .read_at(ReadAt::new(key.epoch, key.n))
             .fixture_at(fixture);
         // Only the guard pauses a read: without one, the call is not kept for a pause.
         let kept = self.ctx.registry.guard().is_active().then(|| call.clone());
-        let result = self.dispatch(call, true);
-        match (kept, &result) {
+        let outcome = self.dispatch(call, true);
+        match (kept, &*outcome) {
             (Some(call), Err(e)) if e.kind == ErrorKind::Paused => Err(self.pause_read(&call)),
-            _ => Ok(result),
+            _ => Ok(outcome),
         }
     }
 
     /// Runs the dispatch path and blocks this thread until it is done. While it waits, the
     /// scout starts the reads it held for this one, a `read`, to reach: not for a non-read
     /// call, which ends the epoch they belong to.
-    fn dispatch(&self, call: Call, read: bool) -> Result<Value, ToolError> {
+    fn dispatch(&self, call: Call, read: bool) -> Outcome {
         let ctx = Arc::clone(&self.ctx);
-        let call = || async move { dispatch(&ctx, call).await };
+        let call = || async move { dispatch_shared(&ctx, call).await };
         let waits = || self.ledger.executor_waits(read);
         block_on_noting(&self.handle, call, waits).unwrap_or_else(|| {
-            Err(ToolError::internal(
+            Arc::new(Err(ToolError::internal(
                 "the call was abandoned because the async runtime shut down",
-            ))
+            )))
         })
     }
 }
@@ -617,6 +619,7 @@ pub(crate) fn execute(
         counts: Mutex::default(),
         polls: Mutex::default(),
         stop: Mutex::default(),
+        stopping: AtomicBool::new(false),
         pending: Mutex::default(),
         divergence: Mutex::default(),
         results: Mutex::default(),

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use super::functions::ScoutScript;
 use super::placeholder::{self, resolve_deep, PassLog, Placeholder, Resolution};
 
-use crate::dispatch::{dispatch, Call, Caller, RunContext};
+use crate::dispatch::{dispatch_shared, Call, Caller, RunContext};
 use crate::engine::{self, outcome_to_rhai, Limits};
 use crate::error::{ErrorKind, ToolError};
 use crate::json::{key_json, key_json_shared};
@@ -148,7 +148,7 @@ impl Scout {
     ) -> Arc<Scout> {
         Arc::new(Scout {
             halt: ctx.speculation.child_token(),
-            stop: ctx.speculation.clone(),
+            stop: (*ctx.speculation).clone(),
             ctx,
             ledger,
             script,
@@ -620,7 +620,7 @@ impl Scout {
                 fixture,
                 planned: false,
             };
-            cell.set(dispatch(&ctx, call).await);
+            cell.set_shared(dispatch_shared(&ctx, call).await);
             ledger.landed(&tool);
         }
     }

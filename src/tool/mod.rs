@@ -193,7 +193,7 @@ pub struct ToolContext {
     #[cfg_attr(not(feature = "manifest"), allow(dead_code))]
     slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
     /// The call's node of the run's cancellation tree.
-    cancel: tokio_util::sync::CancellationToken,
+    cancel: Arc<tokio_util::sync::CancellationToken>,
     /// The run's id and the fencing token of the lease this process holds on it, for a
     /// durable run.
     fencing: Option<(Arc<str>, u64)>,
@@ -235,7 +235,7 @@ impl ToolContext {
         nested: Option<Arc<dyn NestedCaller>>,
         secrets: Option<Arc<crate::secrets::Secrets>>,
         slot: Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
-        cancel: tokio_util::sync::CancellationToken,
+        cancel: Arc<tokio_util::sync::CancellationToken>,
     ) -> ToolContext {
         ToolContext {
             tool: tool.to_string(),
