@@ -252,6 +252,17 @@ struct Entry {
 }
 
 impl Entry {
+    /// The executor's own read, which it makes (or made) itself.
+    fn executor_s(slot: Slot) -> Entry {
+        Entry {
+            slot,
+            speculation: None,
+            replayed: false,
+            used: true,
+            held: None,
+        }
+    }
+
     /// Whether the next occurrence of this read would be made by the executor: this one has
     /// landed with a failure [`made_again`] names, and it is the executor's outcome or will be
     /// when claimed (not the runtime's refusal of a speculative call, which the executor makes
@@ -427,13 +438,7 @@ impl Book {
     /// A fresh executor entry for `key`, replacing any: the executor dispatches into its cell.
     fn executor_entry(&mut self, key: &ReadKey) -> Arc<OutcomeSlot> {
         let cell = OutcomeSlot::with(0, self.prediction(key));
-        let entry = Entry {
-            slot: Slot::Cell(Arc::clone(&cell)),
-            speculation: None,
-            replayed: false,
-            used: true,
-            held: None,
-        };
+        let entry = Entry::executor_s(Slot::Cell(Arc::clone(&cell)));
         self.entries.insert(key.clone(), entry);
         self.misses += 1;
         cell
@@ -673,13 +678,7 @@ impl RunLedger {
             // set (shared, not copied).
             return cell.wait_blocking();
         }
-        let entry = Entry {
-            slot: Slot::Landed(Arc::clone(&outcome)),
-            speculation: None,
-            replayed: false,
-            used: true,
-            held: None,
-        };
+        let entry = Entry::executor_s(Slot::Landed(Arc::clone(&outcome)));
         self.lock().entries.insert(key.clone(), entry);
         outcome
     }
