@@ -23,7 +23,7 @@
 //! never back. The line itself need not be canonical: `verify` parses it and recomputes.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -314,20 +314,29 @@ struct Chain {
     text: Vec<u8>,
 }
 
-/// How many receipts placed without a sink wait before a task is asked to hash them: a task
-/// costs a wake of a worker thread, shared by the batch.
-const BATCH: usize = 64;
+/// How many receipts placed without a sink wait before the hasher is asked for them: asking
+/// costs a wake of its thread, shared by the batch.
+const BATCH: usize = 32;
 
-/// The receipts of a run without a sink, placed in order and hashed later: in batches by a task
-/// of the async runtime, and the rest by [`ReceiptLog::take`].
+/// How long the hasher, having hashed all a run placed, watches for more before it lets the run
+/// ask again: a run of quick calls (a native tool's) then asks once, not at every batch, and
+/// has few receipts left to hash when it ends.
+const LINGER: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The receipts of a run without a sink, placed in order and hashed later: by the process's
+/// [`Hasher`] while the run goes on, and the rest by [`ReceiptLog::take`].
 #[derive(Debug, Default)]
 struct Deferred {
     /// The run's id, which each receipt is given when it is made.
     run_id: String,
-    /// Placed, not yet hashed, in order; and whether a task is on its way to hash them. A
-    /// draft waits here, not the receipt made from it: it is smaller, and the receipt (and its
-    /// copy of the run's id) is made by whoever hashes it.
+    /// Placed, not yet hashed, in order; and whether the hasher was asked for them and is not
+    /// done. A draft waits here, not the receipt made from it: it is smaller, and the receipt
+    /// (and its copy of the run's id) is made by whoever hashes it.
     queue: Mutex<(Vec<Placed>, bool)>,
+    /// How many receipts `queue` holds, read without its lock by the hasher that watches it.
+    queued: AtomicUsize,
+    /// The run is taking its receipts: the hasher stops watching for more.
+    taken: AtomicBool,
     /// The receipts hashed, in order, and the buffer their text is written into. Held by
     /// whoever hashes, so that batches are hashed one at a time, in order. Taken before
     /// `queue` when both are.
@@ -335,19 +344,26 @@ struct Deferred {
 }
 
 impl Deferred {
-    /// Hashes every receipt placed so far, and those placed meanwhile; with `task`, as the
-    /// task a full batch asked for (it says when it is done).
-    fn hash_all(&self, task: bool) {
+    /// Queues `placed`; `true` when the hasher should be asked for the queue.
+    fn place(&self, placed: Placed) -> bool {
+        let mut queue = lock(&self.queue);
+        queue.0.push(placed);
+        self.queued.store(queue.0.len(), Ordering::Release);
+        let ask = queue.0.len() >= BATCH && !queue.1;
+        queue.1 |= ask;
+        ask
+    }
+
+    /// Hashes every receipt placed so far, and those placed meanwhile.
+    fn hash_all(&self) {
         let mut hashed = lock(&self.hashed);
         loop {
             let batch = {
                 let mut queue = lock(&self.queue);
                 if queue.0.is_empty() {
-                    if task {
-                        queue.1 = false;
-                    }
                     return;
                 }
+                self.queued.store(0, Ordering::Release);
                 // Room for the next batch, so that it never grows by copying.
                 std::mem::replace(&mut queue.0, Vec::with_capacity(BATCH))
             };
@@ -355,6 +371,93 @@ impl Deferred {
             receipts.reserve(batch.len());
             for placed in batch {
                 chain_onto(receipts, None, text, placed.receipt(&self.run_id));
+            }
+        }
+    }
+
+    /// The hasher's turn at this run: hashes what is placed, and what comes while it watches
+    /// (up to [`LINGER`] after the last, until the run takes its receipts or `others` says
+    /// another run waits); then says it is done, with nothing left in the queue.
+    fn hash_lingering(&self, others: &AtomicUsize) {
+        loop {
+            self.hash_all();
+            let since = std::time::Instant::now();
+            while self.queued.load(Ordering::Acquire) == 0
+                && !self.taken.load(Ordering::Relaxed)
+                && others.load(Ordering::Relaxed) == 0
+                && since.elapsed() < LINGER
+            {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            }
+            let mut queue = lock(&self.queue);
+            if queue.0.is_empty() {
+                queue.1 = false;
+                return;
+            }
+        }
+    }
+}
+
+/// The thread that hashes the receipts of runs without a sink, one for the process, started
+/// at its first run's first full batch: beside the script's thread, on another core, and never
+/// on one of the async runtime's workers (its watching would hold one up).
+struct Hasher {
+    /// Runs that asked, in turn.
+    runs: Mutex<std::collections::VecDeque<Arc<Deferred>>>,
+    /// How many runs `runs` holds, read without its lock.
+    waiting: AtomicUsize,
+    asked: std::sync::Condvar,
+}
+
+impl Hasher {
+    /// The process's hasher; `None` if its thread could not be started (each run then hashes
+    /// its receipts when it takes them).
+    fn get() -> Option<&'static Hasher> {
+        static HASHER: std::sync::OnceLock<Option<&'static Hasher>> = std::sync::OnceLock::new();
+        *HASHER.get_or_init(|| {
+            let hasher: &'static Hasher = Box::leak(Box::new(Hasher {
+                runs: Mutex::default(),
+                waiting: AtomicUsize::new(0),
+                asked: std::sync::Condvar::new(),
+            }));
+            std::thread::Builder::new()
+                .name("toolscript-receipts".into())
+                .spawn(move || hasher.serve())
+                .ok()
+                .map(|_| hasher)
+        })
+    }
+
+    /// Asks for `run`'s queue to be hashed.
+    fn ask(&self, run: Arc<Deferred>) {
+        lock(&self.runs).push_back(run);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.asked.notify_one();
+    }
+
+    fn serve(&self) {
+        loop {
+            let run = {
+                let mut runs = lock(&self.runs);
+                loop {
+                    if let Some(run) = runs.pop_front() {
+                        break run;
+                    }
+                    runs = self
+                        .asked
+                        .wait(runs)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            // A panic leaves the rest of the queue to `take`.
+            let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run.hash_lingering(&self.waiting);
+            }));
+            if turn.is_err() {
+                lock(&run.queue).1 = false;
             }
         }
     }
@@ -591,8 +694,9 @@ impl ReceiptLog {
             return std::mem::take(&mut chain.receipts);
         };
         drop(chain);
-        // After a task hashing a batch now, if there is one.
-        deferred.hash_all(false);
+        // After the hasher's batch, if it is hashing one now.
+        deferred.taken.store(true, Ordering::Relaxed);
+        deferred.hash_all();
         std::mem::take(&mut lock(&deferred.hashed).0)
     }
 
@@ -611,14 +715,10 @@ impl ReceiptLog {
         chain.placed += 1;
         if let Some(deferred) = &self.deferred {
             // Under the chain's lock: queued in the order placed.
-            let mut queue = lock(&deferred.queue);
-            queue.0.push(placed);
-            if queue.0.len() >= BATCH && !queue.1 {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    queue.1 = true;
-                    let deferred = Arc::clone(deferred);
-                    // Dropped unrun when the runtime shuts down: `take` hashes the rest.
-                    drop(runtime.spawn(async move { deferred.hash_all(true) }));
+            if deferred.place(placed) {
+                // Without a hasher, the run is never asked again: `take` hashes it all.
+                if let Some(hasher) = Hasher::get() {
+                    hasher.ask(Arc::clone(deferred));
                 }
             }
             return;
@@ -1123,10 +1223,6 @@ mod tests {
     /// receipts, hashed at once, make; with a runtime or without, speculative ones among them.
     #[test]
     fn receipts_hashed_later_chain_as_receipts_hashed_at_once() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-            .unwrap();
         // Digests the draft leaves to whoever makes the receipt (the arguments' JCS text, the
         // outcome whose value's JCS is hashed), or takes at once (`digested`).
         let shared = |id: u64, digested: bool| {
@@ -1147,13 +1243,13 @@ mod tests {
                 ..draft(id)
             }
         };
-        for with_runtime in [true, false] {
+        // Taken once the hasher has hashed some, and taken at once, racing it.
+        for wait_for_the_hasher in [true, false] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("r.jsonl");
             let at_once = ReceiptLog::new("run".into(), Some(Sink::create(&path).unwrap()));
             let later = ReceiptLog::new("run".into(), None);
             let digested = ReceiptLog::new("run".into(), None);
-            let entered = with_runtime.then(|| runtime.enter());
             let claimed = Arc::new(AtomicBool::new(false));
             let count = BATCH as u64 * 5 + 3;
             for id in 0..count {
@@ -1176,8 +1272,8 @@ mod tests {
                     }
                 }
             }
-            if with_runtime {
-                // The task hashes the full batches while the log waits to be taken.
+            if wait_for_the_hasher {
+                // The hasher hashes the full batches while the log waits to be taken.
                 let deferred = later.deferred.as_ref().unwrap();
                 let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
                 while lock(&deferred.hashed).0.len() < BATCH && std::time::Instant::now() < until {
@@ -1185,10 +1281,9 @@ mod tests {
                 }
                 assert!(
                     lock(&deferred.hashed).0.len() >= BATCH,
-                    "a task hashed a batch"
+                    "the hasher hashed a batch"
                 );
             }
-            drop(entered);
             let (a, b) = (at_once.take(), later.take());
             assert_eq!(a.len() as u64, count);
             assert_eq!(a, b);
