@@ -412,11 +412,15 @@ struct Hasher {
 }
 
 impl Hasher {
-    /// The process's hasher; `None` if its thread could not be started (each run then hashes
-    /// its receipts when it takes them).
+    /// The process's hasher; `None` where the process may use one core only (there, hashing
+    /// beside the script would take the script's core), or if its thread could not be started:
+    /// each run then hashes its receipts when it takes them.
     fn get() -> Option<&'static Hasher> {
         static HASHER: std::sync::OnceLock<Option<&'static Hasher>> = std::sync::OnceLock::new();
         *HASHER.get_or_init(|| {
+            if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) {
+                return None;
+            }
             let hasher: &'static Hasher = Box::leak(Box::new(Hasher {
                 runs: Mutex::default(),
                 waiting: AtomicUsize::new(0),
