@@ -908,26 +908,30 @@ async fn run_body(
         flight.attempts += 1;
         let started = Instant::now();
         let limit = spec.timeout.min(ctx.budget.remaining(started));
-        let context = ToolContext::new(
-            &spec.name,
-            flight.call_id,
-            flight.attempts,
-            call.idempotency_key.clone(),
-            ctx.context.clone(),
-            nested.clone(),
-            Some(Arc::clone(ctx.registry.secrets())),
-            Arc::clone(slot),
-            cancel.clone(),
-        )
-        .with_fencing(ctx.fencing())
-        .with_deadline(started + limit);
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {
             std::mem::take(&mut call.args)
         } else {
             call.args.clone()
         };
-        let body = AssertUnwindSafe(async { (tool.body)(args, context).await }).catch_unwind();
+        // Made only for a body that takes it.
+        let (call_id, attempt, key) = (flight.call_id, flight.attempts, &call.idempotency_key);
+        let context = || {
+            ToolContext::new(
+                &spec.name,
+                call_id,
+                attempt,
+                key.clone(),
+                ctx.context.clone(),
+                nested.clone(),
+                Some(Arc::clone(ctx.registry.secrets())),
+                Arc::clone(slot),
+                cancel.clone(),
+            )
+            .with_fencing(ctx.fencing())
+            .with_deadline(started + limit)
+        };
+        let body = AssertUnwindSafe(async { tool.body.call(args, context).await }).catch_unwind();
         let mut body = std::pin::pin!(body);
         // A body that answers at its first poll (a native tool) needs no timer: the timer
         // starts with the body all the same, and fires only at a poll that waits.

@@ -374,7 +374,23 @@ impl ToolContext {
 /// The future a tool body returns.
 pub type ToolFuture = BoxFuture<'static, Result<Value, ToolError>>;
 
-pub(crate) type Body = Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync>;
+/// A tool's body. Most never look at their call's context (`handler`, `typed`): none is made
+/// for them.
+#[derive(Clone)]
+pub(crate) enum Body {
+    Plain(Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>),
+    WithContext(Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync>),
+}
+
+impl Body {
+    /// The body's future for `args`, given the context `context` makes if it takes one.
+    pub(crate) fn call(&self, args: Value, context: impl FnOnce() -> ToolContext) -> ToolFuture {
+        match self {
+            Body::Plain(body) => body(args),
+            Body::WithContext(body) => body(args, context()),
+        }
+    }
+}
 
 /// A tool: its spec and its body. Build one with [`Tool::builder`].
 #[derive(Clone)]
@@ -409,7 +425,20 @@ impl Tool {
     {
         Tool {
             spec,
-            body: Arc::new(move |args, ctx| body(args, ctx).boxed()),
+            body: Body::WithContext(Arc::new(move |args, ctx| body(args, ctx).boxed())),
+            slots: None,
+        }
+    }
+
+    /// A tool whose body never looks at its call's context.
+    fn plain<F, Fut>(spec: ToolSpec, body: F) -> Tool
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Tool {
+            spec,
+            body: Body::Plain(Arc::new(move |args| body(args).boxed())),
             slots: None,
         }
     }
@@ -589,7 +618,7 @@ impl ToolBuilder {
         F: Fn(Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        Tool::from_spec(self.spec, move |args, _ctx| body(args))
+        Tool::plain(self.spec, body)
     }
 
     /// Finishes the tool with an untyped body that also takes its call's [`ToolContext`]: its
@@ -617,7 +646,7 @@ impl ToolBuilder {
         self.spec.input_schema = schemars::schema_for!(I).to_value();
         self.spec.output_schema = Some(schemars::schema_for!(O).to_value());
         let body = Arc::new(body);
-        Tool::from_spec(self.spec, move |args, _ctx| {
+        Tool::plain(self.spec, move |args| {
             let body = Arc::clone(&body);
             async move {
                 let input: I = serde_json::from_value(args)

@@ -207,7 +207,7 @@ impl Registry {
             .filter(|t| !(replace && t.spec.name == name));
         let tools = kept.map(|t| Tool {
             spec: t.spec.clone(),
-            body: Arc::clone(&t.body),
+            body: t.body.clone(),
             slots: Some(Arc::clone(&t.slots)),
         });
         let mut builder = RegistryBuilder::default()
