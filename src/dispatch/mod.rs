@@ -744,7 +744,12 @@ async fn steps(
             .and_then(|value| checked_output(ctx, tool, value));
     }
     // The cache: a hit answers the call, charged as a call, before the breaker.
+    // The call's start, for as long as it has not waited for anything: its body's timer then
+    // starts there (what lies between is the dispatch path's own work), without reading the
+    // clock again.
+    let mut unwaited = Some(now);
     if let Some(lookup) = cache::lookup_of(ctx, spec, call) {
+        unwaited = None;
         // Boxed, as the other steps that only some runs take: the call's future stays small.
         if let Some(hit) = Box::pin(cache::find(ctx, &lookup)).await {
             flight.cached_age_ms = Some(hit.age_ms);
@@ -782,6 +787,7 @@ async fn steps(
         let slot = match tool.slots.try_take(speculative) {
             Some(slot) => slot,
             None => {
+                unwaited = None;
                 if let (Caller::Composite { .. }, Some(speculation)) = (&call.caller, &speculation)
                 {
                     speculation.waited.store(true, Ordering::SeqCst);
@@ -797,10 +803,11 @@ async fn steps(
             }
         };
         // Held until the call ends, or until its body gives it back.
-        let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+        let slot = Held::new(slot, tool.body.takes_context());
         // The intent of a script's non-read call is committed before its body is reached: a
         // crash from here on leaves the call ambiguous, never forgotten.
         if let (Some(journal), Some(seq)) = (ctx.journal.as_ref(), call.seq) {
+            unwaited = None;
             let args = journal.args_form(ctx.masks(), &call.args_key, tool.redacts(Side::Args));
             if let Err(why) = Box::pin(journal.intent(seq, &spec.name, &args)).await {
                 return Err(ToolError::internal(format!(
@@ -821,7 +828,7 @@ async fn steps(
             flight.drops = cache::drops_of(ctx, spec, &call.args);
         }
         flight.stage = Stage::Running;
-        run_body(ctx, tool, call, flight, &slot).await
+        run_body(ctx, tool, call, flight, &slot, unwaited).await
     });
     let result = match speculation {
         // A speculative call ends early when the run no longer needs it.
@@ -876,6 +883,33 @@ fn checked_output(
     schema::check_output(tool, &value).map(|()| value)
 }
 
+/// The slot of a tool a call holds until it ends: shared with its body's context when the
+/// body takes one, which may give it back sooner.
+enum Held {
+    /// Held for its drop, which gives the slot back.
+    Own(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
+    Shared(Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>),
+}
+
+impl Held {
+    fn new(slot: tokio::sync::OwnedSemaphorePermit, shared: bool) -> Held {
+        if shared {
+            Held::Shared(Arc::new(std::sync::Mutex::new(Some(slot))))
+        } else {
+            Held::Own(slot)
+        }
+    }
+
+    /// The slot, for the body's context. A body that takes no context is given none, so
+    /// this is only asked of a shared one; an own one gives an empty handle.
+    fn shared(&self) -> Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>> {
+        match self {
+            Held::Shared(slot) => Arc::clone(slot),
+            Held::Own(_) => Arc::default(),
+        }
+    }
+}
+
 /// Step 8: attempts of the body, each under the tool's timeout and within the run's wall clock.
 /// A non-read call whose last attempt did not answer in time has an unknown outcome.
 async fn run_body(
@@ -883,7 +917,8 @@ async fn run_body(
     tool: &RegisteredTool,
     call: &mut Call,
     flight: &mut InProgress<'_>,
-    slot: &Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>,
+    slot: &Held,
+    unwaited: Option<Instant>,
 ) -> Result<Value, ToolError> {
     let spec = &tool.spec;
     // A composite's call is a node of the cancellation tree of its own, cancelled when the
@@ -906,7 +941,10 @@ async fn run_body(
     let policy = RetryPolicy::of(spec);
     loop {
         flight.attempts += 1;
-        let started = Instant::now();
+        let started = match unwaited {
+            Some(start) if flight.attempts == 1 => start,
+            _ => Instant::now(),
+        };
         let limit = spec.timeout.min(ctx.budget.remaining(started));
         // The last attempt there can be takes the arguments; one that may be retried, a copy.
         let args = if policy.is_last(flight.attempts) {
@@ -925,7 +963,7 @@ async fn run_body(
                 ctx.context.clone(),
                 nested.clone(),
                 Some(Arc::clone(ctx.registry.secrets())),
-                Arc::clone(slot),
+                slot.shared(),
                 cancel.clone(),
             )
             .with_fencing(ctx.fencing())

@@ -383,6 +383,11 @@ pub(crate) enum Body {
 }
 
 impl Body {
+    /// Whether the body takes its call's context.
+    pub(crate) fn takes_context(&self) -> bool {
+        matches!(self, Body::WithContext(_))
+    }
+
     /// The body's future for `args`, given the context `context` makes if it takes one.
     pub(crate) fn call(&self, args: Value, context: impl FnOnce() -> ToolContext) -> ToolFuture {
         match self {
