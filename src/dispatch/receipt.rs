@@ -279,7 +279,7 @@ pub(crate) struct Draft {
 /// when the run ends (only then is it known whether it was claimed). With a sink, each is hashed
 /// and appended to the receipts file at that moment, so that a run killed midway leaves the
 /// receipts of every call it finished. Without one, nothing reads a hash before the run ends:
-/// receipts are hashed in batches, in their order, by a task of the async runtime (on another
+/// receipts are hashed in batches, in their order, by the process's [`Hasher`] (on another
 /// core, beside the script), and the rest when the run takes them.
 #[derive(Debug)]
 pub(crate) struct ReceiptLog {

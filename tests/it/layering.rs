@@ -174,10 +174,10 @@ fn files_with(needle: &str) -> Vec<String> {
 }
 
 /// Only the dispatch path calls a tool body: a body is a field `body` of a registered tool,
-/// called as `(tool.body)(..)`.
+/// called as `tool.body.call(..)`.
 #[test]
 fn tool_bodies_are_called_only_by_the_dispatch_path() {
-    assert_eq!(files_with(".body)("), ["dispatch/mod.rs"]);
+    assert_eq!(files_with(".body.call("), ["dispatch/mod.rs"]);
 }
 
 /// The executor never sees a placeholder: the type lives in `speculate/` and nowhere else
