@@ -29,3 +29,45 @@ pub(crate) fn deadline_after(
         .or_else(|| start.checked_add(FAR_FUTURE))
         .unwrap_or(start)
 }
+
+/// How much lower than the executor's a thread that runs behind is scheduled (a scout pass's,
+/// the receipts hasher's; Linux nice values).
+#[cfg(target_os = "linux")]
+const BEHIND: i32 = 10;
+
+/// Lowers this thread's priority, so that where the cores are busy the threads of the run that
+/// counts (the executor, the tools' bodies) go first: a scout pass calls it on its own thread,
+/// which ends with the pass, and the receipts hasher on its own. Only ever lowers (no privilege
+/// is needed), and where it cannot, the thread keeps its priority.
+pub(crate) fn run_behind() {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        let this = Some(rustix::thread::gettid());
+        let now = getpriority_process(this).unwrap_or(0);
+        if now < BEHIND {
+            let _ = setpriority_process(this, BEHIND);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A thread that runs behind is scheduled below its process's other threads (Linux), and
+    /// the thread that started it keeps its priority.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_that_runs_behind_has_a_lower_priority() {
+        use rustix::process::getpriority_process;
+        let before = getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        let behind = std::thread::spawn(|| {
+            super::run_behind();
+            getpriority_process(Some(rustix::thread::gettid())).unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(behind >= super::BEHIND, "{behind}");
+        let after = getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        assert_eq!(before, after);
+    }
+}

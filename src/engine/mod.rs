@@ -26,7 +26,7 @@ pub(crate) use errors::{from_parse, from_rhai_with, limit_exceeded, line_column,
 #[cfg(feature = "manifest")]
 pub(crate) use errors::{from_rhai, thrown_error, to_rhai, Thrown};
 pub(crate) use functions::{register_tool_functions, ToolCall};
-pub(crate) use threads::{block_on, block_on_noting, poll_once, run_behind, spawn_script_thread};
+pub(crate) use threads::{block_on, block_on_noting, poll_once, spawn_script_thread};
 #[cfg(feature = "manifest")]
 pub(crate) use threads::{run_in_place, stack_room, ScriptPool};
 

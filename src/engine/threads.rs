@@ -45,26 +45,6 @@ pub(crate) fn stack_room() -> Option<usize> {
     Some(SCRIPT_STACK.saturating_sub(used))
 }
 
-/// How much lower than the executor's a scout pass's thread is scheduled (Linux nice values).
-#[cfg(target_os = "linux")]
-const BEHIND: i32 = 10;
-
-/// Lowers this thread's priority, so that where the cores are busy the threads of the run that
-/// counts (the executor, the tools' bodies) go first: a scout pass calls it on its own thread,
-/// which ends with the pass. Only ever lowers (no privilege is needed), and where it cannot, the
-/// thread keeps its priority.
-pub(crate) fn run_behind() {
-    #[cfg(target_os = "linux")]
-    {
-        use rustix::process::{getpriority_process, setpriority_process};
-        let this = Some(rustix::thread::gettid());
-        let now = getpriority_process(this).unwrap_or(0);
-        if now < BEHIND {
-            let _ = setpriority_process(this, BEHIND);
-        }
-    }
-}
-
 /// Runs `future` on the async runtime from a thread that may block (a script's), and waits for
 /// its output; `None` if the runtime shut down first (tokio panics when a timer is polled on a
 /// runtime that is shutting down; that panic is caught here).
@@ -361,23 +341,5 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-
-    /// A thread that runs behind is scheduled below its process's other threads (Linux), and
-    /// the thread that started it keeps its priority.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_thread_that_runs_behind_has_a_lower_priority() {
-        use rustix::process::getpriority_process;
-        let before = getpriority_process(Some(rustix::thread::gettid())).unwrap();
-        let behind = std::thread::spawn(|| {
-            super::run_behind();
-            getpriority_process(Some(rustix::thread::gettid())).unwrap()
-        })
-        .join()
-        .unwrap();
-        assert!(behind >= super::BEHIND, "{behind}");
-        let after = getpriority_process(Some(rustix::thread::gettid())).unwrap();
-        assert_eq!(before, after);
     }
 }

@@ -189,7 +189,7 @@ impl Scout {
             // A pass runs on a thread with a script's stack, like the executor.
             let (scout, (tx, rx)) = (Arc::clone(&self), tokio::sync::oneshot::channel());
             if engine::spawn_script_thread("toolscript-scout", move || {
-                engine::run_behind();
+                crate::sync::run_behind();
                 let _ = tx.send(scout.pass());
             })
             .is_err()
