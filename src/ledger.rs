@@ -10,7 +10,7 @@
 //! own, so that a retry loop a model writes retries.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
@@ -533,6 +533,9 @@ pub(crate) struct RunLedger {
     waited: Notify,
     /// The run has a scout (it is speculative): every entry has a cell the scout may wait on.
     scouted: bool,
+    /// The book's epoch, set under its lock, read without it (the executor reads it at every
+    /// read).
+    epoch: AtomicU64,
 }
 
 impl RunLedger {
@@ -551,6 +554,7 @@ impl RunLedger {
             starter: OnceLock::new(),
             waited: Notify::new(),
             scouted,
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -573,7 +577,7 @@ impl RunLedger {
 
     /// The executor's epoch: the non-read calls it has completed.
     pub(crate) fn epoch(&self) -> u64 {
-        self.lock().epoch()
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// The executor's read of `key` (its first occurrence), on the script thread (it may wait
@@ -766,7 +770,10 @@ impl RunLedger {
 
     /// The executor completed a non-read call: the epoch advances.
     pub(crate) fn record_write(&self, record: WriteRecord) {
-        self.lock().writes.push(record);
+        let mut book = self.lock();
+        book.writes.push(record);
+        self.epoch.store(book.epoch(), Ordering::SeqCst);
+        drop(book);
         self.bump();
     }
 
@@ -989,6 +996,7 @@ impl RunLedger {
         book.closed = true;
         let entries = std::mem::take(&mut book.entries);
         let writes = std::mem::take(&mut book.writes);
+        self.epoch.store(book.epoch(), Ordering::SeqCst);
         drop(book);
         if entries.len() + writes.len() < RELEASE_ELSEWHERE {
             return;

@@ -40,6 +40,31 @@ pub(crate) struct Counts {
     pub(crate) operations: u64,
 }
 
+/// What the executor counts, counted without a lock (the tool calls at every call).
+#[derive(Debug, Default)]
+struct Tally {
+    tool_calls: AtomicU64,
+    deduplicated: AtomicU64,
+    effectful_calls: AtomicU64,
+    replayed: AtomicU64,
+}
+
+impl Tally {
+    fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            tool_calls: self.tool_calls.load(Ordering::Relaxed),
+            deduplicated: self.deduplicated.load(Ordering::Relaxed),
+            effectful_calls: self.effectful_calls.load(Ordering::Relaxed),
+            replayed: self.replayed.load(Ordering::Relaxed),
+            operations: 0,
+        }
+    }
+}
+
 /// The captured `print` and `debug` output of a run.
 #[derive(Debug, Default)]
 struct Logs {
@@ -70,7 +95,7 @@ struct Executor {
     ctx: Arc<RunContext>,
     ledger: Arc<RunLedger>,
     handle: tokio::runtime::Handle,
-    counts: Mutex<Counts>,
+    counts: Tally,
     /// Occurrences of each polling read so far, by its first occurrence's key: the next one's
     /// number.
     polls: Mutex<std::collections::HashMap<ReadKey, u64>>,
@@ -97,7 +122,7 @@ impl Executor {
     /// read earlier in the epoch, claimed from the scout, or dispatched); non-read calls are
     /// dispatched and end the epoch. The outcome is shared with the ledger, not copied.
     fn call(&self, name: &str, args: &Dynamic) -> Outcome {
-        lock(&self.counts).tool_calls += 1;
+        Tally::add(&self.counts.tool_calls);
         let args = match engine::to_json(args) {
             Ok(args) => args,
             Err(e) => {
@@ -169,10 +194,8 @@ impl Executor {
                     self.ctx
                         .log_replayed_effect(&call.tool, effect, args, outcome);
                 }
-                let mut counts = lock(&self.counts);
-                counts.replayed += 1;
-                counts.effectful_calls += 1;
-                drop(counts);
+                Tally::add(&self.counts.replayed);
+                Tally::add(&self.counts.effectful_calls);
                 // An applied plan follows its journal as it followed the run.
                 if let Some(applying) = self.ctx.applying() {
                     if let crate::plan::Next::Planned =
@@ -222,7 +245,7 @@ impl Executor {
                 return Arc::new(Err(self.stop_with(e.message.clone())));
             }
         }
-        lock(&self.counts).effectful_calls += 1;
+        Tally::add(&self.counts.effectful_calls);
         if let Some(journal) = journal {
             // The store failed before the call's intent was durable: its body was not reached.
             if let Some(why) = journal.failure().filter(|_| !journal.intent_durable(seq)) {
@@ -458,7 +481,7 @@ impl Executor {
             .as_ref()
             .and_then(|j| j.read(key.epoch, &key.tool, &key.args, key.n));
         if let Some(outcome) = journaled {
-            lock(&self.counts).replayed += 1;
+            Tally::add(&self.counts.replayed);
             self.ledger.answered(&key);
             return outcome;
         }
@@ -476,11 +499,11 @@ impl Executor {
         let mut key = ReadKey::first(self.ledger.epoch(), tool, Arc::clone(&call.args_key));
         match self.ledger.read(&mut key) {
             Read::Repeat(outcome) => {
-                lock(&self.counts).deduplicated += 1;
+                Tally::add(&self.counts.deduplicated);
                 outcome
             }
             Read::Replayed(outcome) => {
-                lock(&self.counts).replayed += 1;
+                Tally::add(&self.counts.replayed);
                 self.ledger.answered(&key);
                 outcome
             }
@@ -616,7 +639,7 @@ pub(crate) fn execute(
         ctx,
         ledger,
         handle,
-        counts: Mutex::default(),
+        counts: Tally::default(),
         polls: Mutex::default(),
         stop: Mutex::default(),
         stopping: AtomicBool::new(false),
@@ -681,7 +704,7 @@ pub(crate) fn execute(
             })
         });
     drop(engine);
-    let mut counts = lock(&executor.counts).clone();
+    let mut counts = executor.counts.counts();
     counts.operations = operations.load(Ordering::Relaxed);
     let logs = std::mem::take(&mut lock(&logs).lines);
     let pending = lock(&executor.pending).take();
