@@ -743,11 +743,11 @@ async fn steps(
             .answer(&spec.name, &call.args_key, occurrence)
             .and_then(|value| checked_output(ctx, tool, value));
     }
-    // The cache: a hit answers the call, charged as a call, before the breaker.
     // The call's start, for as long as it has not waited for anything: its body's timer then
     // starts there (what lies between is the dispatch path's own work), without reading the
     // clock again.
     let mut unwaited = Some(now);
+    // The cache: a hit answers the call, charged as a call, before the breaker.
     if let Some(lookup) = cache::lookup_of(ctx, spec, call) {
         unwaited = None;
         // Boxed, as the other steps that only some runs take: the call's future stays small.
