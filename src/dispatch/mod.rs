@@ -579,7 +579,7 @@ pub(crate) async fn dispatch(ctx: &Arc<RunContext>, call: Call) -> Result<Value,
 
 /// [`dispatch`], for a caller that shares the outcome (the executor, the scout): the call's
 /// receipt shares it too, and the digest of its result is taken when the receipt is made (for
-/// most runs by the task that hashes receipts, on another core).
+/// most runs by the receipts hasher, on another core).
 pub(crate) async fn dispatch_shared(ctx: &Arc<RunContext>, call: Call) -> Outcome {
     dispatch_as(ctx, call, true).await
 }
