@@ -1,6 +1,7 @@
 //! Steps 6 and 10: the per-tool circuit breaker, shared by all runs of one runtime.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -71,11 +72,19 @@ impl Health {
     }
 }
 
+/// A tool's circuit until it fails: closed, with no failure counted. A tool with no circuit
+/// yet is in it.
+const HEALTHY: Circuit = Circuit::Closed { failures: 0 };
+
 /// The breakers of all tools of one runtime.
 #[derive(Debug, Default)]
 pub(crate) struct Breakers {
     config: BreakerConfig,
     states: Mutex<crate::sync::FastMap<String, Circuit>>,
+    /// How many circuits are not [`HEALTHY`], changed under `states`' lock: while none is,
+    /// every call is admitted and an answer changes nothing, which a call then learns
+    /// without the lock (as if it came just before a failure recorded meanwhile).
+    troubled: AtomicUsize,
 }
 
 impl Breakers {
@@ -83,7 +92,22 @@ impl Breakers {
         Breakers {
             config,
             states: Mutex::default(),
+            troubled: AtomicUsize::new(0),
         }
+    }
+
+    /// Every circuit is [`HEALTHY`].
+    fn all_healthy(&self) -> bool {
+        self.troubled.load(Ordering::Acquire) == 0
+    }
+
+    /// Counts a circuit's change from `was` to `is` (under `states`' lock).
+    fn changed(&self, was: Circuit, is: Circuit) {
+        match (was == HEALTHY, is == HEALTHY) {
+            (true, false) => self.troubled.fetch_add(1, Ordering::Release),
+            (false, true) => self.troubled.fetch_sub(1, Ordering::Release),
+            _ => return,
+        };
     }
 
     /// When these breakers open and how long they stay open.
@@ -93,21 +117,26 @@ impl Breakers {
 
     /// Lets a call through, or fails it fast with `circuit_open`.
     pub(crate) fn admit(&self, tool: &str, now: Instant) -> Result<Admission, ToolError> {
-        let mut states = self.lock();
-        // Looked up before it is inserted: a tool's name is copied once, not at every call,
-        // and hashed once at every call but its first.
-        if let Some(circuit) = states.get_mut(tool) {
-            return self.admit_in(circuit, tool, now);
+        if self.all_healthy() {
+            return Ok(Admission::Normal);
         }
-        let circuit = states
-            .entry(tool.to_string())
-            .or_insert(Circuit::Closed { failures: 0 });
-        self.admit_in(circuit, tool, now)
+        let mut states = self.lock();
+        let Some(circuit) = states.get_mut(tool) else {
+            return Ok(Admission::Normal);
+        };
+        let was = *circuit;
+        let admitted = self.admit_in(circuit, tool, now);
+        let is = *circuit;
+        self.changed(was, is);
+        admitted
     }
 
     /// Fails fast if the breaker is open, without admitting a call: a speculative read is
     /// neither a probe nor counted (the executor's claim of its outcome is, as in a sequential run).
     pub(crate) fn check(&self, tool: &str, now: Instant) -> Result<(), ToolError> {
+        if self.all_healthy() {
+            return Ok(());
+        }
         let states = self.lock();
         match states.get(tool) {
             Some(Circuit::Open { until }) if now < *until => {
@@ -120,10 +149,19 @@ impl Breakers {
 
     /// Records what an admitted call found out.
     pub(crate) fn record(&self, tool: &str, admission: Admission, health: Health, now: Instant) {
-        let mut states = self.lock();
-        if let Some(circuit) = states.get_mut(tool) {
-            self.record_in(circuit, tool, admission, health, now);
+        if health == Health::Answered && admission == Admission::Normal && self.all_healthy() {
+            return;
         }
+        let mut states = self.lock();
+        // Looked up before it is inserted: a tool's name is copied once, when it first fails.
+        let circuit = match states.get_mut(tool) {
+            Some(circuit) => circuit,
+            None => states.entry(tool.to_string()).or_insert(HEALTHY),
+        };
+        let was = *circuit;
+        self.record_in(circuit, tool, admission, health, now);
+        let is = *circuit;
+        self.changed(was, is);
     }
 
     /// Replays, at once, what a sequential call of `tool` would have done to the breakers: admit
@@ -146,12 +184,11 @@ impl Breakers {
         let mut states = self.lock();
         let mut scratch: HashMap<&str, Circuit> = HashMap::new();
         let circuit_of = |name: &str, scratch: &mut HashMap<&str, Circuit>| {
-            let closed = Circuit::Closed { failures: 0 };
             scratch
                 .get(name)
                 .or_else(|| states.get(name))
                 .copied()
-                .unwrap_or(closed)
+                .unwrap_or(HEALTHY)
         };
         let mut own = circuit_of(tool, &mut scratch);
         let admission = self
@@ -171,10 +208,10 @@ impl Breakers {
         if let Some(health) = health {
             self.record_in(&mut own, tool, admission, health, now);
         }
-        for (name, circuit) in scratch {
-            states.insert(name.to_string(), circuit);
+        for (name, circuit) in scratch.into_iter().chain([(tool, own)]) {
+            let was = states.insert(name.to_string(), circuit).unwrap_or(HEALTHY);
+            self.changed(was, circuit);
         }
-        states.insert(tool.to_string(), own);
         Ok(())
     }
 
@@ -391,6 +428,84 @@ mod tests {
             Admission::Probe,
             "no probe was taken"
         );
+    }
+
+    /// Whatever the calls, their outcomes and the claims' replays, the breakers count their
+    /// troubled circuits right (so that their lock-free answers are the locked ones), and
+    /// answer as breakers that always take the lock.
+    #[test]
+    fn the_troubled_count_follows_every_change() {
+        use proptest::prelude::*;
+        #[derive(Clone, Debug)]
+        enum Op {
+            Call(usize, Health, u64),
+            Check(usize, u64),
+            Replay(usize, Option<Health>, Vec<(usize, Option<Health>)>, u64),
+        }
+        let health = || {
+            prop_oneof![
+                Just(Health::Answered),
+                Just(Health::Failed),
+                Just(Health::Unknown)
+            ]
+        };
+        let op = prop_oneof![
+            (0..3usize, health(), 0..30u64).prop_map(|(t, h, s)| Op::Call(t, h, s)),
+            (0..3usize, 0..30u64).prop_map(|(t, s)| Op::Check(t, s)),
+            (
+                0..3usize,
+                proptest::option::of(health()),
+                proptest::collection::vec((3..5usize, proptest::option::of(health())), 0..3),
+                0..30u64
+            )
+                .prop_map(|(t, h, n, s)| Op::Replay(t, h, n, s)),
+        ];
+        let names = ["a", "b", "c", "n1", "n2"];
+        let start = Instant::now();
+        proptest!(ProptestConfig::with_cases(300), |(ops in proptest::collection::vec(op, 1..60))| {
+            let (fast, locked) = (breakers(), breakers());
+            // The second is never found healthy: every answer of its is the lock's.
+            locked.troubled.store(usize::MAX / 2, Ordering::SeqCst);
+            let mut now = start;
+            for op in ops {
+                match op {
+                    Op::Call(t, health, step) => {
+                        now += Duration::from_secs(step);
+                        let admitted = fast.admit(names[t], now);
+                        let expected = locked.admit(names[t], now);
+                        prop_assert_eq!(
+                            admitted.as_ref().map_err(|e| &e.message),
+                            expected.as_ref().map_err(|e| &e.message)
+                        );
+                        if let Ok(admission) = admitted {
+                            fast.record(names[t], admission, health, now);
+                            locked.record(names[t], admission, health, now);
+                        }
+                    }
+                    Op::Check(t, step) => {
+                        now += Duration::from_secs(step);
+                        prop_assert_eq!(
+                            fast.check(names[t], now).map_err(|e| e.message),
+                            locked.check(names[t], now).map_err(|e| e.message)
+                        );
+                    }
+                    Op::Replay(t, health, nested, step) => {
+                        now += Duration::from_secs(step);
+                        let nested: Vec<_> =
+                            nested.into_iter().map(|(n, h)| (names[n].to_string(), h)).collect();
+                        let replayed = fast.replay(names[t], health, &nested, now);
+                        let expected = locked.replay(names[t], health, &nested, now);
+                        prop_assert_eq!(format!("{replayed:?}"), format!("{expected:?}"));
+                    }
+                }
+                let troubled = fast.lock().values().filter(|c| **c != HEALTHY).count();
+                prop_assert_eq!(fast.troubled.load(Ordering::SeqCst), troubled);
+                for name in names {
+                    let state = |b: &Breakers| b.lock().get(name).copied().unwrap_or(HEALTHY);
+                    prop_assert_eq!(state(&fast), state(&locked));
+                }
+            }
+        });
     }
 
     #[test]
