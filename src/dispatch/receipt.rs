@@ -329,10 +329,8 @@ const LINGER: std::time::Duration = std::time::Duration::from_micros(50);
 struct Deferred {
     /// The run's id, which each receipt is given when it is made.
     run_id: String,
-    /// Placed, not yet hashed, in order; and whether the hasher was asked for them and is not
-    /// done. A draft waits here, not the receipt made from it: it is smaller, and the receipt
-    /// (and its copy of the run's id) is made by whoever hashes it.
-    queue: Mutex<(Vec<Placed>, bool)>,
+    /// The receipts placed, not yet hashed.
+    queue: Mutex<Queue>,
     /// How many receipts `queue` holds, read without its lock by the hasher that watches it.
     queued: AtomicUsize,
     /// The run is taking its receipts: the hasher stops watching for more.
@@ -343,14 +341,28 @@ struct Deferred {
     hashed: Mutex<(Vec<Receipt>, Vec<u8>)>,
 }
 
+/// A [`Deferred`]'s receipts to hash.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Placed, not yet hashed, in order. A draft waits here, not the receipt made from it: it
+    /// is smaller, and the receipt (and its copy of the run's id) is made by whoever hashes it.
+    placed: Vec<Placed>,
+    /// The hasher was asked for them and is not done.
+    asked: bool,
+    /// The room of a batch already hashed, for the next: a hasher that keeps up takes the
+    /// receipts a few at a time, and would otherwise allocate room for a whole batch (some
+    /// kilobytes) at each, which the run's thread then writes into cold.
+    spare: Vec<Placed>,
+}
+
 impl Deferred {
     /// Queues `placed`; `true` when the hasher should be asked for the queue.
     fn place(&self, placed: Placed) -> bool {
         let mut queue = lock(&self.queue);
-        queue.0.push(placed);
-        self.queued.store(queue.0.len(), Ordering::Release);
-        let ask = queue.0.len() >= BATCH && !queue.1;
-        queue.1 |= ask;
+        queue.placed.push(placed);
+        self.queued.store(queue.placed.len(), Ordering::Release);
+        let ask = queue.placed.len() >= BATCH && !queue.asked;
+        queue.asked |= ask;
         ask
     }
 
@@ -358,19 +370,25 @@ impl Deferred {
     fn hash_all(&self) {
         let mut hashed = lock(&self.hashed);
         loop {
-            let batch = {
+            let mut batch = {
                 let mut queue = lock(&self.queue);
-                if queue.0.is_empty() {
+                if queue.placed.is_empty() {
                     return;
                 }
                 self.queued.store(0, Ordering::Release);
                 // Room for the next batch, so that it never grows by copying.
-                std::mem::replace(&mut queue.0, Vec::with_capacity(BATCH))
+                let mut room = std::mem::take(&mut queue.spare);
+                room.reserve(BATCH);
+                std::mem::replace(&mut queue.placed, room)
             };
             let (receipts, text) = &mut *hashed;
             receipts.reserve(batch.len());
-            for placed in batch {
+            for placed in batch.drain(..) {
                 chain_onto(receipts, None, text, placed.receipt(&self.run_id));
+            }
+            // Kept unless a run's burst grew it beyond a few batches.
+            if batch.capacity() <= 4 * BATCH {
+                lock(&self.queue).spare = batch;
             }
         }
     }
@@ -392,8 +410,8 @@ impl Deferred {
                 }
             }
             let mut queue = lock(&self.queue);
-            if queue.0.is_empty() {
-                queue.1 = false;
+            if queue.placed.is_empty() {
+                queue.asked = false;
                 return;
             }
         }
@@ -463,7 +481,7 @@ impl Hasher {
                 run.hash_lingering(&self.waiting);
             }));
             if turn.is_err() {
-                lock(&run.queue).1 = false;
+                lock(&run.queue).asked = false;
             }
         }
     }
