@@ -12,8 +12,8 @@
 //! without calls; `spec-read` runs it speculatively, `spec-launch` too but with every read the
 //! scout's to start, none held for the executor: `SpeculationLimits::hold_quick` off.)
 //! A third argument runs the script that many times in the process and prints the median wall
-//! time of a run, and of a call, and the fastest run's, to stderr: how the cost of a call changes with the run's length
-//! (`dispatch_calls spec-read 10000 20`).
+//! time of a run, and of a call, and the fastest run's, to stderr: how the cost of a call
+//! changes with the run's length (`dispatch_calls spec-read 10000 20`).
 //! A fourth adds that many more tools to the registry, none of them called: what a catalog's
 //! size costs a run (`dispatch_calls read 1 200 500`).
 

@@ -104,10 +104,14 @@ impl Breakers {
     /// Counts a circuit's change from `was` to `is` (under `states`' lock).
     fn changed(&self, was: Circuit, is: Circuit) {
         match (was == HEALTHY, is == HEALTHY) {
-            (true, false) => self.troubled.fetch_add(1, Ordering::Release),
-            (false, true) => self.troubled.fetch_sub(1, Ordering::Release),
-            _ => return,
-        };
+            (true, false) => {
+                self.troubled.fetch_add(1, Ordering::Release);
+            }
+            (false, true) => {
+                self.troubled.fetch_sub(1, Ordering::Release);
+            }
+            _ => {}
+        }
     }
 
     /// When these breakers open and how long they stay open.
